@@ -1,0 +1,48 @@
+// Command agentkernel is the single binary of agentkernel: CLI, sandbox
+// init and (later) supervisor, API server and MCP server.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/agentkernel/agentkernel/internal/cli"
+)
+
+// Set with -ldflags "-X main.version=… -X main.commit=…".
+var (
+	version = "0.1.0-dev"
+	commit  = "unknown"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	app := &cli.App{
+		Stdin:   os.Stdin,
+		Stdout:  os.Stdout,
+		Stderr:  os.Stderr,
+		Version: cli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
+	}
+	root := cli.NewRootCommand(app)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *cli.ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintf(os.Stderr, "agentkernel: %v\n", ee.Err)
+			if ee.Hint != "" {
+				fmt.Fprintf(os.Stderr, "hint: %s\n", ee.Hint)
+			}
+		}
+		return ee.Code
+	}
+	fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
+	return cli.ExitAgentkernel
+}

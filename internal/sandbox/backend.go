@@ -1,0 +1,38 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+)
+
+// Stdio are the streams of the sandboxed process. When a field is an
+// *os.File the backend may hand the descriptor to the process directly.
+type Stdio struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Result is how a sandboxed command ended.
+type Result struct {
+	// ExitCode follows the shell convention: the process's code, or
+	// 128+N when it was killed by signal N.
+	ExitCode int
+	// Signal is the signal that ended the process, 0 otherwise.
+	Signal int
+	// TimedOut is true when Resources.Timeout ended the sandbox.
+	TimedOut bool
+	// KeptAt is the path of the kept writable layer when Spec.Keep is set.
+	KeptAt string
+}
+
+// Backend turns a Spec into a running sandbox.
+type Backend interface {
+	// Name is the backend's name as users type it ("native", "gvisor", …).
+	Name() string
+	// Run runs spec.Args to completion in a fresh sandbox and removes the
+	// sandbox afterwards (unless spec.Keep). A non-nil error means the
+	// sandbox could not be set up or the command could not be started;
+	// errors wrapping ErrNotFound / ErrCannotInvoke map to 127 / 126.
+	Run(ctx context.Context, spec *Spec, stdio Stdio) (Result, error)
+}

@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/image"
+)
+
+// Spec is everything a backend needs to run one sandbox. It is fully
+// resolved: a backend never re-interprets a profile or mode name, it only
+// applies the fields below.
+type Spec struct {
+	// ID is unique per sandbox (ephemeral runs get a random one); backends
+	// use it to name cgroups, scratch directories and markers.
+	ID string `json:"id"`
+	// Name is the user-facing name of a persistent sandbox ("" for run).
+	Name string `json:"name,omitempty"`
+
+	// Image is the reference the user asked for or detection chose, and
+	// ImageRule says which rule chose it ("flag", "config", "command", ...).
+	Image     string `json:"image"`
+	ImageRule string `json:"image_rule,omitempty"`
+	// Pull is the pull policy: "missing" (default), "always" or "never".
+	Pull string `json:"pull,omitempty"`
+	// Rootfs is filled by the image store before the backend runs.
+	Rootfs image.Rootfs `json:"rootfs"`
+
+	// Args is the command. Empty means: use the image's Entrypoint+Cmd.
+	Args []string `json:"args"`
+	// Env is the environment added on top of the image's Env (KEY=VALUE).
+	Env []string `json:"env,omitempty"`
+	// Workdir inside the sandbox; "" means the image's WorkingDir or "/".
+	Workdir string `json:"workdir,omitempty"`
+	// User is "uid[:gid]" or a name from the image's /etc/passwd; "" means
+	// the image's User, else root.
+	User     string `json:"user,omitempty"`
+	Hostname string `json:"hostname"`
+
+	// TTY allocates a pseudo-terminal; Interactive keeps stdin open.
+	TTY         bool `json:"tty,omitempty"`
+	Interactive bool `json:"interactive,omitempty"`
+
+	Profile string `json:"profile"`
+	Mode    string `json:"mode"`
+
+	// Mounts are applied in order after the root filesystem is ready.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// ReadOnlyRoot makes the root filesystem read-only (with a tmpfs /tmp).
+	ReadOnlyRoot bool `json:"read_only_root,omitempty"`
+
+	Network   Network   `json:"network"`
+	Resources Resources `json:"resources"`
+	Security  Security  `json:"security"`
+
+	// Keep leaves the writable layer in place after an ephemeral run.
+	Keep bool `json:"keep,omitempty"`
+}
+
+// MountKind says how a host path appears inside the sandbox.
+type MountKind string
+
+const (
+	// MountBind is a bind mount of a host path (ReadOnly decides rw/ro).
+	MountBind MountKind = "bind"
+	// MountCopyOnWrite shows a host directory through an overlay whose
+	// upper layer lives in the sandbox: writes never reach the host.
+	MountCopyOnWrite MountKind = "cow"
+	// MountTmpfs mounts an empty tmpfs (Source is ignored).
+	MountTmpfs MountKind = "tmpfs"
+)
+
+// Mount is one host path (or tmpfs) made visible in the sandbox.
+type Mount struct {
+	Kind     MountKind `json:"kind"`
+	Source   string    `json:"source,omitempty"` // absolute host path
+	Dest     string    `json:"dest"`             // absolute sandbox path
+	ReadOnly bool      `json:"read_only,omitempty"`
+}
+
+// NetworkMode is the coarse network policy of a sandbox.
+type NetworkMode string
+
+const (
+	// NetworkNone gives the sandbox its own network namespace with only
+	// loopback up.
+	NetworkNone NetworkMode = "none"
+	// NetworkFull asks for egress (subject to Allow/Block domain rules).
+	NetworkFull NetworkMode = "full"
+)
+
+// Network is the resolved network policy.
+type Network struct {
+	Mode          NetworkMode `json:"mode"`
+	AllowDomains  []string    `json:"allow_domains,omitempty"`
+	BlockDomains  []string    `json:"block_domains,omitempty"`
+	AllowlistOnly bool        `json:"allowlist_only,omitempty"`
+	Ports         []string    `json:"ports,omitempty"`
+}
+
+// Resources are the limits of a sandbox. Zero means unlimited.
+type Resources struct {
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	PIDs     int64 `json:"pids,omitempty"`
+	// CPUPercent is the CPU quota in percent of one core (150 = 1.5 cores).
+	CPUPercent int64         `json:"cpu_percent,omitempty"`
+	DiskMB     int64         `json:"disk_mb,omitempty"`
+	Timeout    time.Duration `json:"timeout,omitempty"`
+}
+
+// SeccompProfile names one of the built-in seccomp filters.
+type SeccompProfile string
+
+const (
+	// SeccompDefault is docker's default profile.
+	SeccompDefault SeccompProfile = "default"
+	// SeccompNoPtrace is docker's default profile with ptrace also blocked.
+	SeccompNoPtrace SeccompProfile = "default-no-ptrace"
+	// SeccompAllowlist permits only an explicit allow-list of syscalls.
+	SeccompAllowlist SeccompProfile = "allowlist"
+	// SeccompUnconfined installs no filter (never chosen by a profile).
+	SeccompUnconfined SeccompProfile = "unconfined"
+)
+
+// Security holds the in-kernel fences of a sandbox.
+type Security struct {
+	// Capabilities kept inside the sandbox, e.g. "CAP_CHOWN".
+	Capabilities []string       `json:"capabilities"`
+	Seccomp      SeccompProfile `json:"seccomp"`
+	NoNewPrivs   bool           `json:"no_new_privs"`
+	// Landlock adds a Landlock ruleset where the kernel supports it.
+	Landlock bool `json:"landlock"`
+	// HostUserNS runs without a private user namespace (--userns=host).
+	HostUserNS bool `json:"host_userns,omitempty"`
+}
