@@ -1,0 +1,127 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/agentkernel/agentkernel/internal/image"
+)
+
+// Images is the part of the image store the Manager needs.
+type Images interface {
+	// Ensure returns the root filesystem of ref, pulling it according to
+	// pull ("missing", "always", "never").
+	Ensure(ctx context.Context, ref, pull string) (image.Rootfs, error)
+	// Unreachable reports whether err means the registry could not be
+	// reached while the image was not cached.
+	Unreachable(err error) bool
+	// Host returns the root filesystem of the special "host" image.
+	Host() image.Rootfs
+}
+
+// ManagerOptions configures a Manager.
+type ManagerOptions struct {
+	Images   Images
+	Backends []Backend
+	// Default is the backend used when none is named ("native").
+	Default string
+	// Warn prints one line for the user (e.g. the host fallback notice).
+	Warn func(format string, args ...any)
+}
+
+// Manager is the one service the faces call. It picks the backend,
+// prepares the root filesystem and runs the sandbox.
+type Manager struct {
+	opts     ManagerOptions
+	backends map[string]Backend
+}
+
+// plannedBackends are names users may know from other runtimes; asking for
+// one gives a clear "not built yet" rather than "unknown".
+var plannedBackends = []string{"gvisor", "docker", "podman", "microvm", "firecracker", "kubernetes", "nomad"}
+
+// NewManager returns a Manager over the given backends.
+func NewManager(opts ManagerOptions) *Manager {
+	m := &Manager{opts: opts, backends: make(map[string]Backend, len(opts.Backends))}
+	for _, b := range opts.Backends {
+		m.backends[b.Name()] = b
+	}
+	if m.opts.Warn == nil {
+		m.opts.Warn = func(string, ...any) {}
+	}
+	return m
+}
+
+// Backend returns the backend called name ("" for the default).
+func (m *Manager) Backend(name string) (Backend, error) {
+	if name == "" {
+		name = m.opts.Default
+	}
+	if b, ok := m.backends[strings.ToLower(name)]; ok {
+		return b, nil
+	}
+	for _, p := range plannedBackends {
+		if strings.EqualFold(p, name) {
+			return nil, fmt.Errorf("backend %q is not built yet; available: %s: %w", name, m.backendNames(), ErrUnsupported)
+		}
+	}
+	return nil, fmt.Errorf("unknown backend %q; available: %s", name, m.backendNames())
+}
+
+func (m *Manager) backendNames() string {
+	names := make([]string, 0, len(m.backends))
+	for n := range m.backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// PrepareRootfs fills spec.Rootfs from the image store. An image chosen by
+// auto-detection that is not cached while its registry cannot be reached
+// falls back to the host image with one warning; an image the user named
+// never falls back.
+func (m *Manager) PrepareRootfs(ctx context.Context, spec *Spec) error {
+	if m.opts.Images == nil {
+		return errors.New("no image store configured")
+	}
+	rootfs, err := m.opts.Images.Ensure(ctx, spec.Image, spec.Pull)
+	if err != nil {
+		if m.opts.Images.Unreachable(err) && autoDetected(spec.ImageRule) {
+			m.opts.Warn("%s is not cached and its registry cannot be reached; running with the host's own tools (read-only) instead", spec.Image)
+			spec.Rootfs = m.opts.Images.Host()
+			return nil
+		}
+		return err
+	}
+	spec.Rootfs = rootfs
+	return nil
+}
+
+// autoDetected reports whether the image was picked by detection rather
+// than named by the user (flag or config).
+func autoDetected(rule string) bool {
+	switch rule {
+	case "flag", "config":
+		return false
+	}
+	return true
+}
+
+// Run prepares the root filesystem if needed and runs spec to completion
+// on the named backend.
+func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Stdio) (Result, error) {
+	b, err := m.Backend(backend)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+		if err := m.PrepareRootfs(ctx, spec); err != nil {
+			return Result{}, err
+		}
+	}
+	return b.Run(ctx, spec, stdio)
+}

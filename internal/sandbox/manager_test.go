@@ -1,0 +1,96 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/agentkernel/agentkernel/internal/image"
+)
+
+// These tests cover the Manager's own decisions (backend choice, host
+// fallback). The image store and the backends are stood in for by small
+// in-test types because the decisions do not depend on how they work; the
+// real store and backend are exercised by their own packages' tests and by
+// the end-to-end run tests.
+
+var errUnreachable = errors.New("registry unreachable")
+
+type testImages struct {
+	cached map[string]image.Rootfs
+	calls  []string
+}
+
+func (t *testImages) Ensure(_ context.Context, ref, pull string) (image.Rootfs, error) {
+	t.calls = append(t.calls, ref+"/"+pull)
+	if r, ok := t.cached[ref]; ok {
+		return r, nil
+	}
+	return image.Rootfs{}, fmt.Errorf("pull %s: %w", ref, errUnreachable)
+}
+func (t *testImages) Unreachable(err error) bool { return errors.Is(err, errUnreachable) }
+func (t *testImages) Host() image.Rootfs         { return image.Rootfs{Ref: "host", Host: true} }
+
+type recordingBackend struct{ got *Spec }
+
+func (r *recordingBackend) Name() string { return "native" }
+func (r *recordingBackend) Run(_ context.Context, s *Spec, _ Stdio) (Result, error) {
+	r.got = s
+	return Result{ExitCode: 7}, nil
+}
+
+func TestManagerHostFallback(t *testing.T) {
+	for _, c := range []struct {
+		rule     string
+		fallback bool
+	}{
+		{"command", true}, {"project", true}, {"procfile", true}, {"default", true},
+		{"flag", false}, {"config", false},
+	} {
+		imgs := &testImages{cached: map[string]image.Rootfs{}}
+		be := &recordingBackend{}
+		var warned []string
+		m := NewManager(ManagerOptions{Images: imgs, Backends: []Backend{be}, Default: "native",
+			Warn: func(f string, a ...any) { warned = append(warned, fmt.Sprintf(f, a...)) }})
+		spec := &Spec{Image: "python:3.12-alpine", ImageRule: c.rule, Pull: "missing"}
+		res, err := m.Run(context.Background(), "", spec, Stdio{})
+		if c.fallback {
+			if err != nil || !spec.Rootfs.Host || res.ExitCode != 7 || len(warned) != 1 || !strings.Contains(warned[0], "python:3.12-alpine") {
+				t.Errorf("rule %s: want host fallback with one warning, got err=%v rootfs=%+v warned=%q", c.rule, err, spec.Rootfs, warned)
+			}
+		} else if err == nil || be.got != nil || len(warned) != 0 {
+			t.Errorf("rule %s: a named image must never fall back (err=%v ran=%v warned=%q)", c.rule, err, be.got != nil, warned)
+		}
+	}
+}
+
+func TestManagerUsesCachedImage(t *testing.T) {
+	want := image.Rootfs{Ref: "alpine", Layers: []string{"/l1"}}
+	imgs := &testImages{cached: map[string]image.Rootfs{"alpine:3.20": want}}
+	be := &recordingBackend{}
+	m := NewManager(ManagerOptions{Images: imgs, Backends: []Backend{be}, Default: "native"})
+	if _, err := m.Run(context.Background(), "", &Spec{Image: "alpine:3.20", ImageRule: "default", Pull: "never"}, Stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	if be.got == nil || be.got.Rootfs.Layers[0] != "/l1" || imgs.calls[0] != "alpine:3.20/never" {
+		t.Fatalf("spec=%+v calls=%v", be.got, imgs.calls)
+	}
+}
+
+func TestManagerBackendChoice(t *testing.T) {
+	m := NewManager(ManagerOptions{Backends: []Backend{&recordingBackend{}}, Default: "native"})
+	if b, err := m.Backend(""); err != nil || b.Name() != "native" {
+		t.Fatalf("default: %v %v", b, err)
+	}
+	if _, err := m.Backend("NATIVE"); err != nil {
+		t.Fatalf("names are case-insensitive: %v", err)
+	}
+	if _, err := m.Backend("gvisor"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not built yet") {
+		t.Fatalf("planned backend: %v", err)
+	}
+	if _, err := m.Backend("zzz"); err == nil || !strings.Contains(err.Error(), "unknown backend") || !strings.Contains(err.Error(), "native") {
+		t.Fatalf("unknown backend: %v", err)
+	}
+}
