@@ -1,0 +1,305 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/agentkernel/agentkernel/internal/detect"
+)
+
+// Limits on values; beyond them a value is certainly a mistake.
+const (
+	maxVCPUs    = 1024
+	maxMemoryMB = 1 << 30 // 1 PiB
+	maxPIDs     = 1 << 22 // the kernel's pid_max ceiling
+	maxDiskMB   = 1 << 40
+)
+
+// validate checks values and normalises names (profile, mode, seccomp).
+// Errors point at the line that set the value.
+func (c *Config) validate() error {
+	fail := func(key, format string, args ...any) error {
+		s := c.Source(key)
+		return &Error{Path: s.Path, Line: s.Line, Key: key, Msg: fmt.Sprintf(format, args...)}
+	}
+
+	// [sandbox]
+	if n := c.Sandbox.Name; n != "" {
+		if err := ValidateSandboxName(n); err != nil {
+			return fail("sandbox.name", "%v", err)
+		}
+	}
+	if r := c.Sandbox.Runtime; r != "" {
+		if _, ok := detect.RuntimeImage(r); !ok {
+			return fail("sandbox.runtime", "unknown runtime %q: use %s (or set base_image)", r, strings.Join(detect.RuntimeNames(), ", "))
+		}
+	}
+	if img := c.Sandbox.BaseImage; img != "" {
+		if err := ValidateImageRef(img); err != nil {
+			return fail("sandbox.base_image", "%v", err)
+		}
+	}
+
+	// [agent]
+	if p := strings.ToLower(c.Agent.Preferred); p != "" {
+		if !slices.Contains(AgentNames(), p) {
+			return fail("agent.preferred", "unknown agent %q: use %s", c.Agent.Preferred, strings.Join(AgentNames(), ", "))
+		}
+		c.Agent.Preferred = p
+	}
+	if c.Agent.CompatibilityMode == "" {
+		c.Agent.CompatibilityMode = ModeNative
+	}
+	m, err := ParseMode(c.Agent.CompatibilityMode)
+	if err != nil {
+		return fail("agent.compatibility_mode", "%v", err)
+	}
+	c.Agent.CompatibilityMode = m
+
+	// [resources]
+	r := c.Resources
+	if c.IsSet("resources.vcpus") && (math.IsNaN(r.VCPUs) || r.VCPUs <= 0 || r.VCPUs > maxVCPUs) {
+		return fail("resources.vcpus", "must be a number of cores above 0 and at most %d, got %v", maxVCPUs, r.VCPUs)
+	}
+	if c.IsSet("resources.memory_mb") && (r.MemoryMB <= 0 || r.MemoryMB > maxMemoryMB) {
+		return fail("resources.memory_mb", "must be a positive number of megabytes, got %d (leave it out for the profile's limit)", r.MemoryMB)
+	}
+	if c.IsSet("resources.pids") && (r.PIDs <= 0 || r.PIDs > maxPIDs) {
+		return fail("resources.pids", "must be a positive number of processes up to %d, got %d", maxPIDs, r.PIDs)
+	}
+	if c.IsSet("resources.disk_mb") && (r.DiskMB <= 0 || r.DiskMB > maxDiskMB) {
+		return fail("resources.disk_mb", "must be a positive number of megabytes, got %d", r.DiskMB)
+	}
+
+	// [security]
+	if c.Security.Profile == "" {
+		c.Security.Profile = ProfileModerate
+	}
+	p, err := ParseProfile(c.Security.Profile)
+	if err != nil {
+		return fail("security.profile", "%v", err)
+	}
+	c.Security.Profile = p
+	if s := c.Security.Seccomp; s != "" {
+		n, err := ParseSeccomp(s)
+		if err != nil {
+			return fail("security.seccomp", "%v", err)
+		}
+		c.Security.Seccomp = n
+	}
+	for _, list := range []struct {
+		key string
+		v   []string
+	}{{"security.domains.allow", c.Security.Domains.Allow}, {"security.domains.block", c.Security.Domains.Block}} {
+		for _, d := range list.v {
+			if err := ValidateDomainPattern(d); err != nil {
+				return fail(list.key, "%v", err)
+			}
+		}
+	}
+	for _, list := range []struct {
+		key string
+		v   []string
+	}{{"security.commands.allow", c.Security.Commands.Allow}, {"security.commands.block", c.Security.Commands.Block}} {
+		for _, cmd := range list.v {
+			if strings.TrimSpace(cmd) == "" || strings.ContainsRune(cmd, 0) {
+				return fail(list.key, "invalid command %q: use a program name or an absolute path", cmd)
+			}
+		}
+	}
+
+	// [network]
+	for _, port := range c.Network.Ports {
+		if err := ValidatePort(port); err != nil {
+			return fail("network.ports", "%v", err)
+		}
+	}
+
+	// [[files]]
+	for i, f := range c.Files {
+		key := fmt.Sprintf("files[%d]", i)
+		switch {
+		case f.Source == "":
+			return fail(key, "source is required")
+		case f.Dest == "":
+			return fail(key, "dest is required")
+		case !strings.HasPrefix(f.Dest, "/"):
+			return fail(key, "dest %q must be an absolute path in the sandbox", f.Dest)
+		case hasDotDot(f.Dest):
+			return fail(key, "dest %q must not contain \"..\"", f.Dest)
+		case strings.ContainsRune(f.Source+f.Dest, 0):
+			return fail(key, "paths must not contain NUL bytes")
+		}
+		if f.Mode != "" {
+			if m, err := strconv.ParseUint(f.Mode, 8, 32); err != nil || m > 0o7777 {
+				return fail(key, "mode %q must be an octal permission such as \"0644\"", f.Mode)
+			}
+		}
+	}
+
+	// [build]
+	for k := range c.Build.Args {
+		if k == "" {
+			return fail("build.args", "build argument names must not be empty")
+		}
+	}
+
+	// [secrets]
+	switch c.Secrets.Backend {
+	case "", "file", "env", "keyring":
+	default:
+		return fail("secrets.backend", "unknown backend %q: use file, env or keyring", c.Secrets.Backend)
+	}
+	for name, b := range c.Secrets.Bindings {
+		if b.Host == "" {
+			return fail("secrets."+name, "host is required")
+		}
+	}
+
+	// [api]
+	if e := c.API.APIKeyEnv; e != "" && !validEnvName(e) {
+		return fail("api.api_key_env", "%q is not an environment variable name", e)
+	}
+
+	// [daemon]
+	if c.Daemon.MinWarm < 0 {
+		return fail("daemon.min_warm", "must not be negative")
+	}
+	if c.Daemon.MaxWarm < 0 {
+		return fail("daemon.max_warm", "must not be negative")
+	}
+	if c.IsSet("daemon.max_warm") && c.Daemon.MinWarm > c.Daemon.MaxWarm {
+		return fail("daemon.min_warm", "min_warm (%d) is larger than max_warm (%d)", c.Daemon.MinWarm, c.Daemon.MaxWarm)
+	}
+	for mode, a := range c.Daemon.Agents {
+		key := "daemon.agents." + mode
+		if _, err := ParseMode(mode); err != nil {
+			return fail(key, "%v", err)
+		}
+		if a.MinWarm < 0 {
+			return fail(key+".min_warm", "must not be negative")
+		}
+		if a.Runtime != "" {
+			if _, ok := detect.RuntimeImage(a.Runtime); !ok {
+				return fail(key+".runtime", "unknown runtime %q: use %s", a.Runtime, strings.Join(detect.RuntimeNames(), ", "))
+			}
+		}
+	}
+
+	// [orchestrator]
+	o := c.Orchestrator
+	switch o.Provider {
+	case "", "kubernetes", "nomad":
+	case "k8s":
+		c.Orchestrator.Provider = "kubernetes"
+	default:
+		return fail("orchestrator.provider", "unknown provider %q: use kubernetes or nomad", o.Provider)
+	}
+	switch o.NomadDriver {
+	case "", "docker", "exec", "raw_exec":
+	default:
+		return fail("orchestrator.nomad_driver", "unknown driver %q: use docker, exec or raw_exec", o.NomadDriver)
+	}
+	if o.WarmPoolSize < 0 {
+		return fail("orchestrator.warm_pool_size", "must not be negative")
+	}
+	if o.MaxSandboxes < 0 {
+		return fail("orchestrator.max_sandboxes", "must not be negative")
+	}
+	return nil
+}
+
+// ParseSeccomp normalises a seccomp profile name. Upstream's file names
+// are accepted: moderate means default-no-ptrace; restrictive and ai-agent
+// mean allowlist.
+func ParseSeccomp(s string) (string, error) {
+	switch n := strings.ToLower(strings.TrimSpace(s)); n {
+	case "default", "docker-default":
+		return "default", nil
+	case "default-no-ptrace", "moderate":
+		return "default-no-ptrace", nil
+	case "allowlist", "restrictive", "ai-agent":
+		return "allowlist", nil
+	case "unconfined":
+		return "unconfined", nil
+	}
+	return "", fmt.Errorf("unknown seccomp profile %q: use default, default-no-ptrace, allowlist or unconfined (profile files are not supported)", s)
+}
+
+// ValidateImageRef applies upstream's image name check: at most 256
+// characters of ASCII letters, digits and . - _ / : @.
+func ValidateImageRef(ref string) error {
+	if ref == "" {
+		return fmt.Errorf("image name is empty")
+	}
+	if len(ref) > 256 {
+		return fmt.Errorf("image name is too long (max 256 characters)")
+	}
+	for i := 0; i < len(ref); i++ {
+		c := ref[i]
+		if !isAlnum(c) && !strings.ContainsRune(".-_/:@", rune(c)) {
+			return fmt.Errorf("image name %q contains invalid character %q", ref, c)
+		}
+	}
+	return nil
+}
+
+// ValidateDomainPattern accepts a host name, an IP address, or
+// "*.example.com".
+func ValidateDomainPattern(d string) error {
+	host := strings.TrimPrefix(d, "*.")
+	if host == "" || len(host) > 253 {
+		return fmt.Errorf("invalid domain pattern %q", d)
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !isAlnum(c) && c != '-' && c != '.' && c != ':' && c != '_' {
+			return fmt.Errorf("invalid domain pattern %q: use a host name, an IP address or *.example.com", d)
+		}
+	}
+	return nil
+}
+
+// ValidatePort accepts "8080:80", "3000" and "5353:53/udp".
+func ValidatePort(p string) error {
+	spec, proto, hasProto := strings.Cut(p, "/")
+	if hasProto && proto != "tcp" && proto != "udp" {
+		return fmt.Errorf("port %q: protocol must be tcp or udp", p)
+	}
+	parts := strings.Split(spec, ":")
+	if len(parts) > 2 {
+		return fmt.Errorf("port %q: use HOST:SANDBOX or PORT", p)
+	}
+	for _, n := range parts {
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 1 || v > 65535 {
+			return fmt.Errorf("port %q: %q is not a port number (1-65535)", p, n)
+		}
+	}
+	return nil
+}
+
+func hasDotDot(p string) bool {
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || isAlnum(c)) || (i == 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
