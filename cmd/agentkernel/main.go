@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/cli"
 )
 
@@ -22,6 +23,11 @@ func main() {
 }
 
 func run() int {
+	// The sandbox init and exec stages are this binary re-executed; they
+	// must not touch the CLI.
+	if native.IsInit() {
+		return native.InitMain()
+	}
 	app := &cli.App{
 		Stdin:   os.Stdin,
 		Stdout:  os.Stdout,

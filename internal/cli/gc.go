@@ -1,6 +1,34 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
 
-// newGCCmd is a placeholder until the command is written.
-func newGCCmd(a *App) *cobra.Command { return &cobra.Command{Use: "gc", Hidden: true} }
+	"github.com/spf13/cobra"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native"
+)
+
+func newGCCmd(a *App) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc",
+		Short: "Remove what crashed or killed runs left behind",
+		Long: `Remove what runs that crashed or were killed left behind: scratch
+directories, cgroups and mounts whose owning agentkernel process is gone.
+Runs in progress are never touched. Safe to run at any time.`,
+		Example: "  agentkernel gc",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			removed, err := native.GC(cmd.Context(), a.DataDir)
+			for _, r := range removed {
+				fmt.Fprintf(a.Stdout, "removed %s\n", r)
+			}
+			if err != nil {
+				return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("gc: %w", err)}
+			}
+			if len(removed) == 0 {
+				a.Infof("nothing to remove")
+			}
+			return nil
+		},
+	}
+}

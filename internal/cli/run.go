@@ -1,6 +1,207 @@
 package cli
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
 
-// newRunCmd is a placeholder until the command is written.
-func newRunCmd(a *App) *cobra.Command { return &cobra.Command{Use: "run", Hidden: true} }
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/detect"
+	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/policy"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+const runLong = `Run a command in a fresh sandbox and remove the sandbox afterwards.
+
+The image is picked from the command (python3 → python:3.12-alpine, node →
+node:22-alpine, go → golang:1.23-alpine, …), else from the project files in
+the current directory, else alpine:3.20; --image or agentkernel.toml override
+that ('agentkernel detect' shows the choice). An auto-detected image that is
+not cached while its registry cannot be reached falls back to the host's own
+tools, read-only, with a warning; an image you name never falls back.
+
+The security profile decides what the sandbox sees (see 'agentkernel
+profiles'): moderate (default) shows the current directory at /workspace
+copy-on-write, permissive binds it read-write, restrictive hides it and makes
+the root read-only. Every profile runs in its own user, PID, mount, IPC, UTS,
+cgroup and network namespace; the network has only loopback. Egress through
+the network policy proxy is not built yet: --network is refused rather than
+silently ignored.
+
+Exit status: the command's own, 128+N when it died of signal N, 124 when
+--timeout ended it, 125 when agentkernel failed, 126 when the command cannot
+be invoked, 127 when it does not exist.`
+
+const runExample = `  agentkernel run python3 -c 'print(1)'
+  agentkernel run -- sh -c 'echo $HOSTNAME; id'
+  agentkernel run --image alpine:3.20 -p restrictive -- ls /workspace
+  agentkernel run -e DEBUG=1 -v "$PWD/data:/data:ro" -- ./process /data
+  agentkernel run --memory 64m --pids 64 --timeout 30s -- make test
+  agentkernel run -t -- sh                       # interactive shell
+  echo hi | agentkernel run -- cat               # stdin is passed through
+  agentkernel run --dry-run -- npm test          # print the resolved spec`
+
+type runOptions struct {
+	overrides policy.Overrides
+	backend   string
+	dryRun    bool
+}
+
+func newRunCmd(a *App) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:     "run [flags] [--] COMMAND [ARG...]",
+		Short:   "Run a command in a fresh, isolated sandbox",
+		Long:    runLong,
+		Example: runExample,
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.overrides.Set = changedFlags(cmd)
+			return a.runRun(cmd.Context(), &o, args)
+		},
+	}
+	fs := cmd.Flags()
+	fs.SetInterspersed(false) // "run python3 -c x": -c belongs to python3
+	bindSpecFlags(fs, &o.overrides)
+	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
+	return cmd
+}
+
+func changedFlags(cmd *cobra.Command) map[string]bool {
+	set := map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = true })
+	return set
+}
+
+func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
+	}
+	cfg, err := a.loadConfig(cwd)
+	if err != nil {
+		return err
+	}
+	det := detect.Image(detect.Input{
+		ExplicitImage: o.overrides.Image,
+		ConfigImage:   cfg.Sandbox.BaseImage,
+		ConfigRuntime: cfg.Sandbox.Runtime,
+		Args:          args,
+		Dir:           cwd,
+	})
+	home, _ := os.UserHomeDir()
+	spec, warnings, err := policy.Resolve(policy.Input{
+		Config:    cfg,
+		Overrides: o.overrides,
+		Args:      args,
+		Cwd:       cwd,
+		HomeDir:   home,
+		HostEnv:   os.LookupEnv,
+		Detected:  det,
+	})
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	for _, w := range warnings {
+		a.Warnf("%s", w)
+	}
+	if err := a.applyNetworkStopgap(spec, cfg, o); err != nil {
+		return err
+	}
+	if o.dryRun {
+		enc := json.NewEncoder(a.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(spec)
+	}
+	mgr, err := a.manager()
+	if err != nil {
+		return err
+	}
+	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
+	if err != nil {
+		return runError(err)
+	}
+	if res.KeptAt != "" {
+		a.Infof("agentkernel: kept the sandbox's writable layer at %s", res.KeptAt)
+	}
+	if res.TimedOut {
+		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was stopped", spec.Resources.Timeout.Round(time.Millisecond))}
+	}
+	if res.ExitCode != 0 {
+		return &ExitError{Code: res.ExitCode}
+	}
+	return nil
+}
+
+// runError maps a failure to start the sandbox or the command to docker's
+// exit codes.
+func runError(err error) error {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.Is(err, sandbox.ErrCannotInvoke):
+		return &ExitError{Code: ExitCannotRun, Err: err}
+	}
+	return &ExitError{Code: ExitAgentkernel, Err: err}
+}
+
+// manager wires the Manager with the image store and the backends.
+func (a *App) manager() (*sandbox.Manager, error) {
+	store, err := a.openImageStore()
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.NewManager(sandbox.ManagerOptions{
+		Images:   imageAdapter{store},
+		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
+		Default:  "native",
+		Warn:     a.Warnf,
+	}), nil
+}
+
+// applyNetworkStopgap keeps sandboxes on loopback until the network policy
+// proxy exists. A profile or mode that would give egress quietly stays on
+// loopback (a mode says so once, since its domain allowlist cannot apply);
+// an explicit request for egress (--network, or network = true in
+// agentkernel.toml) is refused rather than silently ignored.
+func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *runOptions) error {
+	if spec.Network.Mode != sandbox.NetworkFull {
+		return nil
+	}
+	if o.overrides.Set["network"] || cfg.IsSet("security.network") {
+		return &ExitError{Code: ExitAgentkernel,
+			Err:  errors.New("network egress is not available yet on the native backend: sandboxes get loopback only"),
+			Hint: "drop --network (and network = true in agentkernel.toml); --no-network makes the loopback-only choice explicit"}
+	}
+	if spec.Mode != "" && spec.Mode != config.ModeNative {
+		a.Warnf("mode %s: the sandbox has loopback only; the %s domain allowlist applies once egress is available", spec.Mode, spec.Mode)
+	}
+	spec.Network.Mode = sandbox.NetworkNone
+	return nil
+}
+
+// imageAdapter lets the Manager use the image store with plain strings.
+type imageAdapter struct{ s *image.Store }
+
+func (i imageAdapter) Ensure(ctx context.Context, ref, pull string) (image.Rootfs, error) {
+	p, err := image.ParsePullPolicy(pull)
+	if err != nil {
+		return image.Rootfs{}, err
+	}
+	return i.s.Ensure(ctx, ref, p)
+}
+
+func (i imageAdapter) Unreachable(err error) bool { return errors.Is(err, image.ErrUnreachable) }
+func (i imageAdapter) Host() image.Rootfs         { return image.HostRootfs() }

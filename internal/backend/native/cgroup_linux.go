@@ -1,0 +1,230 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// errNoCgroups means limits cannot be applied; the run goes on without
+// them after one warning.
+var errNoCgroups = errors.New("cgroup limits unavailable (rootless without delegation); running without limits")
+
+const (
+	cgroupRoot   = "/sys/fs/cgroup"
+	cgroupParent = "agentkernel"
+	cgroupPrefix = "agentkernel-"
+	// cfsPeriod is the CPU bandwidth period; CPUPercent scales the quota.
+	cfsPeriod = 100000
+)
+
+// v1Controllers are the cgroup v1 hierarchies a sandbox with limits joins.
+var v1Controllers = []string{"memory", "pids", "cpu"}
+
+// cgroup is one sandbox's cgroup: one directory per v1 controller, or one
+// unified directory.
+type cgroup struct {
+	mgr  cgroups.Manager
+	dirs []string // directories whose cgroup.procs the init joins
+	v2   bool
+}
+
+// resources translates the Spec's limits. Memory and memory+swap are the
+// same value: a sandbox never swaps.
+func resources(r sandbox.Resources) *cgroups.Resources {
+	res := &cgroups.Resources{SkipDevices: true}
+	if r.MemoryMB > 0 {
+		res.Memory = r.MemoryMB << 20
+		res.MemorySwap = res.Memory
+	}
+	if r.PIDs > 0 {
+		p := r.PIDs
+		res.PidsLimit = &p
+	}
+	if r.CPUPercent > 0 {
+		res.CpuPeriod = cfsPeriod
+		res.CpuQuota = r.CPUPercent * cfsPeriod / 100
+	}
+	return res
+}
+
+// newCgroup creates and configures agentkernel-<id>. It returns an error
+// wrapping errNoCgroups when the caller may not create cgroups.
+func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
+	res := resources(r)
+	cfg := &cgroups.Cgroup{Resources: res, Rootless: rootless}
+	name := cgroupPrefix + id
+	if cgroups.IsCgroup2UnifiedMode() {
+		dir, err := v2Parent(rootless)
+		if err != nil {
+			return nil, err
+		}
+		dir = filepath.Join(dir, name)
+		m, err := fs2.NewManager(cfg, dir)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Apply(-1); err != nil {
+			if rootless {
+				return nil, fmt.Errorf("%w: %v", errNoCgroups, err)
+			}
+			return nil, fmt.Errorf("creating cgroup: %w", err)
+		}
+		cg := &cgroup{mgr: m, dirs: []string{dir}, v2: true}
+		if err := m.Set(res); err != nil {
+			_ = cg.destroy()
+			return nil, fmt.Errorf("setting cgroup limits: %w", err)
+		}
+		return cg, nil
+	}
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	paths := map[string]string{}
+	var dirs []string
+	for _, c := range v1Controllers {
+		mnt := filepath.Join(cgroupRoot, c)
+		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
+			continue
+		}
+		dir := filepath.Join(mnt, own[c], cgroupParent, name)
+		paths[c] = dir
+		dirs = append(dirs, dir)
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no cgroup v1 memory/pids/cpu hierarchy", errNoCgroups)
+	}
+	m, err := fs.NewManager(cfg, paths)
+	if err != nil {
+		return nil, err
+	}
+	cg := &cgroup{mgr: m, dirs: dirs}
+	if err := m.Apply(-1); err != nil {
+		_ = cg.destroy()
+		if rootless || errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("%w: %v", errNoCgroups, err)
+		}
+		return nil, fmt.Errorf("creating cgroup: %w", err)
+	}
+	if err := m.Set(res); err != nil {
+		_ = cg.destroy()
+		return nil, fmt.Errorf("setting cgroup limits: %w", err)
+	}
+	return cg, nil
+}
+
+// v2Parent is the directory agentkernel-<id> cgroups are created in: the
+// agentkernel cgroup below the root for root, the parent of the caller's
+// own (delegated) cgroup when rootless.
+func v2Parent(rootless bool) (string, error) {
+	if !rootless {
+		return filepath.Join(cgroupRoot, cgroupParent), nil
+	}
+	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Dir(filepath.Join(cgroupRoot, own[""]))
+	if unix.Access(dir, unix.W_OK) != nil {
+		return "", fmt.Errorf("%w: %s is not writable", errNoCgroups, dir)
+	}
+	return dir, nil
+}
+
+// procsDirs are the v1 directories whose cgroup.procs the init keeps open
+// to move its exec stage in (nil on v2, where nothing needs moving).
+func (c *cgroup) procsDirs() []string {
+	if c.v2 {
+		return nil
+	}
+	return c.dirs
+}
+
+// openDir returns an O_PATH descriptor of the v2 cgroup for
+// CLONE_INTO_CGROUP, or -1 on v1.
+func (c *cgroup) openDir() int {
+	if !c.v2 {
+		return -1
+	}
+	fd, err := unix.Open(c.dirs[0], unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// join moves pid into the cgroup (v1; on v2 the init was cloned into it).
+// Migration on v1 waits for an RCU grace period — milliseconds on a
+// small VM — so the parent does it while the init boots.
+func (c *cgroup) join(pid int, cloned bool) error {
+	if c.v2 && cloned {
+		return nil
+	}
+	for _, d := range c.dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("joining cgroup %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// kill ends every process in the cgroup. The PID namespace's teardown
+// normally got there first; this is the second fence.
+func (c *cgroup) kill() {
+	if c.v2 {
+		if err := os.WriteFile(filepath.Join(c.dirs[0], "cgroup.kill"), []byte("1"), 0); err == nil {
+			return
+		}
+	}
+	for _, d := range c.dirs {
+		pids, _ := cgroups.GetPids(d)
+		for _, p := range pids {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	}
+}
+
+// destroy kills what is left and removes the cgroup directories.
+func (c *cgroup) destroy() error {
+	var errs []error
+	for _, d := range c.dirs {
+		if err := removeCgroupDir(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupDir kills the processes of one cgroup directory and removes
+// it, retrying while the kernel still counts dying tasks.
+func removeCgroupDir(d string) error {
+	for i := 0; ; i++ {
+		err := unix.Rmdir(d)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || i == 50 {
+			return fmt.Errorf("remove cgroup %s: %w", d, err)
+		}
+		if data, rerr := os.ReadFile(filepath.Join(d, "cgroup.procs")); rerr == nil {
+			for _, f := range strings.Fields(string(data)) {
+				if p, perr := strconv.Atoi(f); perr == nil {
+					_ = unix.Kill(p, unix.SIGKILL)
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

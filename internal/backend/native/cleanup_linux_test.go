@@ -1,0 +1,241 @@
+package native
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	osuser "os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// TestCleanupAfter100Runs: no mounts, cgroups or processes are left after
+// 100 runs, a third of them killed mid-way by a timeout and some with
+// limits (so with cgroups) and volumes.
+func TestCleanupAfter100Runs(t *testing.T) {
+	mountsBefore := mountTable(t)
+	host := t.TempDir()
+	b := New(Options{DataDir: t.TempDir()})
+	for i := 0; i < 100; i++ {
+		spec := newSpec("true")
+		id := "cleanup" + strconv.Itoa(os.Getpid()) + "x" + strconv.Itoa(i)
+		switch i % 3 {
+		case 1:
+			spec = newSpec("sh", "-c", "sleep 10 & sleep 10")
+			spec.Resources.Timeout = 20 * time.Millisecond
+		case 2:
+			spec.Mounts = []sandbox.Mount{{Kind: sandbox.MountCopyOnWrite, Source: host, Dest: "/workspace"}}
+		}
+		spec.ID = id
+		if i%4 == 0 && os.Geteuid() == 0 {
+			spec.Resources.MemoryMB, spec.Resources.PIDs = 64, 64
+		}
+		res, err := b.Run(context.Background(), spec, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard})
+		if err != nil || (i%3 == 1) != res.TimedOut {
+			t.Fatalf("run %d: %+v %v", i, res, err)
+		}
+	}
+	if left := waitGone(sandboxProcs, 3*time.Second); len(left) > 0 {
+		t.Errorf("processes left: %v", left)
+	}
+	for _, d := range agentkernelCgroups() {
+		if strings.Contains(d, "cleanup"+strconv.Itoa(os.Getpid())+"x") {
+			t.Errorf("cgroup left: %s", d)
+		}
+	}
+	if after := mountTable(t); after != mountsBefore {
+		t.Errorf("mount table changed:\nbefore:\n%s\nafter:\n%s", mountsBefore, after)
+	}
+}
+
+func TestKeepAndGC(t *testing.T) {
+	data := t.TempDir()
+	b := New(Options{DataDir: data})
+	spec := newSpec("sh", "-c", "echo kept > /root/file")
+	spec.Keep = true
+	res, err := b.Run(context.Background(), spec, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil || res.ExitCode != 0 || res.KeptAt == "" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(res.KeptAt, "root/file")); err != nil || string(got) != "kept\n" {
+		t.Fatalf("kept upper: %q %v", got, err)
+	}
+	// A crashed run's directory: lock file nobody holds, no kept marker.
+	stale := filepath.Join(data, "runs", "crashed")
+	if err := os.MkdirAll(filepath.Join(stale, "upper"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, lockFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A live run's directory: its lock is held.
+	live := filepath.Join(data, "runs", "live")
+	if err := os.MkdirAll(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.Create(filepath.Join(live, lockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := GC(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != stale {
+		t.Errorf("removed %v, want only %s", removed, stale)
+	}
+	for _, keep := range []string{res.KeptAt, live} {
+		if _, err := os.Stat(keep); err != nil {
+			t.Errorf("GC removed %s", keep)
+		}
+	}
+	// An empty, old agentkernel cgroup (root only).
+	if os.Geteuid() == 0 {
+		parent := cgroupParents()[0]
+		if err := os.MkdirAll(filepath.Join(parent, cgroupPrefix+"gctest"), 0o755); err == nil {
+			old := time.Now().Add(-time.Hour)
+			_ = os.Chtimes(filepath.Join(parent, cgroupPrefix+"gctest"), old, old)
+			removed, _ = GC(context.Background(), "")
+			if _, err := os.Stat(filepath.Join(parent, cgroupPrefix+"gctest")); err == nil {
+				_ = unix.Rmdir(filepath.Join(parent, cgroupPrefix+"gctest"))
+				t.Logf("cgroupfs ignores utimes; empty-cgroup GC not checked (removed %v)", removed)
+			}
+		}
+	}
+}
+
+// TestRootless runs sandboxes as an unprivileged user created for the
+// test: same isolation, caller mapped to root, no cgroup limits (with a
+// warning).
+func TestRootless(t *testing.T) {
+	requireRoot(t)
+	const name = "aktestuser"
+	if _, err := osuser.Lookup(name); err != nil {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/bin/false", name).CombinedOutput(); err != nil {
+			t.Skipf("cannot create a test user: %v %s", err, out)
+		}
+	}
+	u, err := osuser.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A world-readable copy of the test binary and an image owned by the
+	// user, in a directory the user can reach.
+	dir, err := os.MkdirTemp("", "ak-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.ReadFile("/proc/self/exe")
+	bin := filepath.Join(dir, "native.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(dir, "rootfs")
+	if err := buildBusybox(img, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chown", "-R", u.Uid+":"+u.Gid, img).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	work := filepath.Join(dir, "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chown(work, atoi(u.Uid), atoi(u.Gid))
+
+	run := func(spec *sandbox.Spec) (string, string, int) {
+		cmd := helperCmd(t, spec)
+		cmd.Path = "/usr/bin/setpriv"
+		cmd.Args = []string{"setpriv", "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups", bin}
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		_ = cmd.Run()
+		return out.String(), errb.String(), cmd.ProcessState.ExitCode()
+	}
+	spec := newSpec("sh", "-c", "id -u; cat /proc/self/uid_map; hostname; echo x > /proc/sys/kernel/core_pattern 2>/dev/null && echo CORE; echo hi > /workspace/f; cat /workspace/f; exit 7")
+	spec.Rootfs = image.Rootfs{Layers: []string{img}}
+	spec.Mounts = []sandbox.Mount{{Kind: sandbox.MountCopyOnWrite, Source: work, Dest: "/workspace"}}
+	spec.Resources.MemoryMB = 64
+	out, errs, code := run(spec)
+	if code != 7 {
+		t.Fatalf("exit %d: %q %q", code, out, errs)
+	}
+	f := strings.Fields(out)
+	if len(f) < 6 || f[0] != "0" || f[1] != "0" || f[2] != u.Uid || f[3] != "1" || f[4] != "sbx" || strings.Contains(out, "CORE") || f[5] != "hi" {
+		t.Fatalf("rootless: %q %q", out, errs)
+	}
+	if !strings.Contains(errs, "cgroup limits unavailable") {
+		t.Errorf("no cgroup warning: %q", errs)
+	}
+	if _, err := os.Stat(filepath.Join(work, "f")); err == nil {
+		t.Error("cow write reached the host")
+	}
+	// Exit codes and exec errors as rootless.
+	if _, errs, code := run(newSpecIn(img, "no-such-cmd")); code != 125 || !strings.Contains(errs, "not found") {
+		t.Errorf("not found: %d %q", code, errs)
+	}
+	hostSpec := newSpec("sh", "-c", "test -x /usr/bin/env && echo HOST")
+	hostSpec.Rootfs = imageHost()
+	if out, errs, code := run(hostSpec); code != 0 || out != "HOST\n" {
+		t.Errorf("host image rootless: %d %q %q", code, out, errs)
+	}
+}
+
+func newSpecIn(img string, args ...string) *sandbox.Spec {
+	s := newSpec(args...)
+	s.Rootfs = image.Rootfs{Layers: []string{img}}
+	return s
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestConcurrentRuns: sandboxes started in parallel do not disturb each
+// other (8 at a time, on the stub and the Go exec stage).
+func TestConcurrentRuns(t *testing.T) {
+	for _, goExec := range []bool{false, true} {
+		b := New(Options{DataDir: t.TempDir()})
+		b.goExecStage = goExec
+		errs := make(chan error, 48)
+		for w := 0; w < 8; w++ {
+			go func() {
+				for i := 0; i < 6; i++ {
+					spec := newSpec("sh", "-c", "exit 3")
+					res, err := b.Run(context.Background(), spec, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard})
+					if err == nil && res.ExitCode != 3 {
+						err = fmt.Errorf("exit %d", res.ExitCode)
+					}
+					errs <- err
+				}
+			}()
+		}
+		for i := 0; i < 48; i++ {
+			if err := <-errs; err != nil {
+				t.Errorf("go exec stage %v: %v", goExec, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package native
+
+import "github.com/agentkernel/agentkernel/internal/sandbox"
+
+// Hidden modes of the re-executed binary are selected by argv[0], so that
+// nothing leaks into the sandboxed command's environment and ps shows what
+// each process is.
+const (
+	argv0Init = "agentkernel:init"
+	argv0Exec = "agentkernel:exec"
+)
+
+// File descriptors shared between the stages. The parent hands fd 3 (a
+// socketpair end: config in, result out) and fd 4 (the error pipe) to the
+// init; the init hands fd 3 (a pipe with the exec config) and fd 4 (the same
+// error pipe, close-on-exec there) to the exec stage.
+const (
+	fdConfig = 3
+	fdErr    = 4
+)
+
+// Sandbox root's host ids when agentkernel runs as root: the same range the
+// image store shifts layer ownership into at unpack.
+const (
+	subIDBase = 100000
+	subIDSize = 65536
+)
+
+// initConfig is what the parent sends to the init. It is small on purpose:
+// the init decodes it on every run.
+type initConfig struct {
+	ID       string `json:"id"`
+	Hostname string `json:"hostname,omitempty"`
+	// Rootless: the init already runs in a user namespace of its own (the
+	// caller's uid is root there) and execs the command without another one.
+	Rootless bool `json:"rootless,omitempty"`
+	// NestUserNS: the command gets its own user namespace mapping 0 to
+	// subIDBase (root caller, no --userns=host).
+	NestUserNS bool `json:"nest_userns,omitempty"`
+	// RootUID/RootGID are the ids, as the init sees them, of the sandbox's
+	// root: new tmpfs mounts and directories the sandbox should own get them.
+	RootUID int `json:"root_uid"`
+	RootGID int `json:"root_gid"`
+
+	Layers []string `json:"layers,omitempty"`
+	Host   bool     `json:"host,omitempty"`
+	// Upper is a host directory holding upper/ and work/ (--keep); empty
+	// means a tmpfs of DiskMB megabytes.
+	Upper        string          `json:"upper,omitempty"`
+	DiskMB       int64           `json:"disk_mb,omitempty"`
+	ReadOnlyRoot bool            `json:"ro_root,omitempty"`
+	Mounts       []sandbox.Mount `json:"mounts,omitempty"`
+	// Cgroups are v1 cgroup directories. The parent moves the init in
+	// while it boots; the init then moves its exec stage, which it forked
+	// before that finished.
+	Cgroups []string `json:"cgroups,omitempty"`
+
+	Exec execConfig `json:"exec"`
+	// GoExecStage: re-execute agentkernel as the exec stage instead of the
+	// assembled stub.
+	GoExecStage bool `json:"go_exec,omitempty"`
+	// Trace makes the init print a timestamp after each stage to stderr
+	// (AGENTKERNEL_TRACE_STAGES=1 in the parent's environment).
+	Trace bool `json:"trace,omitempty"`
+}
+
+// execConfig is what the init sends to the exec stage: the last steps
+// before execve.
+type execConfig struct {
+	Args    []string `json:"args"`
+	Env     []string `json:"env"`
+	Workdir string   `json:"workdir"`
+	// User is the unresolved user spec; the init resolves it against the
+	// sandbox's /etc/passwd and fills UID/GID/Groups.
+	User   string `json:"user,omitempty"`
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	Groups []int  `json:"groups,omitempty"`
+	TTY    bool   `json:"tty,omitempty"`
+	// NoSetgroups: the user namespace forbids setgroups (rootless).
+	NoSetgroups bool     `json:"no_setgroups,omitempty"`
+	Caps        []string `json:"caps,omitempty"`
+	// Seccomp is the profile name ("" or "unconfined": none).
+	Seccomp    string `json:"seccomp,omitempty"`
+	NoNewPrivs bool   `json:"nnp,omitempty"`
+	Landlock   bool   `json:"landlock,omitempty"`
+	// LandlockRW are the paths the command may write when Landlock is on.
+	LandlockRW []string `json:"landlock_rw,omitempty"`
+	// Filter is the compiled seccomp program (sock_filter array), built by
+	// the parent while the init boots.
+	Filter []byte `json:"filter,omitempty"`
+	// ExtraSeccomp adds the setuid/setgid-creation and xattr blocks needed
+	// when a host directory is idmapped writable into the sandbox.
+	ExtraSeccomp bool   `json:"extra_seccomp,omitempty"`
+	NoFile       uint64 `json:"nofile,omitempty"`
+}

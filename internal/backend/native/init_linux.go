@@ -1,0 +1,383 @@
+package native
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// IsInit reports whether this process is agentkernel re-executed as a
+// sandbox stage (the init or the exec stage). main calls it before doing
+// anything else and hands control to InitMain when it is true.
+func IsInit() bool {
+	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec)
+}
+
+// InitMain runs the stage this process was re-executed for and returns
+// its exit code.
+func InitMain() int {
+	switch os.Args[0] {
+	case argv0Init:
+		return initMain()
+	case argv0Exec:
+		return execMain()
+	}
+	return 125
+}
+
+// initState is the init's view of one sandbox while it builds it.
+type initState struct {
+	cfg  *initConfig
+	sock *os.File // fd 3: config in, result out
+	errW *os.File // fd 4: error reports to the parent
+
+	scratch string // per-run tmpfs holding upper/work dirs and the new root
+	root    string // the new root while it is assembled (scratch/root)
+
+	execPid  int      // the exec stage (becomes the command)
+	execCfgW *os.File // socket to the exec stage
+	stub     bool     // the exec stage is the assembled stub, not Go
+	entered  bool     // stubEntered has run
+	proc     string   // where the sandbox's proc is mounted right now
+
+	cgroupProcs []*os.File // v1 cgroup.procs files, for the exec stage
+	stubErrR *os.File // the stub's {index, errno} report
+	usernsFd int      // the command's user namespace, for idmapped mounts
+	sigs     chan os.Signal
+}
+
+// initMain is PID 1 of the sandbox. The stages, in order, are the methods
+// called below; doc.go explains why they are in this order.
+func initMain() int {
+	s := &initState{
+		sock:     os.NewFile(fdConfig, "config"),
+		errW:     os.NewFile(fdErr, "errors"),
+		usernsFd: -1,
+		proc:     "/proc",
+		sigs:     make(chan os.Signal, 8),
+	}
+	// A signal from the parent namespace would kill PID 1 by default; catch
+	// the forwarded ones before anything else.
+	signal.Notify(s.sigs, forwarded...)
+	unix.CloseOnExec(fdConfig)
+	unix.CloseOnExec(fdErr)
+
+	stages := []struct {
+		name string
+		fn   func() error
+	}{
+		{"reading config", s.readConfig},
+		{"opening cgroup", s.openCgroups},
+		{"mounting /proc", s.mountFreshProc},
+		{"starting exec stage", s.startExecStage},
+		{"setting up network", s.setupNetwork},
+		{"preparing scratch space", s.prepareScratch},
+		{"mounting root filesystem", s.mountRootfs},
+		{"mounting /proc", s.moveProc},
+		{"mounting /dev", s.mountDev},
+		{"mounting /sys", s.mountSys},
+		{"mounting /tmp and /run", s.mountTmp},
+		{"mounting volumes", s.mountVolumes},
+		{"preparing process", s.prepareProcess},
+		{"pivoting root", s.pivotRoot},
+		{"starting command", s.releaseExecStage},
+	}
+	if s.readConfig() == nil && s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s init: started\n", monotonic())
+	}
+	for _, st := range stages[1:] {
+		if s.cfg == nil {
+			fmt.Fprint(s.errW, "setup 0 reading config: no config")
+			return 125
+		}
+		err := st.fn()
+		if s.cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s init: %s done\n", monotonic(), st.name)
+		}
+		if err != nil {
+			if s.execPid > 0 {
+				_ = unix.Kill(s.execPid, unix.SIGKILL)
+			}
+			var rep reportedError
+			if errors.As(err, &rep) {
+				fmt.Fprint(s.errW, string(rep))
+			} else {
+				fmt.Fprintf(s.errW, "setup 0 %s: %v", st.name, err)
+			}
+			return 125
+		}
+	}
+	s.errW.Close()
+	return s.supervise()
+}
+
+// reportedError is an error line already in the parent's format
+// ("exec|setup <errno> <message>").
+type reportedError string
+
+func (e reportedError) Error() string { return string(e) }
+
+// readConfig decodes the one config message the parent queued before
+// starting us.
+func (s *initState) readConfig() error {
+	buf := make([]byte, 1<<20)
+	n, err := s.sock.Read(buf)
+	if err != nil {
+		return err
+	}
+	s.cfg = &initConfig{}
+	return json.Unmarshal(buf[:n], s.cfg)
+}
+
+// openCgroups opens the cgroup.procs files of a v1 cgroup while host
+// paths are still reachable; releaseExecStage uses them to move the exec
+// stage in.
+func (s *initState) openCgroups() error {
+	for _, d := range s.cfg.Cgroups {
+		f, err := os.OpenFile(d+"/cgroup.procs", os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		s.cgroupProcs = append(s.cgroupProcs, f)
+	}
+	return nil
+}
+
+// joinExecStage moves the exec stage into the sandbox's v1 cgroup. The
+// parent has moved the init by now (it says so with the filter message),
+// so the kernel's migration lock is warm and this is quick.
+func (s *initState) joinExecStage() error {
+	for _, f := range s.cgroupProcs {
+		if _, err := f.Write([]byte(strconv.Itoa(s.execPid))); err != nil {
+			return fmt.Errorf("moving the command into its cgroup: %w", err)
+		}
+		f.Close()
+	}
+	s.cgroupProcs = nil
+	return nil
+}
+
+// startExecStage forks the exec stage now, so that its Go runtime boots
+// while we build the root filesystem. It waits for its config on a pipe,
+// which releaseExecStage writes once the root is ready. With NestUserNS it
+// gets a user namespace of its own mapping root to subIDBase: that
+// namespace owns none of the sandbox's other namespaces.
+func (s *initState) startExecStage() error {
+	// A socketpair rather than a pipe: the exec stage first says it is
+	// running (pivotRoot waits for that: a dynamically linked binary, like
+	// a cgo test binary, still loads its libraries from the old root after
+	// execve returns), then reads its config.
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	r := os.NewFile(uintptr(sp[1]), "exec-config-child")
+	defer r.Close()
+	s.execCfgW = os.NewFile(uintptr(sp[0]), "exec-config")
+	sys := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWCGROUP,
+		Setsid:     true,
+		Setctty:    s.cfg.Exec.TTY,
+		Ctty:       0,
+		Pdeathsig:  unix.SIGKILL,
+	}
+	if s.cfg.NestUserNS {
+		sys.Cloneflags |= unix.CLONE_NEWUSER
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: subIDBase, Size: subIDSize}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: subIDBase, Size: subIDSize}}
+		sys.GidMappingsEnableSetgroups = true
+		// Creating a user namespace does not change our ids: become the
+		// namespace's root (host subIDBase), or we stay host root.
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+	}
+	var pid int
+	if execStub != "" && !s.cfg.GoExecStage {
+		er, ew, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		defer ew.Close()
+		s.stubErrR = er
+		stubSys := *sys
+		stubSys.Cloneflags, stubSys.UidMappings, stubSys.GidMappings, stubSys.Credential = 0, nil, nil, nil
+		pid, err = startStub([]uintptr{0, 1, 2, r.Fd(), ew.Fd()}, &stubSys)
+		s.stub = err == nil
+		if s.stub {
+			b, err := stubEnterScript(s.cfg.NestUserNS).encode()
+			if err != nil {
+				return err
+			}
+			if _, err := s.execCfgW.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	if !s.stub {
+		pid, err = syscall.ForkExec("/proc/self/exe", []string{argv0Exec}, &syscall.ProcAttr{
+			Env:   []string{},
+			Files: []uintptr{0, 1, 2, r.Fd(), s.errW.Fd()},
+			Sys:   sys,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	s.execPid = pid
+	if !s.stub && s.cfg.NestUserNS && needsIDMap(s.cfg) {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		s.usernsFd = fd
+	}
+	return nil
+}
+
+// stubEntered waits until the stub has entered its namespaces, then maps
+// root in its user namespace to subIDBase and, when volumes need it,
+// keeps the namespace for idmapped mounts. It runs once, when first
+// needed: the stub's first steps overlap the init's mounts.
+func (s *initState) stubEntered() error {
+	if !s.stub || s.entered {
+		return nil
+	}
+	s.entered = true
+	var ready [1]byte
+	if _, err := s.execCfgW.Read(ready[:]); err != nil {
+		var report [16]byte
+		n, _ := io.ReadFull(s.stubErrR, report[:])
+		return reportedError(stubError(stubEnterScript(s.cfg.NestUserNS), report[:n]))
+	}
+	if !s.cfg.NestUserNS {
+		return nil
+	}
+	proc := s.proc + "/" + strconv.Itoa(s.execPid)
+	m := []byte("0 " + strconv.Itoa(subIDBase) + " " + strconv.Itoa(subIDSize) + "\n")
+	if err := os.WriteFile(proc+"/uid_map", m, 0); err != nil {
+		return err
+	}
+	if err := os.WriteFile(proc+"/gid_map", m, 0); err != nil {
+		return err
+	}
+	if needsIDMap(s.cfg) {
+		fd, err := unix.Open(proc+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		s.usernsFd = fd
+	}
+	return nil
+}
+
+// releaseExecStage hands the exec stage its final config; it drops
+// privileges and execs the command.
+func (s *initState) releaseExecStage() error {
+	buf := make([]byte, 64<<10)
+	n, err := s.sock.Read(buf)
+	if err != nil {
+		return fmt.Errorf("reading seccomp filter: %w", err)
+	}
+	if n == 0 || buf[0] != 'F' {
+		return fmt.Errorf("seccomp filter: %s", buf[min(n, 1):n])
+	}
+	s.cfg.Exec.Filter = buf[1:n]
+	if err := s.joinExecStage(); err != nil {
+		return err
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s init: got filter\n", monotonic())
+	}
+	if s.stub {
+		return s.releaseStub()
+	}
+	b, err := json.Marshal(&s.cfg.Exec)
+	if err != nil {
+		return err
+	}
+	_, err = s.execCfgW.Write(b)
+	s.execCfgW.Close()
+	if s.usernsFd >= 0 {
+		unix.Close(s.usernsFd)
+	}
+	return err
+}
+
+// releaseStub sends the stub its script and waits until it has exec'd
+// the command (its report pipe closes) or reports which step failed.
+func (s *initState) releaseStub() error {
+	defer s.stubErrR.Close()
+	if err := s.stubEntered(); err != nil {
+		return err
+	}
+	c := &s.cfg.Exec
+	path, err := lookPath(c.Args[0], c.Env)
+	if err != nil {
+		errno := 0
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			errno = int(en)
+		}
+		return reportedError(fmt.Sprintf("exec %d %v", errno, err))
+	}
+	script, err := buildStubScript(c, path)
+	if err != nil {
+		return err
+	}
+	b, err := script.encode()
+	if err != nil {
+		return err
+	}
+	_, err = s.execCfgW.Write(b)
+	s.execCfgW.Close()
+	if s.usernsFd >= 0 {
+		unix.Close(s.usernsFd)
+	}
+	if err != nil {
+		return err
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s init: script sent\n", monotonic())
+	}
+	var report [16]byte
+	if n, _ := io.ReadFull(s.stubErrR, report[:]); n > 0 {
+		return reportedError(stubError(script, report[:n]))
+	}
+	return nil
+}
+
+// supervise is the init's life as PID 1: forward signals to the command,
+// reap every child, and exit with the command's status the moment it ends
+// (the PID namespace's teardown then kills whatever it left behind).
+func (s *initState) supervise() int {
+	pid := s.execPid
+	go func() {
+		for sig := range s.sigs {
+			_ = unix.Kill(pid, sig.(syscall.Signal))
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 125
+		}
+		if wpid != pid {
+			continue
+		}
+		_, _ = s.sock.Write([]byte(strconv.Itoa(int(ws))))
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+}

@@ -1,0 +1,248 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+func TestMemoryLimit(t *testing.T) {
+	requireRoot(t)
+	spec := newSpec("sh", "-c", `x=$(head -c 100000000 /dev/zero | tr "\0" a); echo survived ${#x}`)
+	spec.Resources.MemoryMB = 32
+	o := runSpec(t, spec, nil)
+	if o.err != nil || o.res.ExitCode != 137 {
+		t.Fatalf("exit %d err %v stdout %q stderr %q", o.res.ExitCode, o.err, o.stdout, o.stderr)
+	}
+	// The same allocation fits without the limit.
+	spec.Resources.MemoryMB = 0
+	if o := mustRun(t, spec, 0); o.stdout != "survived 100000000\n" {
+		t.Fatalf("%q", o.stdout)
+	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	requireRoot(t)
+	// An inner shell starts up to 100 sleepers under a limit of 40 tasks
+	// (the init's threads count too) and dies at the first failed fork;
+	// the outer shell then counts with builtins only.
+	count := `sh -c 'i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done' 2>/dev/null; set -- /proc/[0-9]*; echo $#`
+	spec := newSpec("sh", "-c", count)
+	spec.Resources.PIDs = 40
+	spec.Resources.Timeout = 20 * time.Second
+	o := runSpec(t, spec, nil)
+	if o.err != nil || o.res.TimedOut {
+		t.Fatalf("%+v %v", o.res, o.err)
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(o.stdout)); err != nil || n > 40 || n < 20 {
+		t.Fatalf("processes: %q (%v), want 20..40", o.stdout, err)
+	}
+	// Without the limit all 100 start: the check above can fail.
+	spec.Resources.PIDs = 0
+	if o := mustRun(t, spec, 0); strings.TrimSpace(o.stdout) != "102" {
+		t.Fatalf("unlimited: %q", o.stdout)
+	}
+	// A real fork bomb is contained and the run ends promptly.
+	spec = newSpec("sh", "-c", `bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 1`)
+	spec.Resources.PIDs = 40
+	spec.Resources.Timeout = 20 * time.Second
+	o = runSpec(t, spec, nil)
+	if o.err != nil || o.res.TimedOut || o.elapsed > 10*time.Second {
+		t.Fatalf("fork bomb: %+v %v after %v", o.res, o.err, o.elapsed)
+	}
+	if left := waitGone(sandboxProcs, 3*time.Second); len(left) > 0 {
+		t.Fatalf("left: %d processes", len(left))
+	}
+}
+
+func TestCPULimitAndCgroupRemoved(t *testing.T) {
+	requireRoot(t)
+	spec := newSpec("sleep", "5")
+	spec.ID = "cputest" + strconv.Itoa(os.Getpid())
+	spec.Resources.CPUPercent = 50
+	spec.Resources.PIDs = 100
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		res, _ := New(Options{}).Run(ctx, spec, sandbox.Stdio{})
+		done <- res
+	}()
+	var quota, procs string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for _, d := range agentkernelCgroups() {
+			if filepath.Base(d) == cgroupPrefix+spec.ID {
+				if b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); err == nil {
+					quota = strings.TrimSpace(string(b))
+				}
+				if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(b) > 0 {
+					procs = string(b)
+				}
+			}
+		}
+		if quota != "" && len(strings.Fields(procs)) >= 2 {
+			break
+		}
+	}
+	cancel()
+	<-done
+	if quota != "50000" {
+		t.Errorf("cpu.cfs_quota_us = %q, want 50000", quota)
+	}
+	if len(strings.Fields(procs)) < 2 {
+		t.Errorf("cgroup.procs = %q, want the init and the command", procs)
+	}
+	for _, d := range agentkernelCgroups() {
+		if strings.Contains(d, spec.ID) {
+			t.Errorf("cgroup left: %s", d)
+		}
+	}
+}
+
+// helperCmd runs the test binary as a one-sandbox agentkernel stand-in.
+func helperCmd(t *testing.T, spec *sandbox.Spec) *exec.Cmd {
+	t.Helper()
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(b))
+	return cmd
+}
+
+// TestSIGTERM: SIGTERM to agentkernel reaches the command (exit 143), and
+// a command that ignores it is killed after the grace period.
+func TestSIGTERM(t *testing.T) {
+	for _, script := range []string{"echo ready; exec sleep 30", "trap '' TERM; echo ready; sleep 30"} {
+		cmd := helperCmd(t, newSpec("sh", "-c", script))
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+			t.Fatalf("%q %v", buf, err)
+		}
+		start := time.Now()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err = cmd.Wait()
+		if cmd.ProcessState.ExitCode() != 143 {
+			t.Errorf("%q: exit %d (%v), want 143", script, cmd.ProcessState.ExitCode(), err)
+		}
+		if d := time.Since(start); d > termGrace+2*time.Second {
+			t.Errorf("%q: took %v", script, d)
+		}
+	}
+	if left := waitGone(sandboxProcs, 2*time.Second); len(left) > 0 {
+		t.Fatalf("left: %v", left)
+	}
+}
+
+// TestKillParent: agentkernel dying (SIGKILL) takes the sandbox with it.
+func TestKillParent(t *testing.T) {
+	cmd := helperCmd(t, newSpec("sh", "-c", "echo ready; sleep 30"))
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if left := waitGone(sandboxProcs, 2*time.Second); len(left) > 0 {
+		t.Fatalf("left: %v", left)
+	}
+}
+
+func TestTTY(t *testing.T) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pty: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {
+		t.Fatal(err)
+	}
+	spec := newSpec("sh", "-c", "[ -t 0 ] && [ -t 1 ] && echo IS-TTY; stty size; echo $TERM; read line; echo got:$line")
+	spec.TTY = true
+	errc := make(chan error, 1)
+	resc := make(chan sandbox.Result, 1)
+	go func() {
+		res, err := New(Options{}).Run(context.Background(), spec, sandbox.Stdio{Stdin: tty, Stdout: tty, Stderr: tty})
+		resc <- res
+		errc <- err
+	}()
+	var got strings.Builder
+	buf := make([]byte, 1024)
+	deadline := time.Now().Add(10 * time.Second)
+	sent := false
+	for time.Now().Before(deadline) && !strings.Contains(got.String(), "got:") {
+		_ = ptmx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		n, _ := ptmx.Read(buf)
+		got.Write(buf[:n])
+		if !sent && strings.Contains(got.String(), "xterm") {
+			_, _ = ptmx.Write([]byte("hello\r"))
+			sent = true
+		}
+	}
+	res, err := <-resc, <-errc
+	tty.Close()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v output %q", err, res, got.String())
+	}
+	for _, want := range []string{"IS-TTY", "33 101", "xterm", "got:hello"} {
+		if !strings.Contains(got.String(), want) {
+			t.Errorf("missing %q in %q", want, got.String())
+		}
+	}
+}
+
+func TestSeccompProfiles(t *testing.T) {
+	for _, p := range []sandbox.SeccompProfile{sandbox.SeccompDefault, sandbox.SeccompNoPtrace, sandbox.SeccompAllowlist} {
+		spec := newSpec("sh", "-c", "unshare -U true 2>/dev/null && echo UNSHARED; ls / >/dev/null && cat /etc/hosts | wc -l")
+		spec.Security.Seccomp = p
+		o := mustRun(t, spec, 0)
+		if o.stdout != "1\n" {
+			t.Errorf("%s: %q %q", p, o.stdout, o.stderr)
+		}
+	}
+	// Without seccomp and with CAP_SYS_ADMIN kept, unshare works: the
+	// check above can fail.
+	spec := newSpec("sh", "-c", "unshare -U true && echo UNSHARED")
+	spec.Security.Seccomp = sandbox.SeccompUnconfined
+	if o := mustRun(t, spec, 0); o.stdout != "UNSHARED\n" {
+		t.Errorf("unconfined: %q %q", o.stdout, o.stderr)
+	}
+}
+
+func TestLandlock(t *testing.T) {
+	for _, ll := range []bool{false, true} {
+		spec := newSpec("sh", "-c", "touch /newfile 2>/dev/null && echo NEW; touch /etc/x /tmp/x && echo OK")
+		spec.Security.Landlock = ll
+		o := mustRun(t, spec, 0)
+		want := "NEW\nOK\n"
+		if ll {
+			want = "OK\n"
+		}
+		if o.stdout != want {
+			t.Errorf("landlock %v: %q %q", ll, o.stdout, o.stderr)
+		}
+	}
+}

@@ -1,0 +1,45 @@
+package native
+
+import (
+	"io"
+	"log/slog"
+)
+
+// Options configure a Backend.
+type Options struct {
+	// DataDir is agentkernel's data directory; the backend keeps run state
+	// (kept upper dirs, crash markers) under DataDir/runs.
+	DataDir string
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+	// Warn prints one line to the user (e.g. "cgroup limits unavailable
+	// ...; running without limits"); nil discards warnings.
+	Warn func(string)
+}
+
+// Backend is the embedded Linux backend: namespaces, an overlay root,
+// cgroups, capabilities, seccomp and Landlock, with this binary re-executed
+// as the sandbox's init. A Backend holds no per-run state; it is safe for
+// concurrent use.
+type Backend struct {
+	opts Options
+	log  *slog.Logger
+	// goExecStage makes the init use the Go exec stage even where the
+	// assembled stub exists (tests cover both).
+	goExecStage bool
+}
+
+// New returns a native backend.
+func New(opts Options) *Backend {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Warn == nil {
+		opts.Warn = func(string) {}
+	}
+	return &Backend{opts: opts, log: log}
+}
+
+// Name returns "native".
+func (b *Backend) Name() string { return "native" }

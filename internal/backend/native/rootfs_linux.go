@@ -1,0 +1,622 @@
+package native
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Flags of the mounts the sandbox gets.
+const (
+	msTmp    = unix.MS_NOSUID | unix.MS_NODEV
+	msMasked = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+)
+
+// maskedPaths and readonlyPaths follow runc's defaults: kernel
+// interfaces a sandbox has no business reading or writing.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	// devices are bound (rootless) or created (root) in the sandbox's /dev.
+	devices = []struct {
+		name         string
+		major, minor uint32
+	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}}
+	// hostImageDirs make up the "host" image, each bound read-only when it
+	// exists (or recreated as the same symlink).
+	hostImageDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+	// hostImageHidden are host secrets covered in the host image's /etc.
+	hostImageHidden = []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssh", "/etc/sudoers", "/etc/sudoers.d", "/etc/security/opasswd"}
+	// scratchCandidates are host directories the per-run tmpfs may cover in
+	// the init's private mount namespace; the first one no layer or volume
+	// lives under is used.
+	scratchCandidates = []string{"/tmp", "/mnt", "/run", "/var/tmp", "/media", "/srv", "/opt", "/home"}
+)
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil {
+		if src == "" {
+			src = fstype
+		}
+		return fmt.Errorf("mount %s on %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// mountFreshProc makes every mount private (nothing we do propagates to
+// the host) and mounts a proc of the new PID namespace over /proc: forking
+// the exec stage writes /proc/<pid>/uid_map, which must name our child.
+// The same mount later moves into the new root.
+func (s *initState) mountFreshProc() error {
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	return mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+}
+
+// setupNetwork brings up loopback (the only interface of the new network
+// namespace) and sets the hostname.
+func (s *initState) setupNetwork() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	return unix.Sethostname([]byte(s.cfg.Hostname))
+}
+
+// prepareScratch mounts the per-run tmpfs (sized by DiskMB) that holds the
+// writable layer and the new root's mount point. It covers a host
+// directory, but only in our private mount namespace.
+func (s *initState) prepareScratch() error {
+	used := append(append([]string{}, s.cfg.Layers...), s.cfg.Upper)
+	for _, m := range s.cfg.Mounts {
+		used = append(used, m.Source)
+	}
+	for _, c := range scratchCandidates {
+		if fi, err := os.Stat(c); err != nil || !fi.IsDir() || underAny(c, used) {
+			continue
+		}
+		s.scratch = c
+		break
+	}
+	if s.scratch == "" {
+		return fmt.Errorf("no directory for scratch space (all of %v hold layers or volumes)", scratchCandidates)
+	}
+	if err := mount("tmpfs", s.scratch, "tmpfs", msTmp, "mode=0700,size="+strconv.FormatInt(s.cfg.DiskMB, 10)+"m"); err != nil {
+		return err
+	}
+	s.root = s.scratch + "/root"
+	return os.Mkdir(s.root, 0o755)
+}
+
+func underAny(dir string, paths []string) bool {
+	for _, p := range paths {
+		if p != "" && (p == dir || strings.HasPrefix(p, dir+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// mountRootfs assembles the new root at s.root: an overlay of the image
+// layers with the writable layer on the scratch tmpfs (or in the run
+// directory for --keep), or the host image.
+func (s *initState) mountRootfs() error {
+	if s.cfg.Host {
+		return s.mountHostImage()
+	}
+	upper, work := s.scratch+"/upper", s.scratch+"/work"
+	if s.cfg.Upper != "" {
+		upper, work = s.cfg.Upper+"/upper", s.cfg.Upper+"/work"
+	} else {
+		if err := os.Mkdir(upper, 0o755); err != nil {
+			return err
+		}
+		if err := os.Mkdir(work, 0o700); err != nil {
+			return err
+		}
+	}
+	// The merged root's owner and mode come from the upper dir: copy the
+	// top layer's.
+	var st unix.Stat_t
+	if err := unix.Stat(s.cfg.Layers[len(s.cfg.Layers)-1], &st); err != nil {
+		return err
+	}
+	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return err
+	}
+	lower := make([]string, len(s.cfg.Layers))
+	for i, l := range s.cfg.Layers {
+		lower[len(lower)-1-i] = l // overlay wants the top layer first
+	}
+	return s.mountOverlay(lower, upper, work, s.root, unix.MS_NODEV)
+}
+
+// mountOverlay mounts an overlay, falling back to paths relative to the
+// layers' common parent when the option string would exceed a page.
+func (s *initState) mountOverlay(lower []string, upper, work, dst string, flags uintptr) error {
+	extra := ""
+	if s.cfg.Rootless {
+		extra = ",userxattr"
+	}
+	opts := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work + extra
+	if len(opts) < 4000 {
+		return mount("overlay", dst, "overlay", flags, opts)
+	}
+	common := filepath.Dir(lower[0])
+	for _, l := range lower {
+		for common != "/" && !strings.HasPrefix(l, common+"/") {
+			common = filepath.Dir(common)
+		}
+	}
+	rel := make([]string, len(lower))
+	for i, l := range lower {
+		rel[i] = strings.TrimPrefix(l, common+"/")
+	}
+	opts = "lowerdir=" + strings.Join(rel, ":") + ",upperdir=" + upper + ",workdir=" + work + extra
+	wd, _ := os.Getwd()
+	if err := os.Chdir(common); err != nil {
+		return err
+	}
+	defer os.Chdir(wd)
+	return mount("overlay", dst, "overlay", flags, opts)
+}
+
+// mountHostImage builds the "host" image: a tmpfs root holding read-only
+// binds of the host's /usr, /bin, /lib*, /etc, with /etc's secrets hidden.
+func (s *initState) mountHostImage() error {
+	if err := mount(s.root, s.root, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	if err := os.Lchown(s.root, s.cfg.RootUID, s.cfg.RootGID); err != nil {
+		return err
+	}
+	for _, d := range hostImageDirs {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		dst := s.root + d
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(d)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if !fi.IsDir() {
+			continue
+		}
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		if err := bindMount(d, dst, true, false); err != nil {
+			return err
+		}
+	}
+	for _, p := range hostImageHidden {
+		if err := s.mask(s.root + p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindMount binds src on dst (recursively) and sets read-only and
+// nosuid/nodev on the whole tree.
+func bindMount(src, dst string, ro, dev bool) error {
+	if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+	if !dev {
+		attr.Attr_set |= unix.MOUNT_ATTR_NODEV
+	}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(-1, dst, unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("mount_setattr %s: %w", dst, err)
+	}
+	return nil
+}
+
+// mask hides p: /dev/null over a file, an empty read-only tmpfs over a
+// directory. Missing paths are fine.
+func (s *initState) mask(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return nil
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return mount("tmpfs", p, "tmpfs", msMasked, "size=0,mode=0555")
+	}
+	return mount("/dev/null", p, "", unix.MS_BIND, "")
+}
+
+// moveProc moves the proc mounted first into the new root and applies
+// the masked and read-only paths. /proc/sys read-only is the second fence
+// in front of kernel.core_pattern and friends (the first: the sandbox's
+// root is not host root).
+func (s *initState) moveProc() error {
+	dst := s.root + "/proc"
+	if err := os.MkdirAll(dst, 0o555); err != nil {
+		return err
+	}
+	if err := mount("/proc", dst, "", unix.MS_MOVE, ""); err != nil {
+		return err
+	}
+	s.proc = dst
+	for _, p := range maskedPaths {
+		if strings.HasPrefix(p, "/proc/") {
+			if err := s.mask(s.root + p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range readonlyPaths {
+		dst := s.root + p
+		if _, err := os.Lstat(dst); err != nil {
+			continue
+		}
+		if err := mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		if err := mount(dst, dst, "", unix.MS_BIND|unix.MS_REMOUNT|msMasked, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountDev builds a minimal /dev on a tmpfs: the six harmless devices, a
+// private devpts, /dev/shm and the fd links.
+func (s *initState) mountDev() error {
+	dev := s.root + "/dev"
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	owner := ",uid=" + strconv.Itoa(s.cfg.RootUID) + ",gid=" + strconv.Itoa(s.cfg.RootGID)
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536k"+owner); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		p := dev + "/" + d.name
+		if !s.cfg.Rootless {
+			if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+				return fmt.Errorf("mknod %s: %w", p, err)
+			}
+			// mknod is subject to the umask.
+			if err := unix.Chmod(p, 0o666); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return err
+		}
+		if err := mount("/dev/"+d.name, p, "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dev+"/pts", 0o755); err != nil {
+		return err
+	}
+	ptsOpts := "newinstance,ptmxmode=0666,mode=0620"
+	if !s.cfg.Rootless {
+		ptsOpts += ",gid=" + strconv.Itoa(s.cfg.RootGID+5) // tty
+	}
+	if err := mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsOpts); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
+		return err
+	}
+	if err := mount("shm", dev+"/shm", "tmpfs", msTmp|unix.MS_NOEXEC, "mode=1777,size=65536k"+owner); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	} {
+		if err := os.Symlink(target, dev+"/"+name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountSys mounts a read-only sysfs (of the new network namespace) with
+// firmware and powercap masked.
+func (s *initState) mountSys() error {
+	dst := s.root + "/sys"
+	if err := os.MkdirAll(dst, 0o555); err != nil {
+		return err
+	}
+	if err := mount("sysfs", dst, "sysfs", msMasked, ""); err != nil {
+		return err
+	}
+	for _, p := range maskedPaths {
+		if strings.HasPrefix(p, "/sys/") {
+			if err := s.mask(s.root + p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mountTmp gives the sandbox a private /tmp and /run, owned by its root.
+func (s *initState) mountTmp() error {
+	owner := ",uid=" + strconv.Itoa(s.cfg.RootUID) + ",gid=" + strconv.Itoa(s.cfg.RootGID)
+	for _, t := range []struct{ dir, opts string }{
+		{"/tmp", "mode=1777,size=" + strconv.FormatInt(s.cfg.DiskMB, 10) + "m"},
+		{"/run", "mode=0755,size=65536k"},
+	} {
+		dst := s.inRoot(t.dir)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+		if err := mount("tmpfs", dst, "tmpfs", msTmp, t.opts+owner); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountVolumes applies Spec.Mounts in order: binds, copy-on-write overlays
+// and tmpfs mounts. With NestUserNS, host directories are idmapped through
+// the command's user namespace (see doc.go, "Workspace ownership").
+func (s *initState) mountVolumes() error {
+	if s.cfg.NestUserNS && needsIDMap(s.cfg) {
+		if err := s.stubEntered(); err != nil {
+			return err
+		}
+	}
+	for i, m := range s.cfg.Mounts {
+		dst := s.inRoot(m.Dest)
+		var err error
+		switch m.Kind {
+		case sandbox.MountTmpfs:
+			if err = os.MkdirAll(dst, 0o755); err == nil {
+				flags := uintptr(msTmp)
+				if m.ReadOnly {
+					flags |= unix.MS_RDONLY
+				}
+				err = mount("tmpfs", dst, "tmpfs", flags, "mode=0755,uid="+strconv.Itoa(s.cfg.RootUID)+",gid="+strconv.Itoa(s.cfg.RootGID))
+			}
+		case sandbox.MountBind:
+			err = s.mountBind(m, dst)
+		case sandbox.MountCopyOnWrite:
+			if m.ReadOnly {
+				err = s.mountBind(m, dst)
+			} else {
+				err = s.mountCow(i, m, dst)
+			}
+		default:
+			err = fmt.Errorf("unknown mount kind %q", m.Kind)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s:%s: %w", m.Kind, m.Source, m.Dest, err)
+		}
+	}
+	return nil
+}
+
+// makeMountPoint creates dst as a directory or an empty file, like src.
+func makeMountPoint(src, dst string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return os.MkdirAll(dst, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func (s *initState) mountBind(m sandbox.Mount, dst string) error {
+	if err := makeMountPoint(m.Source, dst); err != nil {
+		return err
+	}
+	if s.usernsFd >= 0 {
+		return s.idmappedBind(m.Source, dst, m.ReadOnly)
+	}
+	return bindMount(m.Source, dst, m.ReadOnly, false)
+}
+
+// idmappedBind attaches a clone of src at dst whose ids are shifted by
+// the command's user namespace: files the host sees as uid N appear as N
+// inside. nosuid always.
+func (s *initState) idmappedBind(src, dst string, ro bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", src, err)
+	}
+	defer unix.Close(fd)
+	attr := &unix.MountAttr{
+		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(s.usernsFd),
+	}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("idmapping %s: %w", src, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// mountCow shows src at dst through an overlay whose upper layer lives on
+// the scratch tmpfs: the sandbox writes freely, the host copy never
+// changes.
+func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
+	fi, err := os.Stat(m.Source)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("copy-on-write needs a directory")
+	}
+	base := s.scratch + "/cow" + strconv.Itoa(i)
+	lower, upper, work := base+"/lower", base+"/upper", base+"/work"
+	for _, d := range []string{base, lower, upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if s.usernsFd >= 0 {
+		if err := s.idmappedBind(m.Source, lower, true); err != nil {
+			return err
+		}
+	} else if err := bindMount(m.Source, lower, true, false); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(lower, &st); err != nil {
+		return err
+	}
+	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	return s.mountOverlay([]string{lower}, upper, work, dst, unix.MS_NOSUID|unix.MS_NODEV)
+}
+
+// needsIDMap reports whether any volume is a host directory that the
+// command's user namespace should see with shifted ids.
+func needsIDMap(cfg *initConfig) bool {
+	for _, m := range cfg.Mounts {
+		if m.Kind != sandbox.MountTmpfs {
+			return true
+		}
+	}
+	return false
+}
+
+// inRoot resolves p inside the new root the way the sandbox will see it:
+// symlinks in the image are followed but never leave the root.
+func (s *initState) inRoot(p string) string {
+	return s.root + resolveIn(s.root, p)
+}
+
+// resolveIn returns the root-relative path of p with every symlink below
+// root resolved as if root were "/". Missing components are kept as they
+// are.
+func resolveIn(root, p string) string {
+	comps := strings.Split(p, "/")
+	cur := ""
+	links := 0
+	for len(comps) > 0 {
+		c := comps[0]
+		comps = comps[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir("/" + cur)
+			if cur == "/" {
+				cur = ""
+			}
+			continue
+		}
+		next := cur + "/" + c
+		fi, err := os.Lstat(root + next)
+		if err == nil && fi.Mode()&os.ModeSymlink != 0 && links < 64 {
+			links++
+			target, err := os.Readlink(root + next)
+			if err == nil {
+				if strings.HasPrefix(target, "/") {
+					cur = ""
+				}
+				comps = append(strings.Split(target, "/"), comps...)
+				continue
+			}
+		}
+		cur = next
+	}
+	if cur == "" {
+		return "/"
+	}
+	return cur
+}
+
+// pivotRoot makes s.root the root and detaches the host's tree: after
+// this the sandbox cannot name any host path. The exec stage, whose root
+// was the old root too, follows along (pivot_root moves every process of
+// the mount namespace). ReadOnlyRoot is applied last, once every mount
+// point exists.
+func (s *initState) pivotRoot() error {
+	if s.stub {
+		// unshare(CLONE_NEWUSER) fails with EPERM while the old root is
+		// still stacked on the new one (the kernel sees a chroot): the stub
+		// must have entered its namespaces before we pivot.
+		if err := s.stubEntered(); err != nil {
+			return err
+		}
+	} else {
+		var ready [1]byte
+		if _, err := s.execCfgW.Read(ready[:]); err != nil {
+			return fmt.Errorf("exec stage did not start: %w", err)
+		}
+	}
+	if err := unix.Chdir(s.root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	s.proc = "/proc"
+	if s.cfg.ReadOnlyRoot {
+		if err := unix.MountSetattr(-1, "/", 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return fmt.Errorf("read-only root: %w", err)
+		}
+	}
+	return nil
+}

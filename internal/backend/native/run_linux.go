@@ -1,0 +1,581 @@
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Tunables of the parent side.
+const (
+	// defaultDiskMB sizes the tmpfs that holds the writable layer.
+	defaultDiskMB = 1024
+	// termGrace is how long a SIGTERM/SIGINT/SIGHUP forwarded to the
+	// command may take to end the sandbox before it is killed outright.
+	termGrace = 3 * time.Second
+	// defaultNoFile is the open-files limit of the command (capped by the
+	// hard limit agentkernel itself has).
+	defaultNoFile = 1 << 20
+)
+
+// forwarded are the signals agentkernel passes on to the sandboxed command.
+var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+
+// Run runs spec.Args in a fresh sandbox and tears it down afterwards. See
+// doc.go for the stages.
+func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	if spec.Network.Mode == sandbox.NetworkFull {
+		return sandbox.Result{}, fmt.Errorf("network egress is %w yet by the native backend: it needs the upcoming network proxy; use --no-network or -p restrictive", sandbox.ErrUnsupported)
+	}
+	r := &runState{b: b, spec: spec, id: spec.ID}
+	if r.id == "" {
+		r.id = randomID()
+	}
+	defer r.cleanup()
+	cfg, err := r.buildConfig()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	return r.start(ctx, cfg, stdio)
+}
+
+// runState is one Run's host-side bookkeeping.
+type runState struct {
+	b    *Backend
+	spec *sandbox.Spec
+	id   string
+
+	runDir string   // DataDir/runs/<id>, only when something lives on disk
+	lock   *os.File // flock'ed while the run is alive (GC checks it)
+	cg     *cgroup
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// buildConfig turns the Spec into the init's configuration, creating the
+// on-disk run directory (--keep) and the cgroup (limits) when needed.
+func (r *runState) buildConfig() (*initConfig, error) {
+	spec := r.spec
+	rootless := os.Geteuid() != 0
+	cfg := &initConfig{
+		ID:           r.id,
+		Hostname:     spec.Hostname,
+		Rootless:     rootless,
+		Layers:       spec.Rootfs.Layers,
+		Host:         spec.Rootfs.Host,
+		DiskMB:       spec.Resources.DiskMB,
+		ReadOnlyRoot: spec.ReadOnlyRoot,
+		Mounts:       spec.Mounts,
+	}
+	cfg.GoExecStage = r.b.goExecStage
+	if os.Getenv("AGENTKERNEL_TRACE_STAGES") != "" {
+		cfg.Trace = true
+		fmt.Fprintf(os.Stderr, "%s parent: building config\n", monotonic())
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname = "sandbox"
+	}
+	if cfg.DiskMB <= 0 {
+		cfg.DiskMB = defaultDiskMB
+	}
+	if !cfg.Host && len(cfg.Layers) == 0 {
+		return nil, errors.New("image has no layers")
+	}
+	for _, m := range spec.Mounts {
+		if !filepath.IsAbs(m.Dest) || (m.Kind != sandbox.MountTmpfs && !filepath.IsAbs(m.Source)) {
+			return nil, fmt.Errorf("mount %s:%s: paths must be absolute", m.Source, m.Dest)
+		}
+		if m.Kind != sandbox.MountTmpfs && (m.Source == "/proc" || strings.HasPrefix(m.Source, "/proc/")) {
+			return nil, fmt.Errorf("mount %s: host /proc cannot be mounted into a sandbox", m.Source)
+		}
+	}
+	switch {
+	case rootless:
+		// The init's user namespace maps the caller to root; there is
+		// nothing else to map.
+	case spec.Security.HostUserNS:
+		r.b.opts.Warn("--userns=host: root in the sandbox is root on the host")
+	default:
+		cfg.NestUserNS = true
+		cfg.RootUID, cfg.RootGID = subIDBase, subIDBase
+	}
+
+	args := spec.Args
+	if len(args) == 0 {
+		args = append(append([]string{}, spec.Rootfs.Config.Entrypoint...), spec.Rootfs.Config.Cmd...)
+	}
+	if len(args) == 0 {
+		return nil, errors.New("no command given and the image defines none")
+	}
+	wd := spec.Workdir
+	if wd == "" {
+		wd = spec.Rootfs.Config.WorkingDir
+	}
+	if wd == "" {
+		wd = "/"
+	}
+	user := spec.User
+	if user == "" {
+		user = spec.Rootfs.Config.User
+	}
+	var nofile unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile)
+	cfg.Exec = execConfig{
+		Args:       args,
+		Env:        mergeEnv(spec.Rootfs.Config.Env, spec.Env, spec.TTY),
+		Workdir:    wd,
+		User:       user,
+		TTY:        spec.TTY,
+		Caps:       spec.Security.Capabilities,
+		Seccomp:    string(spec.Security.Seccomp),
+		NoNewPrivs: true,
+		Landlock:   spec.Security.Landlock,
+		NoFile:     min(nofile.Max, defaultNoFile),
+		// An unprivileged caller's user namespace has setgroups denied.
+		NoSetgroups: rootless,
+	}
+
+	// A writable idmapped host directory lets the sandbox's root write
+	// files the host sees as root's: the filter then also refuses
+	// setuid/setgid bits and xattrs (doc.go, "Workspace ownership").
+	for _, m := range spec.Mounts {
+		if cfg.NestUserNS && m.Kind == sandbox.MountBind && !m.ReadOnly {
+			cfg.Exec.ExtraSeccomp = true
+		}
+	}
+	if spec.Keep {
+		if err := r.makeRunDir(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if spec.Resources.MemoryMB > 0 || spec.Resources.PIDs > 0 || spec.Resources.CPUPercent > 0 {
+		cg, err := newCgroup(r.id, spec.Resources, rootless)
+		switch {
+		case err == nil:
+			r.cg = cg
+			cfg.Cgroups = cg.procsDirs()
+		case errors.Is(err, errNoCgroups):
+			r.b.opts.Warn(err.Error())
+		default:
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// makeRunDir creates DataDir/runs/<id> with upper/ and work/ for --keep,
+// and a flock'ed lock file that tells GC the run is alive.
+func (r *runState) makeRunDir(cfg *initConfig) error {
+	if r.b.opts.DataDir == "" {
+		return errors.New("--keep needs a data directory")
+	}
+	dir := filepath.Join(r.b.opts.DataDir, "runs", r.id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	r.runDir = dir
+	lock, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	r.lock = lock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("lock %s: %w", dir, err)
+	}
+	for _, d := range []string{"upper", "work"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+		// The sandbox's root must own its writable layer.
+		if err := os.Lchown(p, cfg.RootUID, cfg.RootGID); err != nil && !cfg.Rootless {
+			return err
+		}
+	}
+	// The runs directory is 0700: the overlay is mounted by the init as the
+	// mounter, so the sandbox itself never walks this path.
+	cfg.Upper = dir
+	return nil
+}
+
+func (r *runState) cleanup() {
+	if r.cg != nil {
+		if err := r.cg.destroy(); err != nil {
+			r.b.log.Warn("removing cgroup", "err", err)
+		}
+		if os.Getenv("AGENTKERNEL_TRACE_STAGES") != "" {
+			fmt.Fprintf(os.Stderr, "%s parent: cgroup removed\n", monotonic())
+		}
+	}
+	if r.runDir != "" {
+		if r.spec.Keep {
+			_ = os.WriteFile(filepath.Join(r.runDir, keptFile), nil, 0o600)
+		} else {
+			_ = os.RemoveAll(r.runDir)
+		}
+	}
+	if r.lock != nil {
+		r.lock.Close()
+	}
+}
+
+// start launches the init, waits for it, forwards signals and enforces
+// the timeout.
+func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Stdio) (sandbox.Result, error) {
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: config built\n", monotonic())
+	}
+	payload, err := json.Marshal(cfg)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	// fd 3: a SOCK_SEQPACKET pair — the config goes in before the init
+	// even starts (no round trip), the result comes back at the end.
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	parentSock := os.NewFile(uintptr(sp[0]), "config")
+	childSock := os.NewFile(uintptr(sp[1]), "config-child")
+	defer parentSock.Close()
+	if _, err := parentSock.Write(payload); err != nil {
+		childSock.Close()
+		return sandbox.Result{}, fmt.Errorf("sending config: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		childSock.Close()
+		return sandbox.Result{}, err
+	}
+	defer errR.Close()
+
+	sys := &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Pdeathsig:  unix.SIGKILL,
+		// Its own session: a terminal's ^C reaches agentkernel only,
+		// which forwards it once.
+		Setsid: true,
+	}
+	if cfg.Rootless {
+		sys.Cloneflags |= unix.CLONE_NEWUSER
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+	}
+	var tty *ttyState
+	var io3 *stdioFiles
+	if cfg.Exec.TTY {
+		tty, err = openTTY(stdio)
+		if err != nil {
+			childSock.Close()
+			errW.Close()
+			return sandbox.Result{}, err
+		}
+		defer tty.restore()
+		io3 = &stdioFiles{child: [3]*os.File{tty.slave, tty.slave, tty.slave}}
+	} else {
+		io3, err = newStdioFiles(stdio)
+		if err != nil {
+			childSock.Close()
+			errW.Close()
+			return sandbox.Result{}, err
+		}
+	}
+	defer io3.closeChild()
+
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: stdio ready\n", monotonic())
+	}
+	// syscall.ForkExec rather than os/exec: no pidfd probe (a throw-away
+	// child per process), no goroutines when stdio are files.
+	if r.cg != nil {
+		if fd := r.cg.openDir(); fd >= 0 {
+			// v2: clone straight into the cgroup, nothing to migrate.
+			defer unix.Close(fd)
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+		}
+	}
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: forking init\n", monotonic())
+	}
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{argv0Init}, &syscall.ProcAttr{
+		Env:   []string{},
+		Files: []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()},
+		Sys:   sys,
+	})
+	childSock.Close()
+	errW.Close()
+	io3.closeChild()
+	if err != nil {
+		return sandbox.Result{}, fmt.Errorf("starting sandbox init: %w", err)
+	}
+	// Signal handling starts only now: its first use costs a thread, and
+	// the init's boot hides that. A SIGTERM before this point kills
+	// agentkernel by default, and Pdeathsig the sandbox with it.
+	sigCh := make(chan os.Signal, 8)
+	signal.Notify(sigCh, forwarded...)
+	defer signal.Stop(sigCh)
+	io3.start()
+	// Compile the seccomp filter while the init boots, and send it as the
+	// second config message; the init passes it on to the exec stage.
+	// The second config message says "you are in your cgroup, here is
+	// the filter": the v1 cgroup migration and the filter are done here
+	// while the init boots.
+	go func() {
+		var m []byte
+		if r.cg != nil {
+			if err := r.cg.join(pid, sys.UseCgroupFD); err != nil {
+				m = append([]byte{'E'}, err.Error()...)
+			}
+		}
+		if m == nil {
+			m = r.filterMessage(&cfg.Exec)
+		}
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s parent: filter compiled\n", monotonic())
+		}
+		_, _ = parentSock.Write(m)
+	}()
+	if tty != nil {
+		tty.slave.Close()
+		tty.copy()
+	}
+	type exit struct {
+		ws  syscall.WaitStatus
+		err error
+	}
+	waitCh := make(chan exit, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(pid, &ws, 0, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			waitCh <- exit{ws, err}
+			return
+		}
+	}()
+	errCh := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(errR); errCh <- b }()
+
+	var timeout <-chan time.Time
+	if d := r.spec.Resources.Timeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var grace <-chan time.Time
+	var res sandbox.Result
+	killed, termSig := false, 0
+	kill := func() {
+		if !killed {
+			killed = true
+			_ = unix.Kill(pid, unix.SIGKILL)
+			if r.cg != nil {
+				r.cg.kill()
+			}
+		}
+	}
+	done := ctx.Done()
+	var ex exit
+wait:
+	for {
+		select {
+		case ex = <-waitCh:
+			break wait
+		case s := <-sigCh:
+			sig := s.(syscall.Signal)
+			if sig == unix.SIGWINCH && tty != nil {
+				tty.resize()
+				continue
+			}
+			_ = unix.Kill(pid, sig)
+			if (sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP) && grace == nil {
+				termSig = int(sig)
+				grace = time.After(termGrace)
+			}
+		case <-grace:
+			kill()
+		case <-timeout:
+			res.TimedOut = true
+			kill()
+		case <-done:
+			res.TimedOut = true
+			done = nil
+			kill()
+		}
+	}
+	if tty != nil {
+		tty.wait()
+	}
+	io3.wait()
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: init exited\n", monotonic())
+	}
+	msg := <-errCh
+	if len(msg) > 0 {
+		if e := parseInitError(msg); e != nil && !res.TimedOut {
+			return sandbox.Result{}, e
+		}
+	}
+	st, ok := readResult(parentSock)
+	if !ok {
+		st = ex.ws
+	}
+	switch {
+	case st.Signaled():
+		res.Signal = int(st.Signal())
+		res.ExitCode = 128 + res.Signal
+	default:
+		res.ExitCode = st.ExitStatus()
+	}
+	if killed && termSig != 0 && !res.TimedOut {
+		// The command outlived the grace period after our SIGTERM/SIGINT.
+		res.Signal, res.ExitCode = termSig, 128+termSig
+	}
+	if r.spec.Keep && r.runDir != "" {
+		res.KeptAt = filepath.Join(r.runDir, "upper")
+	}
+	return res, nil
+}
+
+// filterMessage is 'F' and the raw seccomp program, or 'E' and why it
+// could not be built. Compiled programs are cached under
+// DataDir/cache/seccomp, keyed by profile, capabilities, the idmap guards
+// and this binary's identity: building docker's profile costs about a
+// millisecond in a fresh process, reading it back a few microseconds.
+func (r *runState) filterMessage(e *execConfig) []byte {
+	if e.Seccomp == "" || e.Seccomp == string(sandbox.SeccompUnconfined) {
+		return []byte{'F'}
+	}
+	var cache string
+	if r.b.opts.DataDir != "" {
+		if id, err := exeIdentity(); err == nil {
+			caps := append([]string(nil), e.Caps...)
+			sort.Strings(caps)
+			sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%s|%v|%s|%s", e.Seccomp, strings.Join(caps, ","), e.ExtraSeccomp, runtime.GOARCH, id)))
+			cache = filepath.Join(r.b.opts.DataDir, "cache", "seccomp", hex.EncodeToString(sum[:16])+".bpf")
+			if b, err := os.ReadFile(cache); err == nil && len(b) > 0 && len(b)%8 == 0 {
+				return append([]byte{'F'}, b...)
+			}
+		}
+	}
+	prog, err := compileSeccomp(e.Seccomp, e.Caps, e.ExtraSeccomp)
+	if err != nil {
+		return append([]byte{'E'}, err.Error()...)
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), 8*len(prog))
+	if cache != "" {
+		// Best effort, atomic: a torn file is never read back.
+		if err := os.MkdirAll(filepath.Dir(cache), 0o700); err == nil {
+			tmp := cache + "." + randomID()
+			if os.WriteFile(tmp, raw, 0o600) == nil {
+				if os.Rename(tmp, cache) != nil {
+					os.Remove(tmp)
+				}
+			}
+		}
+	}
+	return append([]byte{'F'}, raw...)
+}
+
+// exeIdentity names this build of the binary (device, inode, size, mtime
+// of /proc/self/exe): a rebuilt agentkernel never reads an old cache.
+func exeIdentity() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/exe", &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), nil
+}
+
+// monotonic is CLOCK_MONOTONIC in milliseconds, for stage traces that
+// line up across processes.
+func monotonic() string {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return fmt.Sprintf("%.3f", float64(ts.Nano())/1e6)
+}
+
+// readResult reads the wait status the init sends just before it exits.
+func readResult(f *os.File) (syscall.WaitStatus, bool) {
+	var buf [32]byte
+	n, _, err := unix.Recvfrom(int(f.Fd()), buf[:], unix.MSG_DONTWAIT)
+	if err != nil || n == 0 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(string(buf[:n]))
+	if err != nil {
+		return 0, false
+	}
+	return syscall.WaitStatus(v), true
+}
+
+// parseInitError turns the init's or exec stage's error report
+// ("setup|exec <errno> <message>") into an error.
+func parseInitError(msg []byte) error {
+	kind, rest, _ := strings.Cut(strings.TrimSpace(string(msg)), " ")
+	errnoStr, text, _ := strings.Cut(rest, " ")
+	errno, _ := strconv.Atoi(errnoStr)
+	if kind == "exec" {
+		switch syscall.Errno(errno) {
+		case unix.ENOENT:
+			return fmt.Errorf("%s: %w", text, sandbox.ErrNotFound)
+		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP:
+			return fmt.Errorf("%s: %w", text, sandbox.ErrCannotInvoke)
+		}
+	}
+	return errors.New(text)
+}
+
+// mergeEnv is the image's environment overlaid with the spec's, with PATH
+// (and TERM for a tty) defaulted.
+func mergeEnv(image, spec []string, tty bool) []string {
+	out := make([]string, 0, len(image)+len(spec)+2)
+	idx := map[string]int{}
+	add := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			return
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range image {
+		add(kv)
+	}
+	for _, kv := range spec {
+		add(kv)
+	}
+	if _, ok := idx["PATH"]; !ok {
+		add("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	if _, ok := idx["TERM"]; !ok && tty {
+		add("TERM=xterm")
+	}
+	return out
+}

@@ -1,0 +1,280 @@
+package native
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The stub exec stage (stub/execstub_amd64.S) is the exec stage as ~700
+// bytes of machine code: the init computes every system call the exec
+// stage would make — bounding set, identity, capset, chdir, rlimit,
+// no_new_privs, Landlock, seccomp, execve — as a "syscall script" with
+// all pointers resolved for a fixed load address, and the stub just runs
+// it. This saves a second Go runtime start per sandbox (page faults and
+// every linked package's init). execMain remains the exec stage where no
+// stub exists for the architecture.
+const (
+	stubBase     = 0x7e000000
+	stubRes      = 0x7e100000
+	stubHeader   = 16      // total length, record count
+	stubDataOff  = 0x10000 // records live below, data above
+	stubPoke     = 1 << 32
+	stubChain    = 2 << 32
+	stubIgnore   = 1 << 8
+	stubRecSize  = 64
+	stubMaxRecs  = (stubDataOff - stubHeader) / stubRecSize
+	stubMaxBytes = stubRes - stubBase
+)
+
+// stubRecord is one system call of the script.
+type stubRecord struct {
+	nr    uint64
+	flags uint64
+	args  [6]uint64
+	desc  string // what failed, for the error report
+	exec  bool   // the final execve: failures are exec errors (126/127)
+}
+
+// stubScript accumulates records and the data they point at.
+type stubScript struct {
+	recs []stubRecord
+	data []byte
+}
+
+// ref marks an argument as "the result of record i".
+type ref int
+
+// add appends a record; arguments are uint64 values or refs.
+func (s *stubScript) add(desc string, nr uintptr, args ...any) int {
+	r := stubRecord{nr: uint64(nr), desc: desc}
+	for i, a := range args {
+		switch v := a.(type) {
+		case ref:
+			r.flags |= 1 << i
+			r.args[i] = uint64(v)
+		case uint64:
+			r.args[i] = v
+		case int:
+			r.args[i] = uint64(v)
+		case uintptr:
+			r.args[i] = uint64(v)
+		default:
+			panic(fmt.Sprintf("stub argument %T", a))
+		}
+	}
+	s.recs = append(s.recs, r)
+	return len(s.recs) - 1
+}
+
+// bytes stores b (8-aligned) and returns its address in the stub.
+func (s *stubScript) bytes(b []byte) uint64 {
+	for len(s.data)%8 != 0 {
+		s.data = append(s.data, 0)
+	}
+	addr := uint64(stubBase + stubDataOff + len(s.data))
+	s.data = append(s.data, b...)
+	return addr
+}
+
+func (s *stubScript) cstr(str string) uint64 { return s.bytes(append([]byte(str), 0)) }
+
+// strv stores a NULL-terminated array of C strings.
+func (s *stubScript) strv(strs []string) uint64 {
+	ptrs := make([]uint64, len(strs)+1)
+	for i, str := range strs {
+		ptrs[i] = s.cstr(str)
+	}
+	return s.bytes(u64s(ptrs...))
+}
+
+func u64s(v ...uint64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], x)
+	}
+	return b
+}
+
+// encode lays the script out as the stub expects it.
+func (s *stubScript) encode() ([]byte, error) {
+	if len(s.recs) > stubMaxRecs || stubDataOff+len(s.data) > stubMaxBytes {
+		return nil, errors.New("exec stage script too large")
+	}
+	size := stubDataOff + len(s.data)
+	if len(s.data) == 0 {
+		size = stubHeader + stubRecSize*len(s.recs)
+	}
+	out := make([]byte, size)
+	binary.LittleEndian.PutUint64(out, uint64(size))
+	binary.LittleEndian.PutUint64(out[8:], uint64(len(s.recs)))
+	for i, r := range s.recs {
+		off := stubHeader + i*stubRecSize
+		binary.LittleEndian.PutUint64(out[off:], r.nr)
+		binary.LittleEndian.PutUint64(out[off+8:], r.flags)
+		for j, a := range r.args {
+			binary.LittleEndian.PutUint64(out[off+16+8*j:], a)
+		}
+	}
+	if len(s.data) > 0 {
+		copy(out[stubDataOff:], s.data)
+	}
+	return out, nil
+}
+
+// stubEnterScript is the stub's first script: enter a user namespace of
+// its own (nest) and a cgroup namespace, say so on fd 3, and wait for the
+// next script. Doing this in the stub rather than with CLONE_NEWUSER lets
+// the init fork it the cheap way (vfork); the init writes the id maps in
+// between.
+func stubEnterScript(nest bool) *stubScript {
+	s := &stubScript{}
+	flags := unix.CLONE_NEWCGROUP
+	if nest {
+		flags |= unix.CLONE_NEWUSER
+	}
+	s.add("entering namespaces", unix.SYS_UNSHARE, flags)
+	s.add("reporting ready", unix.SYS_WRITE, 3, uint64(stubBase), 1)
+	s.add("reading script", stubChain)
+	return s
+}
+
+// buildStubScript is fence (exec_linux.go) as a script. It runs in the
+// init after pivot_root, so paths are the sandbox's.
+func buildStubScript(c *execConfig, path string) (*stubScript, error) {
+	s := &stubScript{}
+	s.add("fd flags", unix.SYS_FCNTL, 3, unix.F_SETFD, unix.FD_CLOEXEC)
+	s.add("fd flags", unix.SYS_FCNTL, 4, unix.F_SETFD, unix.FD_CLOEXEC)
+	keep, err := capMask(c.Caps)
+	if err != nil {
+		return nil, err
+	}
+	last := 40
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for cap := 0; cap <= last; cap++ {
+		if keep&(1<<cap) == 0 {
+			s.add("dropping capability "+strconv.Itoa(cap)+" from the bounding set", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, cap)
+		}
+	}
+	i := s.add("clearing ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	s.recs[i].flags |= stubIgnore
+	if !c.NoSetgroups {
+		g := make([]byte, 4*len(c.Groups)+4)
+		for k, id := range c.Groups {
+			binary.LittleEndian.PutUint32(g[4*k:], uint32(id))
+		}
+		s.add("setgroups", unix.SYS_SETGROUPS, len(c.Groups), s.bytes(g))
+	}
+	s.add("setgid "+strconv.Itoa(c.GID), unix.SYS_SETRESGID, c.GID, c.GID, c.GID)
+	s.add("setuid "+strconv.Itoa(c.UID), unix.SYS_SETRESUID, c.UID, c.UID, c.UID)
+	// capset: permitted/effective = keep for root (a non-root user has
+	// none left after setuid), inheritable empty.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if c.UID == 0 {
+		for k := range data {
+			data[k].Permitted = uint32(keep >> (32 * k))
+			data[k].Effective = data[k].Permitted
+		}
+	}
+	s.add("capset", unix.SYS_CAPSET,
+		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), unsafe.Sizeof(hdr))),
+		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), unsafe.Sizeof(data))))
+	s.add("workdir "+c.Workdir, unix.SYS_CHDIR, s.cstr(c.Workdir))
+	if c.NoFile > 0 {
+		s.add("RLIMIT_NOFILE", unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, s.bytes(u64s(c.NoFile, c.NoFile)), 0)
+	}
+	s.add("no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if c.Landlock {
+		if handled := landlockHandled(); handled != 0 {
+			rs := s.add("landlock_create_ruleset", unix.SYS_LANDLOCK_CREATE_RULESET, s.bytes(u64s(handled)), 8, 0)
+			for _, rule := range landlockRules(c) {
+				var st unix.Stat_t
+				if unix.Stat(rule.path, &st) != nil {
+					continue
+				}
+				access := rule.access & handled
+				if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+					access &= llFileRW
+				}
+				fd := s.add("landlock rule "+rule.path, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
+				attr := s.bytes(u64s(access, 0)) // struct landlock_path_beneath_attr + padding
+				s.add("landlock rule "+rule.path, stubPoke, attr+8, ref(fd))
+				s.add("landlock rule "+rule.path, unix.SYS_LANDLOCK_ADD_RULE, ref(rs), unix.LANDLOCK_RULE_PATH_BENEATH, attr, 0)
+			}
+			s.add("landlock_restrict_self", unix.SYS_LANDLOCK_RESTRICT_SELF, ref(rs), 0)
+		}
+	}
+	if len(c.Filter) > 0 {
+		filter := s.bytes(c.Filter)
+		fprog := s.bytes(u64s(uint64(len(c.Filter)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
+		s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
+	}
+	e := s.add("exec "+c.Args[0], unix.SYS_EXECVE, s.cstr(path), s.strv(c.Args), s.strv(c.Env))
+	s.recs[e].exec = true
+	return s, nil
+}
+
+// landlockRule is one path the command may read or write.
+type landlockRule struct {
+	path   string
+	access uint64
+}
+
+// landlockRules lists the Landlock rules of restrictPaths.
+func landlockRules(c *execConfig) []landlockRule {
+	rules := []landlockRule{{"/", llRead}}
+	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockRW...) {
+		rules = append(rules, landlockRule{p, ^uint64(0)})
+	}
+	for _, p := range []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts/ptmx"} {
+		rules = append(rules, landlockRule{p, llDevices})
+	}
+	return rules
+}
+
+// startStub forks the stub exec stage from a sealed memfd, with the same
+// process attributes the Go exec stage gets except the namespaces, which
+// the stub enters itself (stubEnterScript).
+func startStub(files []uintptr, sys *syscall.SysProcAttr) (int, error) {
+	fd, err := unix.MemfdCreate("agentkernel-exec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(execStub)); err != nil {
+		return 0, err
+	}
+	_, _ = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
+	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(fd), []string{argv0Exec}, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: sys})
+}
+
+// stubError turns the stub's {index, errno} report into the parent's
+// error line ("exec|setup <errno> <message>").
+func stubError(s *stubScript, report []byte) string {
+	if len(report) < 16 {
+		return "setup 0 exec stage failed"
+	}
+	idx := binary.LittleEndian.Uint64(report)
+	errno := syscall.Errno(binary.LittleEndian.Uint64(report[8:]))
+	if idx >= uint64(len(s.recs)) {
+		return fmt.Sprintf("setup %d exec stage: %v", int(errno), errno)
+	}
+	r := s.recs[idx]
+	kind := "setup"
+	if r.exec {
+		kind = "exec"
+	}
+	return fmt.Sprintf("%s %d %s: %v", kind, int(errno), r.desc, errno)
+}
