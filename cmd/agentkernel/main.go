@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/cli"
@@ -27,6 +28,9 @@ func run() int {
 	// must not touch the CLI.
 	if native.IsInit() {
 		return native.InitMain()
+	}
+	if commit == "unknown" {
+		commit = vcsRevision()
 	}
 	app := &cli.App{
 		Stdin:   os.Stdin,
@@ -51,4 +55,29 @@ func run() int {
 	}
 	fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
 	return cli.ExitAgentkernel
+}
+
+// vcsRevision is the commit the binary was built from, when the Go
+// toolchain recorded it.
+func vcsRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }

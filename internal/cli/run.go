@@ -73,6 +73,9 @@ func newRunCmd(a *App) *cobra.Command {
 	bindSpecFlags(fs, &o.overrides)
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
+	if f := fs.Lookup("network"); f != nil {
+		f.Usage = "ask for network egress: refused on the native backend until the network policy proxy exists"
+	}
 	return cmd
 }
 

@@ -36,7 +36,7 @@ var v1Controllers = []string{"memory", "pids", "cpu"}
 // unified directory.
 type cgroup struct {
 	mgr  cgroups.Manager
-	dirs []string // directories whose cgroup.procs the init joins
+	dirs []string // one per v1 controller, or the unified directory
 	v2   bool
 }
 

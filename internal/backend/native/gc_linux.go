@@ -93,7 +93,9 @@ func ownerDead(lock string) bool {
 }
 
 // cgroupParents are the directories agentkernel creates sandbox cgroups
-// in, for this process's cgroups and the hierarchy roots.
+// in: "agentkernel" directories anywhere in the first levels of each
+// hierarchy (v1 sandboxes nest under their caller's own cgroup, which
+// differs between callers) and the usual places.
 func cgroupParents() []string {
 	var out []string
 	seen := map[string]bool{}
@@ -104,18 +106,46 @@ func cgroupParents() []string {
 		}
 	}
 	own, _ := cgroups.ParseCgroupFile("/proc/self/cgroup")
+	var roots []string
 	if cgroups.IsCgroup2UnifiedMode() {
 		add(filepath.Join(cgroupRoot, cgroupParent))
 		if p, ok := own[""]; ok {
 			add(filepath.Dir(filepath.Join(cgroupRoot, p)))
 		}
-		return out
+		roots = []string{cgroupRoot}
+	} else {
+		for _, c := range v1Controllers {
+			add(filepath.Join(cgroupRoot, c, cgroupParent))
+			add(filepath.Join(cgroupRoot, c, own[c], cgroupParent))
+			roots = append(roots, filepath.Join(cgroupRoot, c))
+		}
 	}
-	for _, c := range v1Controllers {
-		add(filepath.Join(cgroupRoot, c, cgroupParent))
-		add(filepath.Join(cgroupRoot, c, own[c], cgroupParent))
+	for _, root := range roots {
+		findNamed(root, cgroupParent, 4, add)
 	}
 	return out
+}
+
+// findNamed calls found for every directory called name at most depth
+// levels below dir (not descending into sandbox cgroups).
+func findNamed(dir, name string, depth int, found func(string)) {
+	if depth == 0 {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), cgroupPrefix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if e.Name() == name {
+			found(p)
+		}
+		findNamed(p, name, depth-1, found)
+	}
 }
 
 // staleMounts lists mount points under dir in this mount namespace,

@@ -48,9 +48,9 @@ type initState struct {
 	proc     string   // where the sandbox's proc is mounted right now
 
 	cgroupProcs []*os.File // v1 cgroup.procs files, for the exec stage
-	stubErrR *os.File // the stub's {index, errno} report
-	usernsFd int      // the command's user namespace, for idmapped mounts
-	sigs     chan os.Signal
+	stubErrR    *os.File   // the stub's {index, errno} report
+	usernsFd    int        // the command's user namespace, for idmapped mounts
+	sigs        chan os.Signal
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -68,6 +68,10 @@ func initMain() int {
 	signal.Notify(s.sigs, forwarded...)
 	unix.CloseOnExec(fdConfig)
 	unix.CloseOnExec(fdErr)
+	closeInherited()
+	// Rootless, the command has the init's uid: not dumpable keeps it from
+	// ptrace and from /proc/1/fd, /proc/1/root of its PID 1.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 	stages := []struct {
 		name string
@@ -116,6 +120,28 @@ func initMain() int {
 	}
 	s.errW.Close()
 	return s.supervise()
+}
+
+// closeInherited closes every descriptor above fdErr that agentkernel's
+// caller left open without close-on-exec (runc CVE-2024-21626: a host
+// directory fd is a way out of every mount namespace). The Go runtime's
+// own descriptors are close-on-exec and stay.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		// No /proc: at least nothing inherited survives our execs.
+		_ = unix.CloseRange(fdErr+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= fdErr {
+			continue
+		}
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // reportedError is an error line already in the parent's format

@@ -378,7 +378,10 @@ func (s *initState) mountTmp() error {
 		{"/tmp", "mode=1777,size=" + strconv.FormatInt(s.cfg.DiskMB, 10) + "m"},
 		{"/run", "mode=0755,size=65536k"},
 	} {
-		dst := s.inRoot(t.dir)
+		dst, err := s.inRoot(t.dir)
+		if err != nil {
+			return err
+		}
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
 		}
@@ -399,8 +402,10 @@ func (s *initState) mountVolumes() error {
 		}
 	}
 	for i, m := range s.cfg.Mounts {
-		dst := s.inRoot(m.Dest)
-		var err error
+		dst, err := s.inRoot(m.Dest)
+		if err != nil {
+			return fmt.Errorf("%s %s:%s: %w", m.Kind, m.Source, m.Dest, err)
+		}
 		switch m.Kind {
 		case sandbox.MountTmpfs:
 			if err = os.MkdirAll(dst, 0o755); err == nil {
@@ -408,7 +413,9 @@ func (s *initState) mountVolumes() error {
 				if m.ReadOnly {
 					flags |= unix.MS_RDONLY
 				}
-				err = mount("tmpfs", dst, "tmpfs", flags, "mode=0755,uid="+strconv.Itoa(s.cfg.RootUID)+",gid="+strconv.Itoa(s.cfg.RootGID))
+				// Sized like the writable layer: a tmpfs volume must not be a
+				// way around DiskMB (memory limits do not exist rootless).
+				err = mount("tmpfs", dst, "tmpfs", flags, "mode=0755,size="+strconv.FormatInt(s.cfg.DiskMB, 10)+"m,uid="+strconv.Itoa(s.cfg.RootUID)+",gid="+strconv.Itoa(s.cfg.RootGID))
 			}
 		case sandbox.MountBind:
 			err = s.mountBind(m, dst)
@@ -536,14 +543,23 @@ func needsIDMap(cfg *initConfig) bool {
 
 // inRoot resolves p inside the new root the way the sandbox will see it:
 // symlinks in the image are followed but never leave the root.
-func (s *initState) inRoot(p string) string {
-	return s.root + resolveIn(s.root, p)
+func (s *initState) inRoot(p string) (string, error) {
+	r, err := resolveIn(s.root, p)
+	if err != nil {
+		return "", err
+	}
+	return s.root + r, nil
 }
 
+// maxLinks is the symlink budget of resolveIn, the kernel's own.
+const maxLinks = 40
+
 // resolveIn returns the root-relative path of p with every symlink below
-// root resolved as if root were "/". Missing components are kept as they
-// are.
-func resolveIn(root, p string) string {
+// root resolved as if root were "/"; missing components are kept as they
+// are. A chain longer than maxLinks is an error: handing the rest of the
+// path to the kernel would let it follow the image's last link from the
+// host's root while we still see it.
+func resolveIn(root, p string) (string, error) {
 	comps := strings.Split(p, "/")
 	cur := ""
 	links := 0
@@ -562,23 +578,26 @@ func resolveIn(root, p string) string {
 		}
 		next := cur + "/" + c
 		fi, err := os.Lstat(root + next)
-		if err == nil && fi.Mode()&os.ModeSymlink != 0 && links < 64 {
-			links++
-			target, err := os.Readlink(root + next)
-			if err == nil {
-				if strings.HasPrefix(target, "/") {
-					cur = ""
-				}
-				comps = append(strings.Split(target, "/"), comps...)
-				continue
+		if err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if links++; links > maxLinks {
+				return "", fmt.Errorf("%s: %w", p, unix.ELOOP)
 			}
+			target, err := os.Readlink(root + next)
+			if err != nil {
+				return "", err
+			}
+			if strings.HasPrefix(target, "/") {
+				cur = ""
+			}
+			comps = append(strings.Split(target, "/"), comps...)
+			continue
 		}
 		cur = next
 	}
 	if cur == "" {
-		return "/"
+		return "/", nil
 	}
-	return cur
+	return cur, nil
 }
 
 // pivotRoot makes s.root the root and detaches the host's tree: after

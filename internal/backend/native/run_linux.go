@@ -161,8 +161,11 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	// A writable idmapped host directory lets the sandbox's root write
 	// files the host sees as root's: the filter then also refuses
 	// setuid/setgid bits and xattrs (doc.go, "Workspace ownership").
+	// Rootless, the same holds for the caller's own uid: a set-id file of
+	// the caller planted in the workspace runs as the caller for whoever
+	// else executes it.
 	for _, m := range spec.Mounts {
-		if cfg.NestUserNS && m.Kind == sandbox.MountBind && !m.ReadOnly {
+		if m.Kind == sandbox.MountBind && !m.ReadOnly && !spec.Security.HostUserNS {
 			cfg.Exec.ExtraSeccomp = true
 		}
 	}

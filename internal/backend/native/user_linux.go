@@ -22,7 +22,10 @@ func (s *initState) prepareProcess() error {
 	if !hasEnv(e.Env, "HOME") {
 		e.Env = append(e.Env, "HOME="+u.home)
 	}
-	wd := s.inRoot(e.Workdir)
+	wd, err := s.inRoot(e.Workdir)
+	if err != nil {
+		return fmt.Errorf("workdir %s: %w", e.Workdir, err)
+	}
 	if _, err := os.Stat(wd); err != nil {
 		uid, gid := s.cfg.RootUID+u.uid, s.cfg.RootGID+u.gid
 		if s.cfg.Rootless && u.uid != 0 {
@@ -50,7 +53,9 @@ func (s *initState) prepareProcess() error {
 				}
 				// Directories only (following symlinks): Landlock's
 				// directory rights do not apply to files.
-				if fi, err := os.Stat(s.inRoot("/" + ent.Name())); err == nil && fi.IsDir() {
+				if p, err := s.inRoot("/" + ent.Name()); err != nil {
+					continue
+				} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 					e.LandlockRW = append(e.LandlockRW, "/"+ent.Name())
 				}
 			}
@@ -104,7 +109,7 @@ func resolveUser(root, spec string) (user, error) {
 	if name == "" {
 		name = "0"
 	}
-	passwd := readColonFile(root + resolveIn(root, "/etc/passwd"))
+	passwd := readColonFile(root, "/etc/passwd")
 	found := false
 	uname := ""
 	for _, f := range passwd {
@@ -126,7 +131,7 @@ func resolveUser(root, spec string) (user, error) {
 		}
 		u.uid, u.gid = n, 0
 	}
-	groups := readColonFile(root + resolveIn(root, "/etc/group"))
+	groups := readColonFile(root, "/etc/group")
 	if hasGroup {
 		gfound := false
 		for _, f := range groups {
@@ -162,8 +167,14 @@ func resolveUser(root, spec string) (user, error) {
 	return u, nil
 }
 
-func readColonFile(path string) [][]string {
-	f, err := os.Open(path)
+// readColonFile reads p of the image at root; a missing or unresolvable
+// file reads as empty.
+func readColonFile(root, p string) [][]string {
+	r, err := resolveIn(root, p)
+	if err != nil {
+		return nil
+	}
+	f, err := os.Open(root + r)
 	if err != nil {
 		return nil
 	}

@@ -1,0 +1,265 @@
+// Command sandboxbench times `run /bin/true` in a sandbox side by side:
+// agentkernel's native backend against bubblewrap, crun and runc (each
+// when installed), reports medians, p90s and ratios in one run, then
+// throughput at 2 and 8 concurrent runs and the peak RSS of a run.
+//
+//	go build -o /tmp/sandboxbench ./bench/cmd/sandboxbench && /tmp/sandboxbench -n 200
+//
+// The "agentkernel (native)" case is this binary re-executed as a minimal
+// agentkernel (`sandboxbench run SPEC.json`): native.Backend.Run with
+// every fence on, the same init and exec stages as the real CLI, without
+// cobra and config loading. When -agentkernel names a built agentkernel
+// whose `run` works, that binary is timed too.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentkernel/agentkernel/bench/harness"
+	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+func main() {
+	if native.IsInit() {
+		os.Exit(native.InitMain())
+	}
+	if len(os.Args) == 3 && os.Args[1] == "run" {
+		os.Exit(runOne(os.Args[2]))
+	}
+	n := flag.Int("n", 100, "timed runs per case")
+	ak := flag.String("agentkernel", "", "path of a built agentkernel binary to time as well")
+	img := flag.String("image", "", "busybox rootfs directory (built from /bin/busybox when empty)")
+	flag.Parse()
+	if err := bench(*n, *ak, *img); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxbench:", err)
+		os.Exit(1)
+	}
+}
+
+// spec is the moderate-profile-like Spec every agentkernel case runs.
+func spec(rootfs string) *sandbox.Spec {
+	return &sandbox.Spec{
+		Rootfs:   image.Rootfs{Ref: "busybox", Layers: []string{rootfs}},
+		Args:     []string{"/bin/true"},
+		Hostname: "sandbox",
+		Network:  sandbox.Network{Mode: sandbox.NetworkNone},
+		Security: sandbox.Security{
+			Capabilities: []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+				"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"},
+			Seccomp: sandbox.SeccompDefault, NoNewPrivs: true, Landlock: true,
+		},
+	}
+}
+
+func runOne(specFile string) int {
+	b, err := os.ReadFile(specFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	var s sandbox.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	res, err := native.New(native.Options{DataDir: os.Getenv("AGENTKERNEL_DATA_DIR")}).Run(context.Background(), &s, sandbox.Stdio{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentkernel:", err)
+		return 125
+	}
+	return res.ExitCode
+}
+
+func bench(n int, ak, img string) error {
+	work, err := os.MkdirTemp("", "sandboxbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if img == "" {
+		img = filepath.Join(work, "rootfs")
+		shift := 0
+		if os.Geteuid() == 0 {
+			shift = 100000
+		}
+		if err := buildBusybox(img, shift); err != nil {
+			return err
+		}
+	}
+	specFile := filepath.Join(work, "spec.json")
+	b, _ := json.Marshal(spec(img))
+	if err := os.WriteFile(specFile, b, 0o644); err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	// Like the real CLI, runs get a data directory (the seccomp cache).
+	_ = os.Setenv("AGENTKERNEL_DATA_DIR", filepath.Join(work, "data"))
+
+	cases := []harness.Case{{Name: "agentkernel (native)", Argv: []string{self, "run", specFile}}}
+	if ak != "" {
+		// The whole CLI: config, detection, policy (moderate: copy-on-write
+		// workspace, memory/pids/cpu limits, so a cgroup), host image.
+		cases = append(cases, harness.Case{Name: "agentkernel run --image host (CLI)", Argv: []string{ak, "run", "--image", "host", "--", "/bin/true"}})
+	}
+	if p, err := exec.LookPath("bwrap"); err == nil {
+		cases = append(cases, harness.Case{Name: "bwrap --unshare-all", Argv: []string{p, "--unshare-all", "--ro-bind", img, "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"}})
+		if ak != "" {
+			cases = append(cases, harness.Case{Name: "bwrap --unshare-all (host /)", Argv: []string{p, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"}})
+		}
+	}
+	bundle := filepath.Join(work, "bundle")
+	if err := ociBundle(bundle, img); err != nil {
+		fmt.Fprintln(os.Stderr, "no OCI bundle:", err)
+	} else {
+		for _, rt := range []string{"crun", "runc"} {
+			p, err := exec.LookPath(rt)
+			if err != nil {
+				continue
+			}
+			argv := []string{p, "run", "--bundle", bundle, "bench"}
+			if rt == "crun" {
+				if out, err := exec.Command(p, "run", "--bundle", bundle, "bench-probe").CombinedOutput(); err != nil && strings.Contains(string(out), "hybrid") {
+					// MACHINE-NOTES: crun refuses hybrid cgroups until hugetlb is on v1.
+					_ = os.MkdirAll("/sys/fs/cgroup/hugetlb", 0o755)
+					_ = exec.Command("mount", "-t", "cgroup", "-o", "hugetlb", "cgroup", "/sys/fs/cgroup/hugetlb").Run()
+					fmt.Fprintln(os.Stderr, "applied the hugetlb fix for crun (MACHINE-NOTES)")
+				}
+			}
+			cases = append(cases, harness.Case{Name: rt + " run", Argv: argv})
+		}
+	}
+	fmt.Printf("run /bin/true, %d runs per case, interleaved (%s)\n\n", n, time.Now().Format("2006-01-02 15:04"))
+	stats := harness.Run(context.Background(), cases, harness.Options{Runs: n, Warmup: 5, Interleave: true})
+	harness.Report(os.Stdout, stats)
+	for _, s := range stats[1:] {
+		if s.Runs > 0 && stats[0].Runs > 0 {
+			fmt.Printf("\nagentkernel / %s = %.2f", s.Name, float64(stats[0].Median)/float64(s.Median))
+		}
+	}
+	fmt.Println()
+
+	fmt.Println("\nthroughput (agentkernel native, /bin/true):")
+	for _, par := range []int{1, 2, 8} {
+		total := 200
+		start := time.Now()
+		var wg sync.WaitGroup
+		ch := make(chan struct{}, total)
+		for i := 0; i < total; i++ {
+			ch <- struct{}{}
+		}
+		close(ch)
+		var failed int
+		var mu sync.Mutex
+		for w := 0; w < par; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range ch {
+					if err := exec.Command(self, "run", specFile).Run(); err != nil {
+						mu.Lock()
+						failed++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(start)
+		fmt.Printf("  %d concurrent: %.0f sandboxes/s (%d runs, %d failed)\n", par, float64(total)/d.Seconds(), total, failed)
+	}
+
+	cmd := exec.Command(self, "run", specFile)
+	if err := cmd.Run(); err != nil {
+		return err
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	fmt.Printf("\npeak RSS of a run (largest of agentkernel, init, exec stage): %.1f MiB\n", float64(ru.Maxrss)/1024)
+	return nil
+}
+
+// ociBundle writes a runc/crun bundle whose rootfs is img and process is
+// /bin/true, from `runc spec` (or crun's) defaults.
+func ociBundle(dir, img string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	gen := "runc"
+	if _, err := exec.LookPath(gen); err != nil {
+		gen = "crun"
+	}
+	cmd := exec.Command(gen, "spec")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s spec: %v %s", gen, err, out)
+	}
+	var cfg map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return err
+	}
+	proc := cfg["process"].(map[string]any)
+	proc["args"] = []string{"/bin/true"}
+	proc["terminal"] = false
+	cfg["root"] = map[string]any{"path": img, "readonly": true}
+	b, _ = json.MarshalIndent(cfg, "", "  ")
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
+}
+
+// buildBusybox makes a minimal busybox image directory (applet links,
+// /etc/passwd), owned by shift like the image store's shifted layers.
+func buildBusybox(root string, shift int) error {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return fmt.Errorf("busybox not installed (apt-get install -y busybox-static): %w", err)
+	}
+	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "tmp", "proc", "sys", "dev", "root", "run"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin/busybox"), data, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command(bb, "--list-full").Output()
+	if err != nil {
+		return err
+	}
+	for _, p := range strings.Fields(string(bytes.TrimSpace(out))) {
+		if p != "bin/busybox" {
+			_ = os.Symlink("/bin/busybox", filepath.Join(root, p))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\n"), 0o644); err != nil {
+		return err
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, shift, shift)
+	})
+}
