@@ -22,6 +22,15 @@ echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
 
+if command -v as >/dev/null && command -v ld >/dev/null; then
+  echo "== exec stub matches its assembly source"
+  stubdir=$(mktemp -d)
+  as --64 -o "$stubdir/s.o" internal/backend/native/stub/execstub_amd64.S
+  ld -static -n -s --build-id=none -e _start -o "$stubdir/s.bin" "$stubdir/s.o"
+  cmp "$stubdir/s.bin" internal/backend/native/stub/execstub_amd64.bin || { echo "stub/execstub_amd64.bin is stale: go generate ./internal/backend/native"; exit 1; }
+  rm -rf "$stubdir"
+fi
+
 echo "== go vet"
 go vet ./...
 
