@@ -1,0 +1,46 @@
+//go:build linux
+
+// Probe abstract_unix tries to connect to an abstract unix socket the host
+// listens on (X11, D-Bus and containerd have used these; they are scoped
+// by network namespace, not by the filesystem).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "abstract_unix"
+
+func main() {
+	sock, token := os.Getenv("ATTACK_ABSTRACT"), os.Getenv("ATTACK_NET_TOKEN")
+	if sock == "" || token == "" {
+		report("error", "ATTACK_ABSTRACT/ATTACK_NET_TOKEN not set")
+	}
+	c, err := net.DialTimeout("unix", "@"+sock, 2*time.Second)
+	if err != nil {
+		report("blocked", err.Error())
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 128)
+	n, _ := c.Read(buf)
+	c.Close()
+	if strings.Contains(string(buf[:n]), token) {
+		report("allowed", "reached the host's abstract socket @"+sock)
+	}
+	report("blocked", "connected, but not to the host listener")
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,57 @@
+//go:build linux
+
+// Probe bpf tries bpf(2): creating a map and loading a socket-filter
+// program (eBPF is a large kernel attack surface).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "bpf"
+
+func main() {
+	// union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size, max_entries.
+	mapAttr := [4]uint32{2 /* BPF_MAP_TYPE_ARRAY */, 4, 4, 1}
+	fd, _, e1 := unix.Syscall(unix.SYS_BPF, 0 /* BPF_MAP_CREATE */, uintptr(unsafe.Pointer(&mapAttr)), unsafe.Sizeof(mapAttr))
+	if e1 == 0 {
+		unix.Close(int(fd))
+		report("allowed", "BPF_MAP_CREATE succeeded")
+	}
+	// "r0 = 0; exit" as a socket filter.
+	insns := [2]uint64{0x00000000000000b7, 0x0000000000000095}
+	license := []byte("GPL\x00")
+	var progAttr struct {
+		progType, insnCnt uint32
+		insns, license    uint64
+		logLevel, logSize uint32
+		logBuf            uint64
+		kernVersion       uint32
+		_                 [100]byte
+	}
+	progAttr.progType = 1 // BPF_PROG_TYPE_SOCKET_FILTER
+	progAttr.insnCnt = 2
+	progAttr.insns = uint64(uintptr(unsafe.Pointer(&insns[0])))
+	progAttr.license = uint64(uintptr(unsafe.Pointer(&license[0])))
+	fd, _, e2 := unix.Syscall(unix.SYS_BPF, 5 /* BPF_PROG_LOAD */, uintptr(unsafe.Pointer(&progAttr)), unsafe.Sizeof(progAttr))
+	if e2 == 0 {
+		unix.Close(int(fd))
+		report("allowed", "BPF_PROG_LOAD succeeded")
+	}
+	report("blocked", fmt.Sprintf("map_create: %v; prog_load: %v", e1, e2))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

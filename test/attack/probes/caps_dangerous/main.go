@@ -1,0 +1,59 @@
+//go:build linux
+
+// Probe caps_dangerous reads its capability sets from /proc/self/status and
+// reports any capability that breaks isolation (SYS_ADMIN, SYS_PTRACE,
+// SYS_MODULE, DAC_READ_SEARCH, NET_ADMIN, SYS_RAWIO, SYS_BOOT, SYS_TIME,
+// BPF, PERFMON, MAC_ADMIN, ...) in the effective, permitted, bounding or
+// ambient set.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+const name = "caps_dangerous"
+
+var dangerous = map[int]string{2: "DAC_READ_SEARCH", 12: "NET_ADMIN", 16: "SYS_MODULE", 17: "SYS_RAWIO",
+	19: "SYS_PTRACE", 20: "SYS_PACCT", 21: "SYS_ADMIN", 22: "SYS_BOOT", 24: "SYS_RESOURCE", 25: "SYS_TIME",
+	26: "SYS_TTY_CONFIG", 32: "MAC_OVERRIDE", 33: "MAC_ADMIN", 34: "SYSLOG", 35: "WAKE_ALARM",
+	36: "BLOCK_SUSPEND", 38: "PERFMON", 39: "BPF", 40: "CHECKPOINT_RESTORE"}
+
+func main() {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		report("error", err.Error())
+	}
+	var found, sets []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, set := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if !strings.HasPrefix(l, set+":") {
+				continue
+			}
+			v, _ := strconv.ParseUint(strings.TrimSpace(l[len(set)+1:]), 16, 64)
+			sets = append(sets, fmt.Sprintf("%s=%#x", set, v))
+			for bit, n := range dangerous {
+				if v&(1<<uint(bit)) != 0 {
+					found = append(found, set+":"+n)
+				}
+			}
+		}
+	}
+	if len(found) > 0 {
+		report("allowed", "dangerous capabilities: "+strings.Join(found, " ")+" ("+strings.Join(sets, " ")+")")
+	}
+	report("blocked", strings.Join(sets, " "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

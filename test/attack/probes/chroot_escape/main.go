@@ -1,0 +1,51 @@
+//go:build linux
+
+// Probe chroot_escape tries the classic chroot break-out (chroot into a
+// subdirectory, climb with .. past it, chroot("."), then look for the host
+// canary). CAP_SYS_CHROOT is in the default container set that permissive
+// keeps; pivot_root makes the sandbox root the top anyway.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "chroot_escape"
+
+func main() {
+	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
+	dir, err := os.MkdirTemp("", "attack-chroot")
+	if err != nil {
+		dir = "/dev/shm/attack-chroot"
+		os.MkdirAll(dir, 0o755)
+	}
+	if err := unix.Chroot(dir); err != nil {
+		report("blocked", "chroot: "+err.Error())
+	}
+	for i := 0; i < 64; i++ {
+		unix.Chdir("..")
+	}
+	if err := unix.Chroot("."); err != nil {
+		report("blocked", "second chroot: "+err.Error())
+	}
+	b, err := os.ReadFile(canary)
+	if err == nil && strings.Contains(string(b), token) {
+		report("allowed", "escaped the chroot to the host root")
+	}
+	report("blocked", "chroot allowed, but climbing stops at the sandbox root: "+fmt.Sprint(err))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

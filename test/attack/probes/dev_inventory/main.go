@@ -1,0 +1,58 @@
+//go:build linux
+
+// Probe dev_inventory lists every device node under /dev and reports any
+// beyond the minimal set (null, zero, full, random, urandom, tty, ptmx,
+// pts/*, console when it is a pty).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+const name = "dev_inventory"
+
+var allowed = map[string]bool{"/dev/null": true, "/dev/zero": true, "/dev/full": true, "/dev/random": true,
+	"/dev/urandom": true, "/dev/tty": true, "/dev/ptmx": true, "/dev/pts/ptmx": true}
+
+func main() {
+	var extra, all []string
+	filepath.WalkDir("/dev", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&(fs.ModeDevice|fs.ModeCharDevice) == 0 {
+			return nil
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		major := (st.Rdev >> 8) & 0xfff
+		desc := fmt.Sprintf("%s(%d:%d)", p, major, st.Rdev&0xff|(st.Rdev>>12)&^0xff)
+		all = append(all, desc)
+		// 136-143 are pty slaves (pts/N, and /dev/console when bound to one).
+		if allowed[p] || (major >= 136 && major <= 143) {
+			return nil
+		}
+		extra = append(extra, desc)
+		return nil
+	})
+	if len(extra) > 0 {
+		report("allowed", "unexpected device nodes: "+strings.Join(extra, " "))
+	}
+	report("blocked", "only "+strings.Join(all, " "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,52 @@
+//go:build linux
+
+// Probe fd_exhaust raises RLIMIT_NOFILE to its hard limit and duplicates
+// descriptors until that fails. "blocked": the per-process limit (EMFILE)
+// stopped it; ENFILE (the system-wide table) or reaching the cap is
+// "allowed".
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "fd_exhaust"
+
+func main() {
+	capN := 1 << 21
+	if v, err := strconv.Atoi(os.Getenv("ATTACK_FD_CAP")); err == nil {
+		capN = v
+	}
+	var rl unix.Rlimit
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
+	soft := rl.Cur
+	rl.Cur = rl.Max
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
+	raise := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 20, Max: 1 << 20})
+	unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
+	n := 0
+	for ; n < capN; n++ {
+		if _, err := unix.Dup(0); err != nil {
+			if err == unix.EMFILE {
+				report("blocked", fmt.Sprintf("EMFILE after %d fds (soft was %d, hard %d; raising the hard limit: %v)", n, soft, rl.Max, raise))
+			}
+			report("allowed", fmt.Sprintf("%v after %d fds", err, n))
+		}
+	}
+	report("allowed", fmt.Sprintf("opened %d fds (the cap)", n))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

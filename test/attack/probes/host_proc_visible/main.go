@@ -1,0 +1,48 @@
+//go:build linux
+
+// Probe host_proc_visible looks for a host process (a sleep the test
+// started with a unique argv[0]) among the processes the sandbox can see,
+// and probes its host pid number.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "host_proc_visible"
+
+func main() {
+	token := os.Getenv("ATTACK_VICTIM_TOKEN")
+	if token == "" {
+		report("error", "ATTACK_VICTIM_TOKEN not set")
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range pids {
+		b, _ := os.ReadFile(p + "/cmdline")
+		if strings.Contains(string(b), token) {
+			report("allowed", "host process visible as "+p)
+		}
+	}
+	detail := fmt.Sprintf("%d processes visible, none is the host victim", len(pids))
+	if pid, err := strconv.Atoi(os.Getenv("ATTACK_HOST_PID")); err == nil {
+		detail += fmt.Sprintf("; kill(%d,0): %v", pid, unix.Kill(pid, 0))
+	}
+	report("blocked", detail)
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

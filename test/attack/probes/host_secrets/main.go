@@ -1,0 +1,85 @@
+//go:build linux
+
+// Probe host_secrets tries to read the host's secrets that the "host"
+// image (the host's own /usr, /etc, ... bound read-only, used as the
+// offline fallback) must hide: /etc/shadow and gshadow (and their
+// backups), sudoers, SSH host keys, /etc/security/opasswd and root's
+// home. In a normal image these files are the image's own; the runner
+// compares /etc/shadow with the host's by hash.
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const name = "host_secrets"
+
+func main() {
+	host := os.Getenv("ATTACK_HOST_IMAGE") == "1"
+	var got, notes []string
+	read := func(p string) {
+		b, err := os.ReadFile(p)
+		switch {
+		case err != nil:
+			notes = append(notes, p+": "+short(err))
+		case len(b) == 0:
+			notes = append(notes, p+": empty")
+		default:
+			got = append(got, fmt.Sprintf("%s (%d bytes)", p, len(b)))
+		}
+	}
+	if want := os.Getenv("ATTACK_SHADOW_SHA256"); want != "" {
+		if b, err := os.ReadFile("/etc/shadow"); err == nil {
+			sum := sha256.Sum256(b)
+			if hex.EncodeToString(sum[:]) == want {
+				report("allowed", "/etc/shadow is the host's")
+			}
+		}
+	}
+	if !host {
+		report("blocked", "not the host image: /etc is the image's own; /etc/shadow differs from the host's")
+	}
+	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/sudoers", "/etc/security/opasswd"} {
+		read(p)
+	}
+	keys, _ := filepath.Glob("/etc/ssh/*key*")
+	for _, k := range keys {
+		if !strings.HasSuffix(k, ".pub") {
+			read(k)
+		}
+	}
+	sudoers, _ := filepath.Glob("/etc/sudoers.d/*")
+	for _, p := range sudoers {
+		read(p)
+	}
+	if ents, err := os.ReadDir("/root"); err == nil && len(ents) > 0 {
+		got = append(got, fmt.Sprintf("/root lists %d entries", len(ents)))
+	}
+	if len(got) > 0 {
+		report("allowed", "readable host secrets: "+strings.Join(got, ", "))
+	}
+	report("blocked", strings.Join(notes, "; "))
+}
+
+func short(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

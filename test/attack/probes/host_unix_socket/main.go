@@ -1,0 +1,43 @@
+//go:build linux
+
+// Probe host_unix_socket tries to connect to a unix socket the host
+// listens on by path, and to the usual container-engine sockets.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "host_unix_socket"
+
+func main() {
+	var errs []string
+	for _, p := range []string{os.Getenv("ATTACK_UNIX_PATH"), "/var/run/docker.sock", "/run/containerd/containerd.sock",
+		"/run/podman/podman.sock", "/run/dbus/system_bus_socket", "/run/systemd/private"} {
+		if p == "" {
+			continue
+		}
+		c, err := net.DialTimeout("unix", p, 2*time.Second)
+		if err == nil {
+			c.Close()
+			report("allowed", "connected to "+p)
+		}
+		errs = append(errs, err.Error())
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

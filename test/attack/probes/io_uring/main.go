@@ -1,0 +1,36 @@
+//go:build linux
+
+// Probe io_uring tries io_uring_setup(2): io_uring bypasses per-syscall
+// seccomp filtering and has been a rich source of kernel exploits.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "io_uring"
+
+func main() {
+	var params [120]byte // struct io_uring_params
+	fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&params[0])), 0)
+	if e == 0 {
+		unix.Close(int(fd))
+		report("allowed", "io_uring_setup succeeded")
+	}
+	report("blocked", "io_uring_setup: "+e.Error())
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,37 @@
+//go:build linux
+
+// Probe kexec_load calls kexec_load(2) and kexec_file_load(2) with empty
+// arguments: EPERM (or ENOSYS from seccomp) means the gate held; any other
+// error means the capability check passed.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "kexec_load"
+
+func main() {
+	_, _, e1 := unix.Syscall6(unix.SYS_KEXEC_LOAD, 0, 0, 0, 0, 0, 0)
+	e2 := unix.KexecFileLoad(-1, -1, "", unix.KEXEC_FILE_UNLOAD)
+	for _, e := range []error{e1, e2} {
+		if e != unix.EPERM && e != unix.ENOSYS && e != unix.EACCES {
+			report("allowed", fmt.Sprintf("kexec reached the kernel past the capability check: load=%v file_load=%v", e1, e2))
+		}
+	}
+	report("blocked", fmt.Sprintf("kexec_load: %v; kexec_file_load: %v", e1, e2))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,57 @@
+//go:build linux
+
+// Probe net_egress tries to connect to a TCP listener of the test on a
+// non-loopback host address (IPv4 and IPv6), and lists the interfaces it
+// has. A connection only counts when the host listener's token comes back.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "net_egress"
+
+func main() {
+	port, token := os.Getenv("ATTACK_HOST_PORT"), os.Getenv("ATTACK_NET_TOKEN")
+	if port == "" || token == "" {
+		report("error", "ATTACK_HOST_PORT/ATTACK_NET_TOKEN not set")
+	}
+	var errs []string
+	for _, h := range strings.Fields(os.Getenv("ATTACK_HOST_IPS")) {
+		addr := net.JoinHostPort(h, port)
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 128)
+		n, _ := c.Read(buf)
+		c.Close()
+		if strings.Contains(string(buf[:n]), token) {
+			report("allowed", "reached the host listener at "+addr)
+		}
+		errs = append(errs, addr+": connected but no host token")
+	}
+	ifs, _ := net.Interfaces()
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	report("blocked", fmt.Sprintf("%s; interfaces: %v", strings.Join(errs, "; "), names))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

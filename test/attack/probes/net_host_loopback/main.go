@@ -1,0 +1,52 @@
+//go:build linux
+
+// Probe net_host_loopback tries to reach a service listening on the host's
+// 127.0.0.1 / ::1. The sandbox's loopback is its own, so only the host
+// listener's token proves a connection reached the host.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "net_host_loopback"
+
+func main() {
+	port, token := os.Getenv("ATTACK_HOST_PORT"), os.Getenv("ATTACK_NET_TOKEN")
+	if port == "" || token == "" {
+		report("error", "ATTACK_HOST_PORT/ATTACK_NET_TOKEN not set")
+	}
+	var errs []string
+	for _, h := range []string{"127.0.0.1", "::1", "localhost"} {
+		addr := net.JoinHostPort(h, port)
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 128)
+		n, _ := c.Read(buf)
+		c.Close()
+		if strings.Contains(string(buf[:n]), token) {
+			report("allowed", "reached the host's loopback service at "+addr)
+		}
+		errs = append(errs, addr+": connected to something that is not the host listener")
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,65 @@
+//go:build linux
+
+// Probe proc_masked_paths reads the /proc and /sys files that runc masks
+// (maskedPaths): they leak host state or expose kernel interfaces.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+const name = "proc_masked_paths"
+
+func main() {
+	var leaked, notes []string
+	for _, p := range []string{"/proc/timer_list", "/proc/sched_debug", "/proc/latency_stats", "/proc/timer_stats",
+		"/proc/keys", "/proc/acpi", "/proc/scsi", "/proc/asound", "/sys/devices/virtual/powercap", "/proc/sysrq-trigger"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			notes = append(notes, p+": absent")
+			continue
+		}
+		if fi.IsDir() {
+			ents, _ := os.ReadDir(p)
+			if len(ents) > 0 {
+				leaked = append(leaked, fmt.Sprintf("%s (%d entries)", p, len(ents)))
+			} else {
+				notes = append(notes, p+": empty")
+			}
+			continue
+		}
+		if p == "/proc/sysrq-trigger" {
+			// Only probe writability; never write.
+			if f, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
+				f.Close()
+				leaked = append(leaked, p+" (writable)")
+			} else {
+				notes = append(notes, p+": "+err.Error())
+			}
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if len(b) > 0 {
+			leaked = append(leaked, fmt.Sprintf("%s (%d bytes)", p, len(b)))
+		} else {
+			notes = append(notes, fmt.Sprintf("%s: empty %v", p, err))
+		}
+	}
+	if len(leaked) > 0 {
+		report("allowed", "readable: "+strings.Join(leaked, ", "))
+	}
+	report("blocked", strings.Join(notes, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

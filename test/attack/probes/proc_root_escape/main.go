@@ -1,0 +1,55 @@
+//go:build linux
+
+// Probe proc_root_escape walks /proc/<pid>/root, /cwd and /fd of every
+// visible process looking for one whose root or working directory is
+// outside the sandbox (the host canary reachable through it).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const name = "proc_root_escape"
+
+func main() {
+	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
+	if canary == "" || token == "" {
+		report("error", "ATTACK_HOST_CANARY/ATTACK_TOKEN not set")
+	}
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	var links []string
+	for _, p := range pids {
+		for _, l := range []string{p + "/root", p + "/cwd"} {
+			for _, suffix := range []string{canary, "/../../../../../../../.." + canary} {
+				if b, err := os.ReadFile(l + suffix); err == nil && strings.Contains(string(b), token) {
+					report("allowed", "host canary via "+l+suffix)
+				}
+			}
+		}
+		fds, _ := filepath.Glob(p + "/fd/*")
+		for _, fd := range fds {
+			if fi, err := os.Stat(fd); err == nil && fi.IsDir() {
+				if b, err := os.ReadFile(fd + "/../../../../../../../../.." + canary); err == nil && strings.Contains(string(b), token) {
+					report("allowed", "host canary via directory fd "+fd)
+				}
+				t, _ := os.Readlink(fd)
+				links = append(links, fd+"->"+t)
+			}
+		}
+	}
+	report("blocked", fmt.Sprintf("%d processes checked; directory fds: %v", len(pids), links))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,65 @@
+//go:build linux
+
+// Probe ptrace_init tries to take over the sandbox's init (PID 1, the
+// re-executed agentkernel): PTRACE_SEIZE, /proc/1/mem and
+// process_vm_readv.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "ptrace_init"
+
+func main() {
+	runtime.LockOSThread()
+	var errs []string
+	if err := unix.PtraceSeize(1); err == nil {
+		unix.PtraceDetach(1)
+		report("allowed", "PTRACE_SEIZE of pid 1 succeeded")
+	} else {
+		errs = append(errs, "seize: "+err.Error())
+	}
+	if err := unix.PtraceAttach(1); err == nil {
+		unix.PtraceDetach(1)
+		report("allowed", "PTRACE_ATTACH of pid 1 succeeded")
+	} else {
+		errs = append(errs, "attach: "+err.Error())
+	}
+	if f, err := os.Open("/proc/1/mem"); err == nil {
+		buf := make([]byte, 16)
+		_, rerr := f.ReadAt(buf, 0x400000)
+		f.Close()
+		if rerr == nil {
+			report("allowed", "read /proc/1/mem")
+		}
+		errs = append(errs, "/proc/1/mem read: "+rerr.Error())
+	} else {
+		errs = append(errs, "/proc/1/mem: "+err.Error())
+	}
+	buf := make([]byte, 16)
+	local := []unix.Iovec{{Base: &buf[0], Len: 16}}
+	remote := []unix.RemoteIovec{{Base: 0x400000, Len: 16}}
+	if _, err := unix.ProcessVMReadv(1, local, remote, 0); err == nil {
+		report("allowed", "process_vm_readv of pid 1 succeeded")
+	} else {
+		errs = append(errs, "process_vm_readv: "+err.Error())
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

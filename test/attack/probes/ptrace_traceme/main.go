@@ -1,0 +1,43 @@
+//go:build linux
+
+// Probe ptrace_traceme starts a child with PTRACE_TRACEME (how debuggers
+// and strace start a program). Allowed in permissive (documented), blocked
+// in moderate and restrictive.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+const name = "ptrace_traceme"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "child" {
+		os.Exit(0)
+	}
+	runtime.LockOSThread()
+	cmd := exec.Command("/proc/self/exe", "child")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	err := cmd.Start()
+	if err != nil {
+		report("blocked", "PTRACE_TRACEME child: "+err.Error())
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	report("allowed", "child started under PTRACE_TRACEME")
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,46 @@
+//go:build linux
+
+// Probe read_data_dir tries to read agentkernel's data directory (image
+// layers, run state): a canary the test placed at its top, and a listing.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const name = "read_data_dir"
+
+func main() {
+	dir, token := os.Getenv("ATTACK_DATA_DIR"), os.Getenv("ATTACK_TOKEN")
+	if dir == "" || token == "" {
+		report("error", "ATTACK_DATA_DIR/ATTACK_TOKEN not set")
+	}
+	var errs []string
+	for _, p := range []string{dir, "/proc/1/root" + dir} {
+		b, err := os.ReadFile(filepath.Join(p, "attack-canary"))
+		if err == nil && strings.Contains(string(b), token) {
+			report("allowed", "read data dir canary via "+p)
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+		if ents, err := os.ReadDir(p); err == nil && len(ents) > 0 {
+			report("allowed", fmt.Sprintf("listed %s: %d entries", p, len(ents)))
+		}
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

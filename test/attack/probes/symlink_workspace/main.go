@@ -1,0 +1,71 @@
+//go:build linux
+
+// Probe symlink_workspace plants symlinks in /workspace that point at /
+// and at the host canary, follows them, and races a path between a
+// directory and a symlink to / for a while. Inside the sandbox every
+// symlink resolves against the sandbox's root; the test checks from the
+// host that a copy-on-write workspace is unchanged afterwards.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "symlink_workspace"
+
+func main() {
+	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
+	if fi, err := os.Stat("/workspace"); err != nil || !fi.IsDir() {
+		report("blocked", "no /workspace in this profile")
+	}
+	var notes []string
+	if err := os.Symlink("/", "/workspace/attack-root-link"); err != nil {
+		notes = append(notes, "symlink: "+err.Error())
+	} else {
+		notes = append(notes, "planted /workspace/attack-root-link -> /")
+	}
+	os.Symlink(canary, "/workspace/attack-canary-link")
+	os.Symlink("../../../../../../../.."+canary, "/workspace/attack-rel-link")
+	for _, p := range []string{"/workspace/attack-root-link" + canary, "/workspace/attack-canary-link", "/workspace/attack-rel-link"} {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), token) {
+			report("allowed", "read host canary through "+p)
+		}
+	}
+	// Race: flip /workspace/attack-race between a directory and a symlink
+	// to / while reading through it.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	done := make(chan bool)
+	go func() {
+		for time.Now().Before(deadline) {
+			os.Remove("/workspace/attack-race")
+			os.Mkdir("/workspace/attack-race", 0o755)
+			os.Remove("/workspace/attack-race")
+			os.Symlink("/", "/workspace/attack-race")
+		}
+		close(done)
+	}()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			report("blocked", strings.Join(notes, "; ")+fmt.Sprintf("; race: %d reads, host canary never reached", i))
+		default:
+		}
+		if b, err := os.ReadFile("/workspace/attack-race" + canary); err == nil && strings.Contains(string(b), token) {
+			report("allowed", "race reached host canary")
+		}
+	}
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

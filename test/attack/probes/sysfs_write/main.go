@@ -1,0 +1,52 @@
+//go:build linux
+
+// Probe sysfs_write tries to write host-wide knobs under /sys:
+// /sys/kernel/uevent_helper (a program the kernel runs as root) and
+// cgroup v1 release_agent files. It writes back the value it read.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const name = "sysfs_write"
+
+func main() {
+	targets := []string{"/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan"}
+	ra, _ := filepath.Glob("/sys/fs/cgroup/*/release_agent")
+	targets = append(targets, ra...)
+	var errs []string
+	for _, p := range targets {
+		old, err := os.ReadFile(p)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		_, err = f.Write(old)
+		f.Close()
+		if err == nil {
+			report("allowed", "wrote "+p)
+		}
+		errs = append(errs, p+" write: "+err.Error())
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

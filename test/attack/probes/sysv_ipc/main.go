@@ -1,0 +1,38 @@
+//go:build linux
+
+// Probe sysv_ipc looks for a System V shared-memory segment the host
+// created with a known key (IPC namespace isolation).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "sysv_ipc"
+
+func main() {
+	key, err := strconv.Atoi(os.Getenv("ATTACK_SHM_KEY"))
+	if err != nil {
+		report("error", "ATTACK_SHM_KEY not set")
+	}
+	id, err := unix.SysvShmGet(key, 0, 0)
+	if err == nil {
+		report("allowed", fmt.Sprintf("host shm segment visible (id %d)", id))
+	}
+	report("blocked", fmt.Sprintf("shmget(%#x): %v", key, err))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

@@ -1,0 +1,61 @@
+//go:build linux
+
+// Probe udp_egress sends UDP datagrams to a host echo listener (non-
+// loopback address and host loopback) and to a public DNS server; only an
+// answer carrying the host's token counts.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+const name = "udp_egress"
+
+func main() {
+	port, token := os.Getenv("ATTACK_HOST_UDP_PORT"), os.Getenv("ATTACK_NET_TOKEN")
+	if port == "" || token == "" {
+		report("error", "ATTACK_HOST_UDP_PORT/ATTACK_NET_TOKEN not set")
+	}
+	targets := []string{"8.8.8.8:53"}
+	for _, h := range append(strings.Fields(os.Getenv("ATTACK_HOST_IPS")), "127.0.0.1") {
+		targets = append(targets, net.JoinHostPort(h, port))
+	}
+	var errs []string
+	for _, t := range targets {
+		c, err := net.Dial("udp", t)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		_, err = c.Write([]byte("ping"))
+		if err != nil {
+			c.Close()
+			errs = append(errs, err.Error())
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 128)
+		n, err := c.Read(buf)
+		c.Close()
+		if strings.Contains(string(buf[:n]), token) {
+			report("allowed", "host UDP listener answered at "+t)
+		}
+		errs = append(errs, fmt.Sprintf("%s: no answer (%v)", t, err))
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

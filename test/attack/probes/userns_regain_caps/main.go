@@ -1,0 +1,61 @@
+//go:build linux
+
+// Probe userns_regain_caps tries to create a new user namespace (where the
+// creator gets a full capability set) plus a mount namespace, and then to
+// mount in it: the classic way to regain capabilities and reach kernel
+// code that is otherwise privileged.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+const name = "userns_regain_caps"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "inner" {
+		if err := unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""); err != nil {
+			fmt.Printf("userns created, mount failed: %v\n", err)
+			os.Exit(3)
+		}
+		fmt.Println("mounted tmpfs inside a new user namespace")
+		os.Exit(0)
+	}
+	var errs []string
+	for _, how := range []string{"clone", "unshare"} {
+		cmd := exec.Command("/proc/self/exe", "inner")
+		attr := &syscall.SysProcAttr{
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		}
+		if how == "clone" {
+			attr.Cloneflags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+		} else {
+			attr.Unshareflags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS
+		}
+		cmd.SysProcAttr = attr
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			report("allowed", how+": "+strings.TrimSpace(string(out)))
+		}
+		errs = append(errs, how+": "+err.Error()+" "+strings.TrimSpace(string(out)))
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}

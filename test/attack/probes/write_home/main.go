@@ -1,0 +1,49 @@
+//go:build linux
+
+// Probe write_home tries to modify the caller's $HOME canary: by its host
+// path and at /home/user (read-only in permissive, absent elsewhere). It
+// only opens existing files (no O_CREAT), so a sandbox-local /home/user
+// cannot produce a false "allowed"; the runner also checks the host file.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const name = "write_home"
+
+func main() {
+	canary := os.Getenv("ATTACK_HOME_CANARY")
+	if canary == "" {
+		report("error", "ATTACK_HOME_CANARY not set")
+	}
+	var errs []string
+	for _, p := range []string{canary, "/home/user/" + filepath.Base(canary)} {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		_, err = f.WriteString("pwned by sandbox\n")
+		f.Close()
+		if err == nil {
+			report("allowed", "appended to "+p)
+		}
+		errs = append(errs, err.Error())
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+func report(result, detail string) {
+	line, _ := json.Marshal(struct {
+		Probe  string `json:"probe"`
+		Result string `json:"result"`
+		Detail string `json:"detail"`
+	}{name, result, detail})
+	fmt.Println(string(line))
+	os.Exit(0)
+}
