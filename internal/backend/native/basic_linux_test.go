@@ -52,3 +52,16 @@ func TestOutputAndStdin(t *testing.T) {
 		t.Fatalf("stdout %q stderr %q", o.stdout, o.stderr)
 	}
 }
+
+// TestLargeEnvironment passes ~1 MiB of environment, far more than one
+// config datagram can hold: it must reach the command intact.
+func TestLargeEnvironment(t *testing.T) {
+	spec := newSpec("sh", "-c", `echo ${#V0} ${#V9}`)
+	for i := 0; i < 10; i++ {
+		spec.Env = append(spec.Env, "V"+string(rune('0'+i))+"="+strings.Repeat("x", 100_000))
+	}
+	o := mustRun(t, spec, 0)
+	if o.stdout != "100000 100000\n" {
+		t.Fatalf("stdout %q", o.stdout)
+	}
+}

@@ -153,13 +153,38 @@ func (e reportedError) Error() string { return string(e) }
 // readConfig decodes the one config message the parent queued before
 // starting us.
 func (s *initState) readConfig() error {
-	buf := make([]byte, 1<<20)
-	n, err := s.sock.Read(buf)
+	buf := make([]byte, inlineConfigMax)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(s.sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return err
 	}
+	data := buf[:n]
+	if oobn > 0 { // a large config, passed as a memfd (sendConfig)
+		if data, err = readConfigFd(oob[:oobn]); err != nil {
+			return fmt.Errorf("reading config: %w", err)
+		}
+	}
 	s.cfg = &initConfig{}
-	return json.Unmarshal(buf[:n], s.cfg)
+	return json.Unmarshal(data, s.cfg)
+}
+
+// readConfigFd reads the whole memfd passed in a control message.
+func readConfigFd(oob []byte) ([]byte, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("bad control message (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		return nil, fmt.Errorf("bad descriptor (%v)", err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "config")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(f)
 }
 
 // openCgroups opens the cgroup.procs files of a v1 cgroup while host

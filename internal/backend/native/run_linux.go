@@ -158,6 +158,12 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		NoSetgroups: rootless,
 	}
 
+	// The stub's script area holds about 1 MiB: a larger argv and
+	// environment (execve allows more) goes through the Go exec stage.
+	if argBytes(cfg.Exec.Args)+argBytes(cfg.Exec.Env) > stubArgBudget {
+		cfg.GoExecStage = true
+	}
+
 	// A writable idmapped host directory lets the sandbox's root write
 	// files the host sees as root's: the filter then also refuses
 	// setuid/setgid bits and xattrs (doc.go, "Workspace ownership").
@@ -264,7 +270,7 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	parentSock := os.NewFile(uintptr(sp[0]), "config")
 	childSock := os.NewFile(uintptr(sp[1]), "config-child")
 	defer parentSock.Close()
-	if _, err := parentSock.Write(payload); err != nil {
+	if err := sendConfig(sp[0], payload); err != nil {
 		childSock.Close()
 		return sandbox.Result{}, fmt.Errorf("sending config: %w", err)
 	}
@@ -446,6 +452,12 @@ wait:
 	}
 	st, ok := readResult(parentSock)
 	if !ok {
+		if !killed && ex.ws.Exited() {
+			// The init ended on its own without reporting the
+			// command's status: it failed, and its exit code is not
+			// the command's.
+			return sandbox.Result{}, fmt.Errorf("the sandbox init exited unexpectedly (status %d) before the command finished", ex.ws.ExitStatus())
+		}
 		st = ex.ws
 	}
 	switch {
@@ -581,4 +593,43 @@ func mergeEnv(image, spec []string, tty bool) []string {
 		add("TERM=xterm")
 	}
 	return out
+}
+
+// inlineConfigMax is the largest config sent as one SEQPACKET message; a
+// larger one (a huge argv or environment) travels in a memfd whose
+// descriptor is passed instead, since a datagram cannot outgrow the
+// socket buffer.
+const inlineConfigMax = 64 << 10
+
+// sendConfig queues the init's config on the config socket.
+func sendConfig(sock int, payload []byte) error {
+	if len(payload) <= inlineConfigMax {
+		return unix.Send(sock, payload, 0)
+	}
+	fd, err := unix.MemfdCreate("agentkernel-config", unix.MFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for b := payload; len(b) > 0; {
+		n, err := unix.Write(fd, b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return unix.Sendmsg(sock, []byte{'@'}, unix.UnixRights(fd), nil, 0)
+}
+
+// stubArgBudget is how much argv and environment the exec stub's script
+// may carry, leaving room in its 1 MiB area for the rest of the script.
+const stubArgBudget = 768 << 10
+
+// argBytes is the size of strs as execve counts it (with terminators).
+func argBytes(strs []string) int {
+	n := 0
+	for _, s := range strs {
+		n += len(s) + 1
+	}
+	return n
 }
