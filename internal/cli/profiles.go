@@ -134,6 +134,8 @@ func printProfiles(a *App) {
 	row("pids", func(p policy.Profile) string { return limit(p.PIDs, "%d") })
 	row("cpu", func(p policy.Profile) string { return limit(p.CPUPercent, "%d%% of one core") })
 	tw.Flush()
+	fmt.Fprintln(a.Stdout, "\nOn the native backend every sandbox has loopback only for now: egress (and with it the")
+	fmt.Fprintln(a.Stdout, "domain rules) arrives with the network policy proxy; asking for it with --network is refused.")
 
 	fmt.Fprintln(a.Stdout)
 	tw = tabwriter.NewWriter(a.Stdout, 0, 4, 3, ' ', 0)
