@@ -254,6 +254,9 @@ func ValidateDomainPattern(d string) error {
 	if host == "" || len(host) > 253 {
 		return fmt.Errorf("invalid domain pattern %q", d)
 	}
+	if strings.HasSuffix(host, ".") {
+		return fmt.Errorf("invalid domain pattern %q: write it without the trailing dot", d)
+	}
 	for i := 0; i < len(host); i++ {
 		c := host[i]
 		if !isAlnum(c) && c != '-' && c != '.' && c != ':' && c != '_' {

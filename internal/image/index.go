@@ -67,6 +67,15 @@ func parseIndex(data []byte) (*indexFile, error) {
 	if idx.Images == nil {
 		idx.Images = map[string]*imageRecord{}
 	}
+	for d, rec := range idx.Images {
+		// A record must be keyed by its own digest: a null record or a
+		// mismatch is damage (a hand edit, a bad disk), never something
+		// this code wrote. Such a record is dropped, so its image is
+		// simply not cached and the next pull writes it anew.
+		if rec == nil || rec.Digest != d {
+			delete(idx.Images, d)
+		}
+	}
 	if idx.Tags == nil {
 		idx.Tags = map[string]string{}
 	}

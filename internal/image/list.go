@@ -139,10 +139,14 @@ func (s *Store) Inspect(ctx context.Context, ref string) (ImageDetails, error) {
 	if d.Tags == nil {
 		d.Tags = []string{}
 	}
-	paths := sn.layerPaths[rec.Digest]
-	for i, l := range rec.Layers {
-		li := LayerInfo{Digest: l.Digest, DiffID: l.DiffID, MediaType: l.MediaType, Size: l.Size, UnpackedSize: l.UnpackedSize, Path: paths[i]}
-		li.Present = exists(li.Path)
+	for _, l := range rec.Layers {
+		li := LayerInfo{Digest: l.Digest, DiffID: l.DiffID, MediaType: l.MediaType, Size: l.Size, UnpackedSize: l.UnpackedSize}
+		// Every layer, repeats included, is described by its own diff
+		// ID (the snapshot's path list holds each layer once).
+		if h, err := v1.NewHash(l.DiffID); err == nil {
+			li.Path = s.layerFS(h)
+			li.Present = exists(li.Path)
+		}
 		d.Layers = append(d.Layers, li)
 	}
 	if d.Manifest, err = s.readBlob(rec.Digest); err != nil {

@@ -32,7 +32,14 @@ func ParseMemory(s string) (int64, error) {
 	if in == "" {
 		return bad("empty")
 	}
-	lower := strings.ToLower(in)
+	// ASCII-only lowering: strings.ToLower would turn U+212A (KELVIN
+	// SIGN) into "k" and accept it as a unit.
+	lower := strings.Map(func(r rune) rune {
+		if r >= 'A' && r <= 'Z' {
+			return r + ('a' - 'A')
+		}
+		return r
+	}, in)
 	num := strings.TrimRight(lower, "kmgtib")
 	unit := lower[len(num):]
 	var mult float64
