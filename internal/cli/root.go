@@ -63,6 +63,7 @@ func NewRootCommand(a *App) *cobra.Command {
 		}
 	}
 	add("run", newRunCmd(a))
+	add("run", sandboxCommands(a)...)
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")

@@ -59,6 +59,10 @@ type initConfig struct {
 	// GoExecStage: re-execute agentkernel as the exec stage instead of the
 	// assembled stub.
 	GoExecStage bool `json:"go_exec,omitempty"`
+	// Persistent: the init does not run one command and exit; it stays
+	// PID 1 and serves agent requests (exec, files, stop) on fd 3
+	// (persist_linux.go).
+	Persistent bool `json:"persistent,omitempty"`
 	// Trace makes the init print a timestamp after each stage to stderr
 	// (AGENTKERNEL_TRACE_STAGES=1 in the parent's environment).
 	Trace bool `json:"trace,omitempty"`

@@ -202,6 +202,19 @@
 // "kept" marker after a kept run. GC removes dead, unkept run dirs, empty
 // agentkernel-* cgroups older than 30 s and stray mounts under DataDir/runs.
 //
+// # Persistent sandboxes (persist_linux.go)
+//
+// Backend.Start boots the same sandbox with initConfig.Persistent: the
+// boot's exec stage is retired after pivot_root (it existed for the
+// idmapped volumes' user namespace) and the init stays PID 1 as the
+// sandbox's agent (package agent), serving requests on fd 3. Each exec
+// forks a fresh exec stage exactly as a run does — stub or Go, own user
+// namespace, bounding set, ids, no_new_privs, Landlock, the seccomp
+// program the parent sent at boot — inside the init's cgroup (inherited),
+// with the caller's descriptors as its stdio. File operations run in the
+// agent, whose root is the sandbox's, through agent.FS (openat2). The
+// overlay's upper and work dirs live on disk in the sandbox's directory.
+//
 // # Profiling
 //
 // AGENTKERNEL_TRACE_STAGES=1 in agentkernel's environment makes the parent

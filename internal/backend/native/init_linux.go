@@ -51,6 +51,11 @@ type initState struct {
 	stubErrR    *os.File   // the stub's {index, errno} report
 	usernsFd    int        // the command's user namespace, for idmapped mounts
 	sigs        chan os.Signal
+
+	// stdio are the exec stage's fds 0-2 (the init's own unless an agent
+	// exec passed others).
+	stdio     [3]uintptr
+	homeAdded bool // prepareProcess appended HOME to the environment
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -62,6 +67,7 @@ func initMain() int {
 		usernsFd: -1,
 		proc:     "/proc",
 		sigs:     make(chan os.Signal, 8),
+		stdio:    [3]uintptr{0, 1, 2},
 	}
 	// A signal from the parent namespace would kill PID 1 by default; catch
 	// the forwarded ones before anything else.
@@ -119,6 +125,9 @@ func initMain() int {
 		}
 	}
 	s.errW.Close()
+	if s.cfg.Persistent {
+		return s.serve()
+	}
 	return s.supervise()
 }
 
@@ -258,7 +267,7 @@ func (s *initState) startExecStage() error {
 		s.stubErrR = er
 		stubSys := *sys
 		stubSys.Cloneflags, stubSys.UidMappings, stubSys.GidMappings, stubSys.Credential = 0, nil, nil, nil
-		pid, err = startStub([]uintptr{0, 1, 2, r.Fd(), ew.Fd()}, &stubSys)
+		pid, err = startStub([]uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}, &stubSys)
 		s.stub = err == nil
 		if s.stub {
 			b, err := stubEnterScript(s.cfg.NestUserNS).encode()
@@ -273,7 +282,7 @@ func (s *initState) startExecStage() error {
 	if !s.stub {
 		pid, err = syscall.ForkExec("/proc/self/exe", []string{argv0Exec}, &syscall.ProcAttr{
 			Env:   []string{},
-			Files: []uintptr{0, 1, 2, r.Fd(), s.errW.Fd()},
+			Files: []uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), s.errW.Fd()},
 			Sys:   sys,
 		})
 		if err != nil {
@@ -339,6 +348,9 @@ func (s *initState) releaseExecStage() error {
 		return fmt.Errorf("seccomp filter: %s", buf[min(n, 1):n])
 	}
 	s.cfg.Exec.Filter = buf[1:n]
+	if s.cfg.Persistent {
+		return s.retireExecStage()
+	}
 	if err := s.joinExecStage(); err != nil {
 		return err
 	}

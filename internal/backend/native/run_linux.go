@@ -67,6 +67,8 @@ type runState struct {
 	runDir string   // DataDir/runs/<id>, only when something lives on disk
 	lock   *os.File // flock'ed while the run is alive (GC checks it)
 	cg     *cgroup
+	// persistent: Start, not Run (no command yet; persist_linux.go).
+	persistent bool
 }
 
 func randomID() string {
@@ -126,6 +128,9 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	args := spec.Args
 	if len(args) == 0 {
 		args = append(append([]string{}, spec.Rootfs.Config.Entrypoint...), spec.Rootfs.Config.Cmd...)
+	}
+	if len(args) == 0 && r.persistent {
+		args = []string{"/bin/sh"} // a template only: each exec names its own
 	}
 	if len(args) == 0 {
 		return nil, errors.New("no command given and the image defines none")

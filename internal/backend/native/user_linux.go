@@ -21,6 +21,7 @@ func (s *initState) prepareProcess() error {
 	e.UID, e.GID, e.Groups = u.uid, u.gid, u.groups
 	if !hasEnv(e.Env, "HOME") {
 		e.Env = append(e.Env, "HOME="+u.home)
+		s.homeAdded = true
 	}
 	wd, err := s.inRoot(e.Workdir)
 	if err != nil {

@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxMessage is the largest message: requests and responses are small;
+// bulk data travels through passed descriptors.
+const MaxMessage = 256 << 10
+
+// Conn is one end of a SOCK_SEQPACKET connection carrying JSON messages
+// with optional descriptors. Send is safe for concurrent use; Recv must be
+// called from one goroutine at a time.
+type Conn struct {
+	f  *os.File
+	fd int
+	mu sync.Mutex
+}
+
+// NewConn wraps a connected SOCK_SEQPACKET socket.
+func NewConn(f *os.File) *Conn { return &Conn{f: f, fd: int(f.Fd())} }
+
+// Close closes the socket.
+func (c *Conn) Close() error { return c.f.Close() }
+
+// File is the underlying socket.
+func (c *Conn) File() *os.File { return c.f }
+
+// Send sends v as one message with fds attached.
+func (c *Conn) Send(v any, fds ...int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("message too large (%d bytes)", len(b))
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		err = unix.Sendmsg(c.fd, b, oob, nil, 0)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// ErrClosed is returned by Recv when the peer closed the connection.
+var ErrClosed = errors.New("connection closed")
+
+// Recv reads one message into v and returns the descriptors attached to
+// it (close-on-exec; the caller owns them).
+func (c *Conn) Recv(v any) ([]int, error) {
+	buf := make([]byte, MaxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(c.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+		if perr == nil {
+			for i := range msgs {
+				if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+					fds = append(fds, f...)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		CloseFds(fds)
+		return nil, ErrClosed
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		CloseFds(fds)
+		return nil, fmt.Errorf("bad message: %w", err)
+	}
+	return fds, nil
+}
+
+// CloseFds closes every descriptor in fds.
+func CloseFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

@@ -1,0 +1,43 @@
+// Package agent is the protocol between a sandbox's host side and the
+// agent inside it (the init, PID 1), and between the CLI (or any other
+// client) and a sandbox's supervisor. Both hops speak it:
+//
+//	client ──unix socket──▶ supervisor ──socketpair──▶ agent (PID 1) ──fork──▶ exec stage ──▶ command
+//
+// # Why a small framed protocol of our own
+//
+// A message is one SOCK_SEQPACKET datagram holding one JSON object
+// (Request or Response), optionally with file descriptors attached
+// (SCM_RIGHTS). Datagram boundaries are the framing, so there is no length
+// prefix to get wrong and no partial message to resynchronise; the kernel
+// keeps messages whole and in order. JSON keeps it debuggable (strace
+// shows it) and costs microseconds at these sizes; ttrpc would add
+// protobuf code generation and a stream multiplexer we do not need, and it
+// cannot pass descriptors.
+//
+// Passing descriptors is what makes exec cheap: the client hands its own
+// stdin, stdout and stderr (or pipes, or a pty slave) to the supervisor,
+// which hands them to the agent, which gives them to the command as fds
+// 0-2. Nothing copies bytes; a command's output reaches the client's
+// terminal or pipe directly, and the exit status is one more datagram. File
+// reads, writes and tar streams travel the same way: the client passes one
+// end of a pipe and the agent reads or writes it.
+//
+// # Requests
+//
+// Every request carries an ID chosen by the sender; every response
+// carries the ID of the request it answers. An exec is answered twice:
+// Started (with the command's pid) and then Exit (its wait status), or
+// once with an error. Other requests are answered once. Requests may be in
+// flight concurrently on one connection.
+//
+// # Other backends
+//
+// Nothing here is specific to Linux namespaces. A gVisor sandbox runs the
+// same agent as its init inside runsc and a microVM runs it as the guest's
+// init; the supervisor then reaches it over a socket that runsc exposes or
+// over virtio-vsock. Those transports carry no descriptors, so for them
+// the Stream op (reserved) will carry stdio as Data frames tagged with the
+// request ID and a stream number, in the same JSON messages over a
+// length-prefixed stream; the request and response types stay the same.
+package agent

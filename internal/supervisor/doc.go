@@ -1,0 +1,32 @@
+// Package supervisor owns persistent sandboxes on the host: one detached
+// supervisor process per running sandbox (like containerd's shim or
+// podman's conmon; no central daemon) and the lifecycle around it.
+//
+// `agentkernel sandbox start NAME` spawns `agentkernel sandbox supervise
+// NAME` in a session of its own with stdio going to
+// <data-dir>/sandboxes/<NAME>/supervisor.log. The supervisor boots the
+// sandbox with the native backend (native.Backend.Start: the init stays
+// PID 1 as the sandbox's agent), then serves the agent protocol (package
+// agent: SOCK_SEQPACKET, one JSON object per datagram, descriptors passed
+// with SCM_RIGHTS) on <data-dir>/sandboxes/<NAME>/sock (0600). Requests
+// from clients are relayed to the agent with their descriptors; stop and
+// stats it answers itself. When the init ends, the supervisor records why
+// (exit-reason), removes the socket and cgroup and exits. When the
+// supervisor is killed, the init dies with it (Pdeathsig), its PID and
+// mount namespaces and so every mount go with it; Manager reconciles the
+// state (running → stopped, with the reason) on the next read and GC
+// removes the empty cgroup.
+//
+// State lives in package store (SQLite). The supervisor never opens it:
+// it gets its spec from spec.json in its directory, which keeps it small
+// and keeps SQLite's writers to the short-lived CLI processes.
+//
+// Directory of a sandbox: <data-dir>/sandboxes/<NAME>/
+//
+//	spec.json        the resolved sandbox.Spec (root filesystem included)
+//	upper/, work/    the overlay's writable layer: survives stop/start
+//	sock             the supervisor's socket while it runs
+//	supervisor.log   the supervisor's and init's diagnostics
+//	exit-reason      why the sandbox last stopped on its own
+//	lock             flock'ed during start/stop/remove
+package supervisor
