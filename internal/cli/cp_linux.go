@@ -16,7 +16,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/config"
-	"github.com/agentkernel/agentkernel/internal/supervisor"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 func newCpCmd(a *App) *cobra.Command {
@@ -62,12 +62,12 @@ func (a *App) runCp(ctx context.Context, src, dst string) error {
 	if dRemote {
 		name = dName
 	}
-	lc, done, err := a.lifecycle(ctx)
+	m, done, err := a.sandboxes()
 	if err != nil {
 		return err
 	}
 	defer done()
-	c, err := lc.Dial(ctx, name)
+	c, err := m.Connect(ctx, name)
 	if err != nil {
 		return sandboxError(name, err)
 	}
@@ -113,7 +113,7 @@ func renameTop(r io.Reader, from, to string) io.Reader {
 }
 
 // cpOut copies the sandbox's sPath to the host path dst.
-func cpOut(ctx context.Context, c *supervisor.Client, sPath, dst string) error {
+func cpOut(ctx context.Context, c sandbox.Conn, sPath, dst string) error {
 	base := path.Base(path.Clean("/" + sPath))
 	if base == "/" {
 		base = "."
@@ -148,7 +148,7 @@ func cpOut(ctx context.Context, c *supervisor.Client, sPath, dst string) error {
 }
 
 // cpIn copies the host path src into the sandbox at dPath.
-func cpIn(ctx context.Context, c *supervisor.Client, src, dPath string) error {
+func cpIn(ctx context.Context, c sandbox.Conn, src, dPath string) error {
 	abs, err := filepath.Abs(src)
 	if err != nil {
 		return fileError("cp", err)
@@ -160,9 +160,9 @@ func cpIn(ctx context.Context, c *supervisor.Client, src, dPath string) error {
 	defer unix.Close(dfd)
 	base := filepath.Base(abs)
 	into, newName := dPath, base
-	if st, err := c.Stat(ctx, dPath); err != nil || st.Mode&uint32(os.ModeDir) == 0 {
-		var re *supervisor.RequestError
-		if err != nil && !(errors.As(err, &re) && re.Errno() == unix.ENOENT) {
+	if st, err := c.Stat(ctx, dPath); err != nil || !st.Mode.IsDir() {
+		var pe *sandbox.PathError
+		if err != nil && !(errors.As(err, &pe) && pe.NotExist) {
 			return cpError(dPath, err)
 		}
 		into, newName = path.Dir(path.Clean("/"+dPath)), path.Base(path.Clean("/"+dPath))
@@ -178,11 +178,11 @@ func cpIn(ctx context.Context, c *supervisor.Client, src, dPath string) error {
 }
 
 func cpError(p string, err error) error {
-	var re *supervisor.RequestError
-	if errors.As(err, &re) && re.Refused() {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("cp: %s: %v", p, err)}
+	var pe *sandbox.PathError
+	if errors.As(err, &pe) && pe.Refused {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("cp: %v", err)}
 	}
-	if errno(err) == unix.ENOENT {
+	if errors.As(err, &pe) && pe.NotExist {
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("cp: %s: no such file or directory in the sandbox", p)}
 	}
 	return fileError("cp "+p, err)

@@ -7,18 +7,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/creack/pty"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/supervisor"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 func setCloexec(f *os.File) error {
@@ -68,19 +65,55 @@ empty. Exit status: the command's own, 128+N on signal N, 125/126/127 as run.`,
 	return cmd
 }
 
-// outFile returns w as a file the sandbox can write to directly, or a
-// pipe copied into w (wait drains it).
-func outFile(w io.Writer) (f *os.File, wait func(), err error) {
-	if f, ok := w.(*os.File); ok {
-		return f, func() {}, nil
+func newAttachCmd(a *App) *cobra.Command {
+	var shell, user, workdir string
+	var env []string
+	cmd := &cobra.Command{
+		Use:   "attach [flags] NAME",
+		Short: "Open an interactive shell in a running sandbox",
+		Long: `Open an interactive shell with a terminal in a running sandbox: exec -it
+NAME -- SHELL, where SHELL is --shell, else /bin/bash when the sandbox has
+it, else /bin/sh. The terminal follows your window's size. Exit the shell
+(exit, Ctrl-D) to detach; the sandbox keeps running.`,
+		Example: `  agentkernel attach dev
+  agentkernel attach --shell /bin/ash -w /workspace dev`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runAttach(cmd.Context(), args[0], shell, &execOptions{env: env, workdir: workdir, user: user, tty: true, interactive: true})
+		},
 	}
-	r, pw, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
+	fs := cmd.Flags()
+	fs.StringVar(&shell, "shell", "", "the shell to run (default: /bin/bash if present, else /bin/sh)")
+	fs.StringArrayVarP(&env, "env", "e", nil, "set KEY=VALUE, or pass KEY's value from the host (repeatable)")
+	fs.StringVarP(&workdir, "workdir", "w", "", "working directory (default: the sandbox's)")
+	fs.StringVarP(&user, "user", "u", "", "run as NAME, UID or UID:GID")
+	return cmd
+}
+
+func (a *App) runAttach(ctx context.Context, name, shell string, o *execOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	done := make(chan struct{})
-	go func() { _, _ = io.Copy(w, r); r.Close(); close(done) }()
-	return pw, func() { pw.Close(); <-done }, nil
+	if err := validName(name); err != nil {
+		return err
+	}
+	if shell == "" {
+		shell = "/bin/sh"
+		m, done, err := a.sandboxes()
+		if err != nil {
+			return err
+		}
+		c, err := m.Connect(ctx, name)
+		done()
+		if err != nil {
+			return sandboxError(name, err)
+		}
+		if fi, err := c.Stat(ctx, "/bin/bash"); err == nil && !fi.Mode.IsDir() {
+			shell = "/bin/bash"
+		}
+		c.Close()
+	}
+	return a.runExec(ctx, o, name, []string{shell})
 }
 
 func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []string) error {
@@ -90,21 +123,12 @@ func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []s
 	if err := validName(name); err != nil {
 		return err
 	}
-	// The hot path: straight to the supervisor's socket, no state
-	// database; only a failure opens it to say why.
-	c, err := supervisor.Dial(filepath.Join(a.DataDir, "sandboxes", name, "sock"))
+	m, done, err := a.sandboxes()
 	if err != nil {
-		lc, done, lerr := a.lifecycle(ctx)
-		if lerr != nil {
-			return lerr
-		}
-		defer done()
-		if c, err = lc.Dial(ctx, name); err != nil {
-			return sandboxError(name, err)
-		}
+		return err
 	}
-	defer c.Close()
-	req := agent.ExecRequest{Args: args, Workdir: o.workdir, User: o.user, TTY: o.tty}
+	defer done()
+	req := sandbox.ExecRequest{Args: args, Workdir: o.workdir, User: o.user, TTY: o.tty}
 	for _, kv := range o.env {
 		if !strings.Contains(kv, "=") {
 			v, ok := os.LookupEnv(kv)
@@ -119,21 +143,24 @@ func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []s
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	var stdin, stdout, stderr *os.File
-	var waits []func()
-	var ttyMaster *os.File
+	stdio := sandbox.Stdio{Stdout: a.Stdout, Stderr: a.Stderr}
+	if o.interactive {
+		stdio.Stdin = a.Stdin
+	}
+	var ttyMaster, ttySlave *os.File
 	if o.tty {
 		master, slave, err := pty.Open()
 		if err != nil {
 			return &ExitError{Code: ExitAgentkernel, Err: err}
 		}
 		defer master.Close()
-		ttyMaster = master
+		ttyMaster, ttySlave = master, slave
 		if in, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
 			_ = pty.InheritSize(in, master)
 			if st, err := term.MakeRaw(int(in.Fd())); err == nil {
 				defer term.Restore(int(in.Fd()), st)
 			}
+			// The window's size follows ours: SIGWINCH → resize.
 			winch := make(chan os.Signal, 1)
 			signal.Notify(winch, unix.SIGWINCH)
 			defer signal.Stop(winch)
@@ -143,38 +170,8 @@ func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []s
 				}
 			}()
 		}
-		stdin, stdout, stderr = slave, slave, slave
+		stdio = sandbox.Stdio{Stdin: slave, Stdout: slave, Stderr: slave}
 		defer slave.Close()
-	} else {
-		if o.interactive {
-			if f, ok := a.Stdin.(*os.File); ok {
-				stdin = f
-			} else {
-				r, w, err := os.Pipe()
-				if err != nil {
-					return err
-				}
-				go func() { _, _ = io.Copy(w, a.Stdin); w.Close() }()
-				defer r.Close()
-				stdin = r
-			}
-		} else {
-			n, err := os.Open(os.DevNull)
-			if err != nil {
-				return err
-			}
-			defer n.Close()
-			stdin = n
-		}
-		var wait func()
-		if stdout, wait, err = outFile(a.Stdout); err != nil {
-			return err
-		}
-		waits = append(waits, wait)
-		if stderr, wait, err = outFile(a.Stderr); err != nil {
-			return err
-		}
-		waits = append(waits, wait)
 	}
 	var copyDone sync.WaitGroup
 	if ttyMaster != nil {
@@ -184,34 +181,21 @@ func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []s
 		copyDone.Add(1)
 		go func() { defer copyDone.Done(); _, _ = io.Copy(a.Stdout, ttyMaster) }()
 	}
-	ws, err := c.Exec(ctx, req, stdin, stdout, stderr, sigs)
+	res, err := m.Exec(ctx, name, req, stdio, sigs)
 	if ttyMaster != nil {
-		stdin.Close() // our copy of the slave: the master reads EOF (EIO) once the command's are gone
+		ttySlave.Close() // our copy: the master reads EOF (EIO) once the command's are gone
 		copyDone.Wait()
 	}
-	for _, w := range waits {
-		w()
-	}
 	if err != nil {
+		if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
+			return sandboxError(name, err)
+		}
 		return runError(err)
 	}
-	code := ws.ExitStatus()
-	if ws.Signaled() {
-		code = 128 + int(ws.Signal())
-	}
-	if code != 0 {
-		return &ExitError{Code: code}
+	if res.ExitCode != 0 {
+		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
-}
-
-// errno extracts the errno of an agent error, if any.
-func errno(err error) syscall.Errno {
-	var re interface{ Errno() syscall.Errno }
-	if errors.As(err, &re) {
-		return re.Errno()
-	}
-	return 0
 }
 
 func fileError(what string, err error) error {

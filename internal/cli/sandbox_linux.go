@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,12 +18,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
-	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/detect"
+	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/policy"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
-	"github.com/agentkernel/agentkernel/internal/store"
 	"github.com/agentkernel/agentkernel/internal/supervisor"
 )
 
@@ -39,42 +41,97 @@ Names: 1-63 letters, digits, '-' and '_', starting and ending with a letter
 or digit, no '--', '__', '-_' or '_-'.`
 
 // sandboxCommands are the persistent-sandbox commands: the "sandbox"
-// group and the top-level exec and cp.
+// group, the top-level exec, attach, cp, audit and stats, and the old flat
+// names (create, start, stop, remove, list) as hidden aliases.
 func sandboxCommands(a *App) []*cobra.Command {
 	sb := &cobra.Command{
 		Use:     "sandbox",
 		Aliases: []string{"sandboxes", "sb"},
 		Short:   "Create, start, stop, list and remove persistent sandboxes",
 		Long:    sandboxLong,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+		Example: `  agentkernel sandbox create dev --image alpine:3.20 --start
+  agentkernel exec dev -- apk add git
+  agentkernel attach dev
+  agentkernel sandbox stop dev && agentkernel sandbox rm dev`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
 		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a))
-	return []*cobra.Command{sb, newExecCmd(a), newCpCmd(a)}
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a)}
+	// Upstream's flat layout: `agentkernel create NAME` and friends.
+	for _, c := range []*cobra.Command{newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRemoveCmd(a), newSandboxListCmd(a)} {
+		c.Hidden = true
+		c.Aliases = nil
+		c.Short += " (alias of 'sandbox " + c.Name() + "')"
+		cmds = append(cmds, c)
+	}
+	return cmds
 }
 
-// lifecycle opens the state store and returns the sandbox manager.
-func (a *App) lifecycle(ctx context.Context) (*supervisor.Manager, func(), error) {
-	st, err := store.Open(ctx, a.DataDir)
-	if err != nil {
-		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
-	}
+// sandboxes returns the Manager wired for persistent sandboxes: the
+// supervisor lifecycle (state store opened on first use), the audit log
+// and who is calling. done releases the state store.
+func (a *App) sandboxes() (*sandbox.Manager, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
-		st.Close()
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	m := &supervisor.Manager{DataDir: a.DataDir, Store: st, SuperviseCommand: func(name string) []string {
+	lc := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
 		argv := []string{exe, "--data-dir", a.DataDir, "--log-level", a.LogLevel}
 		if a.ConfigPath != "" {
 			argv = append(argv, "--config", a.ConfigPath)
 		}
 		return append(argv, "sandbox", "supervise", name)
 	}}
-	return m, func() { st.Close() }, nil
+	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
+		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	m := sandbox.NewManager(sandbox.ManagerOptions{
+		Images:    lazyImages{a: a},
+		Backends:  []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
+		Default:   "native",
+		Warn:      a.Warnf,
+		Lifecycle: lc,
+		Audit:     audit.New(a.DataDir),
+		Who:       who("cli"),
+	})
+	return m, func() { lc.Close() }, nil
 }
+
+// who names the caller in audit entries: "uid=0(root) via cli", plus the
+// user sudo was run by.
+func who(face string) string {
+	uid := os.Getuid()
+	name := os.Getenv("USER")
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		name = u.Username
+	}
+	s := fmt.Sprintf("uid=%d(%s)", uid, name)
+	if su := os.Getenv("SUDO_USER"); su != "" && uid == 0 {
+		s += " sudo_user=" + su
+	}
+	return s + " via " + face
+}
+
+// lazyImages opens the image store only when a sandbox is created.
+type lazyImages struct{ a *App }
+
+func (l lazyImages) open() (imageAdapter, error) {
+	s, err := l.a.openImageStore()
+	return imageAdapter{s}, err
+}
+
+func (l lazyImages) Ensure(ctx context.Context, ref, pull string) (image.Rootfs, error) {
+	i, err := l.open()
+	if err != nil {
+		return image.Rootfs{}, err
+	}
+	return i.Ensure(ctx, ref, pull)
+}
+func (l lazyImages) Unreachable(err error) bool { return imageAdapter{}.Unreachable(err) }
+func (l lazyImages) Host() image.Rootfs         { return imageAdapter{}.Host() }
 
 // sandboxError maps lifecycle errors to exit codes and hints.
 func sandboxError(name string, err error) error {
@@ -84,18 +141,20 @@ func sandboxError(name string, err error) error {
 		return nil
 	case errors.As(err, &ee):
 		return err
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, sandbox.ErrSandboxNotFound):
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q not found", name), Hint: "see 'agentkernel sandbox list --all'"}
-	case errors.Is(err, store.ErrExists):
+	case errors.Is(err, sandbox.ErrSandboxExists):
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q already exists", name)}
-	case errors.Is(err, supervisor.ErrNotRunning):
+	case errors.Is(err, sandbox.ErrNotRunning):
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q is not running", name), Hint: "start it with 'agentkernel sandbox start " + name + "'"}
+	case errors.Is(err, sandbox.ErrRunning):
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q is running", name), Hint: "stop it first, or use 'agentkernel sandbox rm --force " + name + "'"}
 	}
 	return &ExitError{Code: ExitAgentkernel, Err: err}
 }
 
 func validName(name string) error {
-	if err := config.ValidateSandboxName(name); err != nil {
+	if err := sandbox.ValidateName(name); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil
@@ -107,6 +166,8 @@ type createOptions struct {
 	description string
 	ttl         time.Duration
 	start       bool
+	branch      bool
+	dir         string
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -131,9 +192,20 @@ func newSandboxCreateCmd(a *App) *cobra.Command {
 	var o createOptions
 	cmd := &cobra.Command{
 		Use:   "create [NAME] [flags]",
-		Short: "Create a persistent sandbox (stopped; 'sandbox start' runs it)",
+		Short: "Create a persistent sandbox (stopped; 'sandbox start' or --start runs it)",
+		Long: `Create a persistent sandbox: resolve its spec (profile, image, limits) and
+pull its image now, record it stopped. Without NAME a random one is made
+up; with --branch the name is <project>-<git-branch> of the project
+directory, and an existing sandbox of that name is reused (and started with
+--start) instead of failing.
+
+--dir names the project directory (default: the current one): it is shown
+at /workspace as the profile says (moderate: copy-on-write, permissive:
+read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 		Example: `  agentkernel sandbox create dev --image alpine:3.20 --label team=ml
-  agentkernel sandbox create dev --ttl 2h --start`,
+  agentkernel sandbox create dev --ttl 2h --start
+  agentkernel sandbox create --branch --start          # e.g. myapp-feature-login
+  agentkernel sandbox create api --dir ~/src/api -p permissive`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.overrides.Set = changedFlags(cmd)
@@ -153,11 +225,35 @@ func newSandboxCreateCmd(a *App) *cobra.Command {
 	fs.StringVar(&o.description, "description", "", "free-form description")
 	fs.DurationVar(&o.ttl, "ttl", 0, "remove the sandbox this long after creation (by 'sandbox gc'), e.g. 1h")
 	fs.BoolVar(&o.start, "start", false, "start the sandbox right away")
+	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
+	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
 	return cmd
 }
 
 func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) error {
-	if name == "" {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	if o.dir != "" {
+		if dir, err = filepath.Abs(o.dir); err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: err}
+		}
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return usageError("--dir %s: not a directory", o.dir)
+		}
+	}
+	switch {
+	case o.branch && name != "":
+		return usageError("give either NAME or --branch, not both")
+	case o.branch:
+		if name, err = branchName(dir); err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--branch: %w", err)}
+		}
+	case name == "":
 		var b [4]byte
 		_, _ = rand.Read(b[:])
 		name = "sandbox-" + hex.EncodeToString(b[:])
@@ -169,18 +265,14 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	if err != nil {
 		return err
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err}
-	}
-	cfg, err := a.loadConfig(cwd)
+	cfg, err := a.loadConfig(dir)
 	if err != nil {
 		return err
 	}
 	o.overrides.Name = name
-	det := detect.Image(detect.Input{ExplicitImage: o.overrides.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: cwd})
+	det := detect.Image(detect.Input{ExplicitImage: o.overrides.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
 	home, _ := os.UserHomeDir()
-	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: cwd, HomeDir: home, HostEnv: os.LookupEnv, Detected: det})
+	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: dir, HomeDir: home, HostEnv: os.LookupEnv, Detected: det})
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
@@ -190,86 +282,157 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	if err := a.applyNetworkStopgap(spec, cfg, &runOptions{overrides: o.overrides}); err != nil {
 		return err
 	}
-	spec.Resources.Timeout = 0
-	spec.TTY, spec.Interactive, spec.Keep = false, false, false
-	mgr, err := a.manager()
-	if err != nil {
-		return err
-	}
-	if err := mgr.PrepareRootfs(ctx, spec); err != nil {
-		return imageError(err)
-	}
-	lc, done, err := a.lifecycle(ctx)
+	m, done, err := a.sandboxes()
 	if err != nil {
 		return err
 	}
 	defer done()
-	uuid := store.NewUUID()
-	spec.ID = strings.ReplaceAll(uuid, "-", "")
-	specJSON, err := json.Marshal(spec)
+	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description,
+		TTL: o.ttl, Start: o.start, Reuse: o.branch})
 	if err != nil {
-		return err
-	}
-	res, _ := json.Marshal(spec.Resources)
-	rec := &store.Sandbox{Name: name, UUID: uuid, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, Backend: "native",
-		Profile: spec.Profile, Resources: res, Spec: specJSON, Labels: labels, Description: o.description}
-	if o.ttl > 0 {
-		exp := time.Now().Add(o.ttl).UTC()
-		rec.ExpiresAt = &exp
-	}
-	if err := lc.Create(ctx, rec); err != nil {
-		return sandboxError(name, err)
-	}
-	if o.start {
-		if _, err := lc.Start(ctx, name); err != nil {
+		if errors.Is(err, sandbox.ErrSandboxExists) || errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 			return sandboxError(name, err)
 		}
+		return imageError(err)
+	}
+	if !created {
+		a.Infof("agentkernel: reusing sandbox %s", name)
 	}
 	fmt.Fprintln(a.Stdout, name)
 	return nil
 }
 
-func nameCmd(a *App, use, short string, run func(ctx context.Context, lc *supervisor.Manager, name string) error) *cobra.Command {
+// branchName is <project>-<git-branch> for the git work tree holding
+// dir, made a valid sandbox name: runs of other characters become one
+// '-', at most 63 characters.
+func branchName(dir string) (string, error) {
+	root, branch, err := gitBranch(dir)
+	if err != nil {
+		return "", err
+	}
+	project := sanitizeName(filepath.Base(root))
+	b := sanitizeName(branch)
+	if project == "" {
+		project = "project"
+	}
+	if b == "" {
+		return "", fmt.Errorf("branch %q has no usable characters", branch)
+	}
+	name := project + "-" + b
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	return name, nil
+}
+
+// sanitizeName keeps letters and digits and turns every run of anything
+// else into one '-', trimmed at both ends.
+func sanitizeName(s string) string {
+	var b strings.Builder
+	dash := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			dash = false
+			b.WriteByte(c)
+			continue
+		}
+		dash = true
+	}
+	return b.String()
+}
+
+// gitBranch finds the work tree holding dir and its checked-out branch by
+// reading .git/HEAD (no git binary needed); a detached HEAD is named by
+// its first 7 hex digits.
+func gitBranch(dir string) (root, branch string, err error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		gitPath := filepath.Join(d, ".git")
+		fi, err := os.Stat(gitPath)
+		if err == nil {
+			gitDir := gitPath
+			if !fi.IsDir() {
+				// A worktree or submodule: "gitdir: <path>".
+				b, err := os.ReadFile(gitPath)
+				if err != nil {
+					return "", "", err
+				}
+				p, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
+				if !ok {
+					return "", "", fmt.Errorf("%s: not a git directory link", gitPath)
+				}
+				if gitDir = strings.TrimSpace(p); !filepath.IsAbs(gitDir) {
+					gitDir = filepath.Join(d, gitDir)
+				}
+			}
+			head, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
+			if err != nil {
+				return "", "", err
+			}
+			h := strings.TrimSpace(string(head))
+			if ref, ok := strings.CutPrefix(h, "ref:"); ok {
+				return d, strings.TrimPrefix(strings.TrimSpace(ref), "refs/heads/"), nil
+			}
+			if len(h) >= 7 {
+				return d, h[:7], nil
+			}
+			return "", "", fmt.Errorf("%s/HEAD: unreadable", gitDir)
+		}
+		if parent := filepath.Dir(d); parent == d {
+			return "", "", fmt.Errorf("%s is not inside a git work tree", dir)
+		}
+	}
+}
+
+func nameCmd(a *App, use, short, example string, run func(ctx context.Context, m *sandbox.Manager, name string) error) *cobra.Command {
 	return &cobra.Command{
-		Use:   use + " NAME",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Use:     use + " NAME",
+		Short:   short,
+		Example: example,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := validName(args[0]); err != nil {
 				return err
 			}
-			lc, done, err := a.lifecycle(cmd.Context())
+			m, done, err := a.sandboxes()
 			if err != nil {
 				return err
 			}
 			defer done()
-			return sandboxError(args[0], run(cmd.Context(), lc, args[0]))
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return sandboxError(args[0], run(ctx, m, args[0]))
 		},
 	}
 }
 
 func newSandboxStartCmd(a *App) *cobra.Command {
-	return nameCmd(a, "start", "Start a sandbox (its supervisor keeps it running)", func(ctx context.Context, lc *supervisor.Manager, name string) error {
-		_, err := lc.Start(ctx, name)
-		return err
-	})
+	return nameCmd(a, "start", "Start a sandbox (its supervisor keeps it running)", "  agentkernel sandbox start dev",
+		func(ctx context.Context, m *sandbox.Manager, name string) error {
+			_, err := m.Start(ctx, name)
+			return err
+		})
 }
 
 func newSandboxStopCmd(a *App) *cobra.Command {
-	return nameCmd(a, "stop", "Stop a sandbox: SIGTERM to its processes, SIGKILL after 3 s; files are kept", func(ctx context.Context, lc *supervisor.Manager, name string) error {
-		_, err := lc.Stop(ctx, name, "stopped by user")
-		return err
-	})
+	return nameCmd(a, "stop", "Stop a sandbox: SIGTERM to its processes, SIGKILL after 3 s; files are kept", "  agentkernel sandbox stop dev",
+		func(ctx context.Context, m *sandbox.Manager, name string) error {
+			_, err := m.Stop(ctx, name)
+			return err
+		})
 }
 
 func newSandboxRestartCmd(a *App) *cobra.Command {
-	return nameCmd(a, "restart", "Stop and start a sandbox", func(ctx context.Context, lc *supervisor.Manager, name string) error {
-		if _, err := lc.Stop(ctx, name, "restarted"); err != nil {
+	return nameCmd(a, "restart", "Stop and start a sandbox", "  agentkernel sandbox restart dev",
+		func(ctx context.Context, m *sandbox.Manager, name string) error {
+			_, err := m.Restart(ctx, name)
 			return err
-		}
-		_, err := lc.Start(ctx, name)
-		return err
-	})
+		})
 }
 
 func newSandboxRemoveCmd(a *App) *cobra.Command {
@@ -278,9 +441,10 @@ func newSandboxRemoveCmd(a *App) *cobra.Command {
 		Use:     "remove NAME...",
 		Aliases: []string{"rm", "delete"},
 		Short:   "Remove sandboxes and their files (--force stops running ones)",
+		Example: "  agentkernel sandbox rm dev\n  agentkernel sandbox rm --force dev scratch",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lc, done, err := a.lifecycle(cmd.Context())
+			m, done, err := a.sandboxes()
 			if err != nil {
 				return err
 			}
@@ -289,7 +453,7 @@ func newSandboxRemoveCmd(a *App) *cobra.Command {
 				if err := validName(n); err != nil {
 					return err
 				}
-				if err := lc.Remove(cmd.Context(), n, force); err != nil {
+				if err := m.Remove(cmd.Context(), n, force); err != nil {
 					return sandboxError(n, err)
 				}
 			}
@@ -332,34 +496,21 @@ func newSandboxListCmd(a *App) *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls", "ps"},
 		Short:   "List sandboxes (running ones; --all for every one)",
+		Example: "  agentkernel sandbox list --all\n  agentkernel sandbox list --label team=ml --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			want, err := parseLabels(labels)
 			if err != nil {
 				return err
 			}
-			lc, done, err := a.lifecycle(cmd.Context())
+			m, done, err := a.sandboxes()
 			if err != nil {
 				return err
 			}
 			defer done()
-			list, err := lc.List(cmd.Context())
+			out, err := m.List(cmd.Context(), sandbox.ListOptions{Labels: want, RunningOnly: !all && !asJSON})
 			if err != nil {
 				return sandboxError("", err)
-			}
-			out := []*store.Sandbox{}
-		next:
-			for _, sb := range list {
-				if !all && !asJSON && sb.Status != store.StatusRunning {
-					continue
-				}
-				for k, v := range want {
-					if got, ok := sb.Labels[k]; !ok || got != v {
-						continue next
-					}
-				}
-				sb.Spec = nil
-				out = append(out, sb)
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.Stdout)
@@ -382,21 +533,10 @@ func newSandboxListCmd(a *App) *cobra.Command {
 
 func newSandboxInfoCmd(a *App) *cobra.Command {
 	var asJSON bool
-	cmd := nameCmd(a, "info", "Show one sandbox", nil)
-	cmd.Aliases = []string{"inspect", "show"}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		name := args[0]
-		if err := validName(name); err != nil {
-			return err
-		}
-		lc, done, err := a.lifecycle(cmd.Context())
+	cmd := nameCmd(a, "info", "Show one sandbox", "  agentkernel sandbox info dev --json", func(ctx context.Context, m *sandbox.Manager, name string) error {
+		sb, err := m.Get(ctx, name)
 		if err != nil {
 			return err
-		}
-		defer done()
-		sb, err := lc.Get(cmd.Context(), name)
-		if err != nil {
-			return sandboxError(name, err)
 		}
 		if asJSON {
 			enc := json.NewEncoder(a.Stdout)
@@ -405,14 +545,15 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 		}
 		w := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(w, "Name:\t%s\nUUID:\t%s\nStatus:\t%s\n", sb.Name, sb.UUID, sb.Status)
-		if sb.StopReason != "" && sb.Status != store.StatusRunning {
+		if sb.StopReason != "" && sb.Status != sandbox.StatusRunning {
 			fmt.Fprintf(w, "Stop reason:\t%s\n", sb.StopReason)
 		}
 		fmt.Fprintf(w, "Image:\t%s\n", sb.Image)
 		if sb.ImageDigest != "" {
 			fmt.Fprintf(w, "Digest:\t%s\n", sb.ImageDigest)
 		}
-		fmt.Fprintf(w, "Backend:\t%s\nProfile:\t%s\nResources:\t%s\n", sb.Backend, sb.Profile, sb.Resources)
+		res, _ := json.Marshal(sb.Resources)
+		fmt.Fprintf(w, "Backend:\t%s\nProfile:\t%s\nResources:\t%s\n", sb.Backend, sb.Profile, res)
 		if len(sb.Labels) > 0 {
 			fmt.Fprintf(w, "Labels:\t%s\n", labelString(sb.Labels))
 		}
@@ -423,12 +564,13 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 		if sb.ExpiresAt != nil {
 			fmt.Fprintf(w, "Expires:\t%s\n", sb.ExpiresAt.Format(time.RFC3339))
 		}
-		if sb.Status == store.StatusRunning {
+		if sb.Status == sandbox.StatusRunning {
 			fmt.Fprintf(w, "Supervisor:\tpid %d\n", sb.SupervisorPID)
 		}
-		fmt.Fprintf(w, "Directory:\t%s\n", lc.Dir(name))
+		fmt.Fprintf(w, "Directory:\t%s\n", sb.Dir)
 		return w.Flush()
-	}
+	})
+	cmd.Aliases = []string{"inspect", "show"}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -436,16 +578,17 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 func newSandboxGCCmd(a *App) *cobra.Command {
 	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "gc",
-		Short: "Remove expired sandboxes, leftovers of dead supervisors and orphaned directories",
-		Args:  cobra.NoArgs,
+		Use:     "gc",
+		Short:   "Remove expired sandboxes, leftovers of dead supervisors and orphaned directories",
+		Example: "  agentkernel sandbox gc --dry-run",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lc, done, err := a.lifecycle(cmd.Context())
+			m, done, err := a.sandboxes()
 			if err != nil {
 				return err
 			}
 			defer done()
-			removed, err := lc.GC(cmd.Context(), dryRun)
+			removed, err := m.GC(cmd.Context(), dryRun)
 			if !dryRun {
 				more, gerr := native.GC(cmd.Context(), a.DataDir)
 				removed = append(removed, more...)
@@ -470,25 +613,18 @@ func newSandboxGCCmd(a *App) *cobra.Command {
 
 func newSandboxExtendCmd(a *App) *cobra.Command {
 	var by time.Duration
-	cmd := nameCmd(a, "extend-ttl", "Push a sandbox's expiry back", func(ctx context.Context, lc *supervisor.Manager, name string) error {
-		if by <= 0 {
-			return usageError("--by must be a positive duration such as 1h")
-		}
-		sb, err := lc.Store.Update(ctx, name, func(s *store.Sandbox) error {
-			base := time.Now()
-			if s.ExpiresAt != nil && s.ExpiresAt.After(base) {
-				base = *s.ExpiresAt
+	cmd := nameCmd(a, "extend-ttl", "Push a sandbox's expiry back", "  agentkernel sandbox extend-ttl dev --by 2h",
+		func(ctx context.Context, m *sandbox.Manager, name string) error {
+			if by <= 0 {
+				return usageError("--by must be a positive duration such as 1h")
 			}
-			exp := base.Add(by).UTC()
-			s.ExpiresAt = &exp
+			sb, err := m.Extend(ctx, name, by)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.Stdout, sb.ExpiresAt.Format(time.RFC3339))
 			return nil
 		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(a.Stdout, sb.ExpiresAt.Format(time.RFC3339))
-		return nil
-	})
 	cmd.Flags().DurationVar(&by, "by", time.Hour, "how much longer the sandbox may live")
 	return cmd
 }
@@ -506,8 +642,10 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 				ready = os.NewFile(3, "ready")
 				_ = os.Unsetenv("AGENTKERNEL_SUPERVISOR_READY_FD")
 			}
-			lc := &supervisor.Manager{DataDir: a.DataDir}
-			dir := lc.Dir(args[0])
+			if err := validName(args[0]); err != nil {
+				return err
+			}
+			dir := filepath.Join(a.DataDir, "sandboxes", args[0])
 			fail := func(err error) error {
 				if ready != nil {
 					fmt.Fprintf(ready, "error: %v", err)

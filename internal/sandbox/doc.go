@@ -2,4 +2,11 @@
 // resolved Spec of a sandbox, the Backend interface that turns a Spec into
 // a running sandbox, and the Manager that the faces (CLI, HTTP API, MCP)
 // call. It holds no platform code; backends live under internal/backend.
+//
+// Persistent sandboxes: the Manager offers one method per operation a face
+// exposes (each route of the HTTP API is one call; lifecycle.go) and keeps
+// the policy — names, label filters, TTLs, the audit log. The mechanism
+// sits behind the Lifecycle and Conn interfaces declared here and
+// implemented by package supervisor, so this package never imports it;
+// the face wires them together (ManagerOptions.Lifecycle).
 package sandbox

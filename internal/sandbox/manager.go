@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/image"
 )
 
@@ -30,10 +31,20 @@ type ManagerOptions struct {
 	Default string
 	// Warn prints one line for the user (e.g. the host fallback notice).
 	Warn func(format string, args ...any)
+
+	// Lifecycle runs persistent sandboxes (nil where they are not
+	// available: their methods then fail with ErrUnsupported).
+	Lifecycle Lifecycle
+	// Audit, when set, records every create, start, stop, remove and
+	// exec; Who names the caller in its entries ("uid=0(root) via cli").
+	Audit *audit.Log
+	Who   string
 }
 
 // Manager is the one service the faces call. It picks the backend,
-// prepares the root filesystem and runs the sandbox.
+// prepares the root filesystem and runs ephemeral sandboxes (Run), and it
+// owns the persistent ones (lifecycle.go): each operation a face offers is
+// one Manager method.
 type Manager struct {
 	opts     ManagerOptions
 	backends map[string]Backend

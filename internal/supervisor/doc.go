@@ -17,6 +17,13 @@
 // state (running → stopped, with the reason) on the next read and GC
 // removes the empty cgroup.
 //
+// Manager implements sandbox.Lifecycle and Conn implements sandbox.Conn:
+// the faces call sandbox.Manager, which calls these. Manager opens the
+// state store on first use, so the exec path (socket of a running
+// sandbox) never touches SQLite. A supervisor records "PID START" in
+// supervisor.pid once it serves; a starter killed before it could record
+// the supervisor leaves it running, and the next read or start adopts it.
+//
 // State lives in package store (SQLite). The supervisor never opens it:
 // it gets its spec from spec.json in its directory, which keeps it small
 // and keeps SQLite's writers to the short-lived CLI processes.
@@ -29,4 +36,6 @@
 //	supervisor.log   the supervisor's and init's diagnostics
 //	exit-reason      why the sandbox last stopped on its own
 //	lock             flock'ed during start/stop/remove
+//	supervisor.pid   "PID START" of the running supervisor (adoption)
+//	activity         its mtime is the last exec
 package supervisor

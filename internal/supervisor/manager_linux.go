@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,16 +23,51 @@ import (
 )
 
 // ErrNotRunning means the sandbox exists but is stopped.
-var ErrNotRunning = errors.New("sandbox is not running")
+var ErrNotRunning = sandbox.ErrNotRunning
 
 // Manager is the lifecycle of persistent sandboxes: state in the store,
-// one supervisor process per running sandbox.
+// one supervisor process per running sandbox. It implements
+// sandbox.Lifecycle; the faces reach it through sandbox.Manager.
+//
+// The state store is opened on first use: the exec path (socket of a
+// running sandbox) never opens it.
 type Manager struct {
 	DataDir string
-	Store   *store.Store
 	// SuperviseCommand is the argv that runs the supervisor of name
 	// (this binary's hidden `sandbox supervise` command).
 	SuperviseCommand func(name string) []string
+
+	mu sync.Mutex
+	st *store.Store
+}
+
+var _ sandbox.Lifecycle = (*Manager)(nil)
+
+// Store opens (once) and returns the state store.
+func (m *Manager) Store(ctx context.Context) (*store.Store, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st != nil {
+		return m.st, nil
+	}
+	st, err := store.Open(ctx, m.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	m.st = st
+	return st, nil
+}
+
+// Close closes the state store if it was opened.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st == nil {
+		return nil
+	}
+	err := m.st.Close()
+	m.st = nil
+	return err
 }
 
 // Dir is the sandbox's directory.
@@ -53,35 +89,119 @@ func (m *Manager) lock(name string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// storeErr maps the store's errors to the sandbox package's.
+func storeErr(name string, err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%q: %w", name, sandbox.ErrSandboxNotFound)
+	case errors.Is(err, store.ErrExists):
+		return fmt.Errorf("%q: %w", name, sandbox.ErrSandboxExists)
+	}
+	return err
+}
+
+// info converts a row to what the faces see.
+func (m *Manager) info(sb *store.Sandbox) *sandbox.Info {
+	i := &sandbox.Info{Name: sb.Name, UUID: sb.UUID, Image: sb.Image, ImageDigest: sb.ImageDigest, Backend: sb.Backend,
+		Status: sb.Status, StopReason: sb.StopReason, Profile: sb.Profile, Labels: sb.Labels, Description: sb.Description,
+		CreatedAt: sb.CreatedAt, LastActivityAt: sb.LastActivityAt, ExpiresAt: sb.ExpiresAt, Dir: m.Dir(sb.Name)}
+	if len(sb.Resources) > 0 {
+		_ = json.Unmarshal(sb.Resources, &i.Resources)
+	}
+	if sb.Status == store.StatusRunning {
+		i.SupervisorPID = sb.SupervisorPID
+	}
+	return i
+}
+
 // Create records a new (stopped) sandbox.
-func (m *Manager) Create(ctx context.Context, sb *store.Sandbox) error {
+func (m *Manager) Create(ctx context.Context, info *sandbox.Info, spec *sandbox.Spec) error {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(m.DataDir, "sandboxes"), 0o700); err != nil {
 		return err
 	}
-	return m.Store.Create(ctx, sb)
+	info.UUID = store.NewUUID()
+	spec.ID = strings.ReplaceAll(info.UUID, "-", "")
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	res, err := json.Marshal(info.Resources)
+	if err != nil {
+		return err
+	}
+	rec := &store.Sandbox{Name: info.Name, UUID: info.UUID, Image: info.Image, ImageDigest: info.ImageDigest, Backend: info.Backend,
+		Profile: info.Profile, Resources: res, Spec: specJSON, Labels: info.Labels, Description: info.Description, ExpiresAt: info.ExpiresAt}
+	if err := st.Create(ctx, rec); err != nil {
+		return storeErr(info.Name, err)
+	}
+	info.CreatedAt, info.LastActivityAt, info.Status, info.Dir = rec.CreatedAt, rec.LastActivityAt, rec.Status, m.Dir(info.Name)
+	return nil
 }
 
 // Get returns the sandbox, its status reconciled with reality.
-func (m *Manager) Get(ctx context.Context, name string) (*store.Sandbox, error) {
-	sb, err := m.Store.Get(ctx, name)
+func (m *Manager) Get(ctx context.Context, name string) (*sandbox.Info, error) {
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return nil, err
+	}
+	return m.info(sb), nil
+}
+
+func (m *Manager) get(ctx context.Context, name string) (*store.Sandbox, error) {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := st.Get(ctx, name)
+	if err != nil {
+		return nil, storeErr(name, err)
 	}
 	return m.reconcile(ctx, sb)
 }
 
 // List returns every sandbox, reconciled.
-func (m *Manager) List(ctx context.Context) ([]*store.Sandbox, error) {
-	all, err := m.Store.List(ctx)
+func (m *Manager) List(ctx context.Context) ([]*sandbox.Info, error) {
+	st, err := m.Store(ctx)
 	if err != nil {
 		return nil, err
 	}
+	all, err := st.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sandbox.Info, len(all))
 	for i, sb := range all {
-		if all[i], err = m.reconcile(ctx, sb); err != nil {
+		if sb, err = m.reconcile(ctx, sb); err != nil {
 			return nil, err
 		}
+		out[i] = m.info(sb)
 	}
-	return all, nil
+	return out, nil
+}
+
+// Update lets fn change labels, description and expiry of name in one
+// transaction.
+func (m *Manager) Update(ctx context.Context, name string, fn func(*sandbox.Info) error) (*sandbox.Info, error) {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := st.Update(ctx, name, func(s *store.Sandbox) error {
+		i := m.info(s)
+		if err := fn(i); err != nil {
+			return err
+		}
+		s.Labels, s.Description, s.ExpiresAt = i.Labels, i.Description, i.ExpiresAt
+		return nil
+	})
+	if err != nil {
+		return nil, storeErr(name, err)
+	}
+	return m.info(sb), nil
 }
 
 // alive reports whether the recorded supervisor still runs.
@@ -99,59 +219,154 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) (*store.Sand
 	if fi, err := os.Stat(filepath.Join(m.Dir(sb.Name), "activity")); err == nil && fi.ModTime().After(sb.LastActivityAt) {
 		sb.LastActivityAt = fi.ModTime().UTC()
 	}
-	if sb.Status != store.StatusRunning || alive(sb) {
+	if sb.Status != store.StatusRunning {
+		// A supervisor whose starter was killed before recording it
+		// is adopted: the state follows reality.
+		if _, err := os.Stat(filepath.Join(m.Dir(sb.Name), "sock")); err != nil {
+			return sb, nil
+		}
+		pid, start, ok := m.adopt(sb.Name)
+		if !ok {
+			return sb, nil
+		}
+		st, err := m.Store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		name := sb.Name
+		sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
+			if s.Status != store.StatusRunning {
+				s.Status, s.StopReason, s.SupervisorPID, s.SupervisorStart = store.StatusRunning, "", pid, start
+			}
+			return nil
+		})
+		return sb, storeErr(name, err)
+	}
+	if alive(sb) {
 		return sb, nil
 	}
 	reason := fmt.Sprintf("supervisor (pid %d) exited unexpectedly", sb.SupervisorPID)
 	if b, err := os.ReadFile(filepath.Join(m.Dir(sb.Name), "exit-reason")); err == nil && len(b) > 0 {
 		reason = strings.TrimSpace(string(b))
 	}
-	return m.Store.Update(ctx, sb.Name, func(s *store.Sandbox) error {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := sb.Name
+	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
 		if s.Status == store.StatusRunning && !alive(s) {
 			s.Status, s.StopReason, s.SupervisorPID, s.SupervisorStart = store.StatusStopped, reason, 0, 0
 		}
 		return nil
 	})
+	return sb, storeErr(name, err)
+}
+
+// adopt finds a supervisor that runs for name although the store does
+// not say so (its starter was killed between spawning it and recording
+// it) and returns its pid and start time.
+func (m *Manager) adopt(name string) (int, uint64, bool) {
+	dir := m.Dir(name)
+	c, err := Dial(filepath.Join(dir, "sock"))
+	if err != nil {
+		return 0, 0, false
+	}
+	c.Close()
+	b, err := os.ReadFile(filepath.Join(dir, "supervisor.pid"))
+	if err != nil {
+		return 0, 0, false
+	}
+	var pid int
+	var start uint64
+	if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil {
+		return 0, 0, false
+	}
+	if st, err := ProcStart(pid); err != nil || st != start {
+		return 0, 0, false
+	}
+	return pid, start, true
 }
 
 // Start starts the sandbox's supervisor (no-op when it runs).
-func (m *Manager) Start(ctx context.Context, name string) (*store.Sandbox, error) {
+func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error) {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.get(ctx, name); err != nil {
+		return nil, err
+	}
 	unlock, err := m.lock(name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	sb, err := m.Get(ctx, name)
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	if sb.Status == store.StatusRunning {
-		return sb, nil
+		return m.info(sb), nil
 	}
 	dir := m.Dir(name)
-	if err := os.WriteFile(filepath.Join(dir, "spec.json"), sb.Spec, 0o600); err != nil {
-		return nil, err
+	pid, start, ok := m.adopt(name)
+	if !ok {
+		if err := writeFileAtomic(filepath.Join(dir, "spec.json"), sb.Spec); err != nil {
+			return nil, err
+		}
+		native.RemoveCgroups(SpecID(sb))
+		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log")); err != nil {
+			return nil, err
+		}
 	}
-	native.RemoveCgroups(SpecID(sb))
-	pid, start, err := spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log"))
-	if err != nil {
-		return nil, err
-	}
-	return m.Store.Update(ctx, name, func(s *store.Sandbox) error {
+	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
 		now := time.Now().UTC()
 		s.Status, s.StopReason, s.SupervisorPID, s.SupervisorStart, s.LastActivityAt = store.StatusRunning, "", pid, start, now
 		return nil
 	})
+	if err != nil {
+		return nil, storeErr(name, err)
+	}
+	return m.info(sb), nil
+}
+
+// writeFileAtomic replaces path with b (temporary file, fsync, rename),
+// so that a reader never sees half of it.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	return err
 }
 
 // Stop stops the sandbox (no-op when stopped).
-func (m *Manager) Stop(ctx context.Context, name, reason string) (*store.Sandbox, error) {
+func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info, error) {
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.get(ctx, name); err != nil {
+		return nil, err
+	}
 	unlock, err := m.lock(name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	sb, err := m.Get(ctx, name)
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +387,7 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*store.Sandbox
 		}
 	}
 	native.RemoveCgroups(SpecID(sb))
-	return m.Store.Update(ctx, name, func(s *store.Sandbox) error {
+	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
 		s.Status, s.SupervisorPID, s.SupervisorStart = store.StatusStopped, 0, 0
 		if s.StopReason == "" || reason != "" {
 			s.StopReason = reason
@@ -180,17 +395,25 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*store.Sandbox
 		s.LastActivityAt = time.Now().UTC()
 		return nil
 	})
+	if err != nil {
+		return nil, storeErr(name, err)
+	}
+	return m.info(sb), nil
 }
 
 // Remove stops (with force) and deletes the sandbox and its files.
 func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
-	sb, err := m.Get(ctx, name)
+	st, err := m.Store(ctx)
+	if err != nil {
+		return err
+	}
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return err
 	}
 	if sb.Status == store.StatusRunning {
 		if !force {
-			return fmt.Errorf("sandbox %q is running: stop it first or use --force", name)
+			return fmt.Errorf("%q: %w: stop it first or use --force", name, sandbox.ErrRunning)
 		}
 		if _, err := m.Stop(ctx, name, "removed"); err != nil {
 			return err
@@ -201,15 +424,19 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 		return err
 	}
 	defer unlock()
-	if err := m.Store.Delete(ctx, name); err != nil {
-		return err
+	if err := st.Delete(ctx, name); err != nil {
+		return storeErr(name, err)
 	}
 	return os.RemoveAll(m.Dir(name))
 }
 
-// Dial connects to a running sandbox's supervisor.
+// Dial connects to a running sandbox's supervisor. The socket is tried
+// first, without the state store: only a failure opens it to say why.
 func (m *Manager) Dial(ctx context.Context, name string) (*Client, error) {
-	sb, err := m.Get(ctx, name)
+	if c, err := Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
+		return c, nil
+	}
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +446,18 @@ func (m *Manager) Dial(ctx context.Context, name string) (*Client, error) {
 	return Dial(filepath.Join(m.Dir(name), "sock"))
 }
 
-// Touch records activity (an exec) on the sandbox.
-func (m *Manager) Touch(ctx context.Context, name string) {
-	_, _ = m.Store.Update(ctx, name, func(s *store.Sandbox) error { s.LastActivityAt = time.Now().UTC(); return nil })
+// Connect is Dial as a sandbox.Conn.
+func (m *Manager) Connect(ctx context.Context, name string) (sandbox.Conn, error) {
+	c, err := m.Dial(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return Conn{c}, nil
+}
+
+// DiskUsage is the size of the sandbox's writable layer.
+func (m *Manager) DiskUsage(_ context.Context, name string) (int64, error) {
+	return dirSize(filepath.Join(m.Dir(name), "upper")), nil
 }
 
 // GC removes expired sandboxes, the cgroups of stopped ones and
@@ -246,10 +482,8 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 			}
 			continue
 		}
-		if sb.Status == store.StatusStopped && !dryRun {
-			for _, d := range native.RemoveCgroups(SpecID(sb)) {
-				removed = append(removed, d)
-			}
+		if sb.Status == sandbox.StatusStopped && !dryRun {
+			removed = append(removed, native.RemoveCgroups(strings.ReplaceAll(sb.UUID, "-", ""))...)
 		}
 	}
 	ents, _ := os.ReadDir(filepath.Join(m.DataDir, "sandboxes"))
@@ -258,6 +492,10 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 			continue
 		}
 		dir := filepath.Join(m.DataDir, "sandboxes", e.Name())
+		// A create in progress holds the directory's lock.
+		if locked(filepath.Join(dir, "lock")) {
+			continue
+		}
 		removed = append(removed, dir)
 		if !dryRun {
 			if err := os.RemoveAll(dir); err != nil {
@@ -266,6 +504,19 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// locked reports whether another process holds the flock of path.
+func locked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return true
+	}
+	return false
 }
 
 // SpecID is the backend id of a sandbox (names its cgroup).

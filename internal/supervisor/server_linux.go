@@ -54,6 +54,11 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 		return fail(fmt.Errorf("listening on %s: %w", sockPath, err))
 	}
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
+	// Who we are, for a starter that was killed before it could record
+	// us (Manager.adopt).
+	if st, err := ProcStart(os.Getpid()); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
+	}
 	s := &server{inst: inst, dir: dir, pending: map[uint64]chan agent.Response{}, stopped: make(chan struct{})}
 	go s.readAgent()
 	if ready != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -278,16 +279,33 @@ func BenchmarkSandboxExec(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.Close()
+		took := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
 			ws, err := c.Exec(context.Background(), agent.ExecRequest{Args: []string{"/bin/true"}}, devnull, devnull, devnull, nil)
 			if err != nil || ws.ExitStatus() != 0 {
 				b.Fatal(err, ws)
 			}
+			took = append(took, time.Since(t0))
 		}
+		reportMedian(b, took)
 	})
 	b.Run("cli", func(b *testing.B) {
+		took := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {
+			t0 := time.Now()
 			run("exec", "bench", "--", "/bin/true")
+			took = append(took, time.Since(t0))
 		}
+		reportMedian(b, took)
 	})
+}
+
+// reportMedian adds the median round trip to the benchmark's output.
+func reportMedian(b *testing.B, took []time.Duration) {
+	if len(took) == 0 {
+		return
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms-median")
 }

@@ -1,0 +1,470 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/audit"
+	"github.com/agentkernel/agentkernel/internal/config"
+)
+
+// This file is the persistent-sandbox half of the Manager: one method per
+// operation a face offers (each HTTP route of the API is one call), on
+// top of the Lifecycle mechanism, with names checked, labels filtered,
+// TTLs applied and every create, start, stop, remove and exec written to
+// the audit log.
+
+func (m *Manager) lifecycle() (Lifecycle, error) {
+	if m.opts.Lifecycle == nil {
+		return nil, fmt.Errorf("persistent sandboxes are not available on this system: %w", ErrUnsupported)
+	}
+	return m.opts.Lifecycle, nil
+}
+
+// ValidateName checks a sandbox name against the rule every face shares:
+// 1-63 letters, digits, '-' and '_', alphanumeric at both ends, no two
+// separators in a row.
+func ValidateName(name string) error { return config.ValidateSandboxName(name) }
+
+// audit records one action; a log that cannot be written is reported
+// through Warn but never fails the action itself.
+func (m *Manager) audit(e audit.Entry, start time.Time, err error) {
+	if m.opts.Audit == nil {
+		return
+	}
+	e.Time = start.UTC()
+	e.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	e.Who = m.opts.Who
+	if err != nil {
+		e.Error = err.Error()
+	}
+	if aerr := m.opts.Audit.Append(e); aerr != nil {
+		m.opts.Warn("audit log: %v", aerr)
+	}
+}
+
+// CreateRequest is what a new persistent sandbox is made of. Spec is
+// resolved by the face (policy.Resolve); its root filesystem is prepared
+// here when empty.
+type CreateRequest struct {
+	Name        string
+	Spec        *Spec
+	Labels      map[string]string
+	Description string
+	// TTL > 0 sets the expiry (removed by GC afterwards).
+	TTL time.Duration
+	// Start starts the sandbox once created (the API's POST /sandboxes).
+	Start bool
+	// Reuse returns the existing sandbox of that name instead of
+	// failing with ErrSandboxExists (started when Start is set).
+	Reuse bool
+}
+
+// Create records a new sandbox (and starts it when asked). created is
+// false when Reuse found an existing one.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, created bool, err error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, false, err
+	}
+	if err := ValidateName(req.Name); err != nil {
+		return nil, false, err
+	}
+	if req.Reuse {
+		if info, err := lc.Get(ctx, req.Name); err == nil {
+			if req.Start && info.Status != StatusRunning {
+				info, err = m.Start(ctx, req.Name)
+			}
+			return info, false, err
+		} else if !errors.Is(err, ErrSandboxNotFound) {
+			return nil, false, err
+		}
+	}
+	spec := req.Spec
+	if spec == nil {
+		return nil, false, errors.New("create: no spec given")
+	}
+	spec.Name = req.Name
+	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+		if err := m.PrepareRootfs(ctx, spec); err != nil {
+			return nil, false, err
+		}
+	}
+	// A persistent sandbox lives until stopped: no run timeout, no
+	// terminal of its own (each exec brings one).
+	spec.Resources.Timeout = 0
+	spec.TTY, spec.Interactive, spec.Keep = false, false, false
+	backend := m.opts.Default
+	if backend == "" {
+		backend = "native"
+	}
+	info = &Info{Name: req.Name, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, Backend: backend,
+		Status: StatusStopped, Profile: spec.Profile, Resources: spec.Resources, Labels: req.Labels, Description: req.Description}
+	if req.TTL > 0 {
+		exp := time.Now().Add(req.TTL).UTC()
+		info.ExpiresAt = &exp
+	}
+	start := time.Now()
+	err = lc.Create(ctx, info, spec)
+	if !errors.Is(err, ErrSandboxExists) {
+		m.audit(audit.Entry{Sandbox: req.Name, Action: audit.ActionCreate}, start, err)
+	}
+	if err != nil {
+		if req.Reuse && errors.Is(err, ErrSandboxExists) {
+			// Lost a race with another creator: take theirs.
+			return m.Create(ctx, CreateRequest{Name: req.Name, Start: req.Start, Reuse: true})
+		}
+		return nil, false, err
+	}
+	if req.Start {
+		info, err = m.Start(ctx, req.Name)
+		return info, true, err
+	}
+	info, err = lc.Get(ctx, req.Name)
+	return info, true, err
+}
+
+// Get returns one sandbox (ErrSandboxNotFound).
+func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	return lc.Get(ctx, name)
+}
+
+// ListOptions filters List.
+type ListOptions struct {
+	// Labels must all match (key and value).
+	Labels map[string]string
+	// RunningOnly leaves stopped sandboxes out.
+	RunningOnly bool
+}
+
+// List returns the sandboxes matching o, oldest first.
+func (m *Manager) List(ctx context.Context, o ListOptions) ([]*Info, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	all, err := lc.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Info, 0, len(all))
+next:
+	for _, sb := range all {
+		if o.RunningOnly && sb.Status != StatusRunning {
+			continue
+		}
+		for k, v := range o.Labels {
+			if got, ok := sb.Labels[k]; !ok || got != v {
+				continue next
+			}
+		}
+		out = append(out, sb)
+	}
+	return out, nil
+}
+
+// Patch changes a sandbox's metadata; nil fields are left alone. Labels
+// replace the whole map.
+type Patch struct {
+	Labels      *map[string]string
+	Description *string
+}
+
+// Update applies p.
+func (m *Manager) Update(ctx context.Context, name string, p Patch) (*Info, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	return lc.Update(ctx, name, func(i *Info) error {
+		if p.Labels != nil {
+			i.Labels = *p.Labels
+		}
+		if p.Description != nil {
+			i.Description = *p.Description
+		}
+		return nil
+	})
+}
+
+// Start starts a stopped sandbox (no-op when running).
+func (m *Manager) Start(ctx context.Context, name string) (*Info, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	info, err := lc.Start(ctx, name)
+	if !errors.Is(err, ErrSandboxNotFound) {
+		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionStart}, start, err)
+	}
+	return info, err
+}
+
+// Stop stops a running sandbox (no-op when stopped); its files stay.
+func (m *Manager) Stop(ctx context.Context, name string) (*Info, error) {
+	return m.stop(ctx, name, "stopped by user")
+}
+
+func (m *Manager) stop(ctx context.Context, name, reason string) (*Info, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	info, err := lc.Stop(ctx, name, reason)
+	if !errors.Is(err, ErrSandboxNotFound) {
+		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionStop}, start, err)
+	}
+	return info, err
+}
+
+// Restart stops and starts a sandbox.
+func (m *Manager) Restart(ctx context.Context, name string) (*Info, error) {
+	if _, err := m.stop(ctx, name, "restarted"); err != nil {
+		return nil, err
+	}
+	return m.Start(ctx, name)
+}
+
+// Remove deletes a sandbox and its files; force stops a running one
+// first (else ErrRunning).
+func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = lc.Remove(ctx, name, force)
+	if !errors.Is(err, ErrSandboxNotFound) {
+		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionRemove}, start, err)
+	}
+	return err
+}
+
+// Connect opens a connection to a running sandbox for file operations
+// and copies (ErrNotRunning when stopped).
+func (m *Manager) Connect(ctx context.Context, name string) (Conn, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	return lc.Connect(ctx, name)
+}
+
+// Exec runs a command in a running sandbox and returns how it ended
+// (ExitCode as Run's). stdio's writers may be buffers: the API passes
+// one to collect the output.
+func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio Stdio, signals <-chan os.Signal) (Result, error) {
+	if len(req.Args) == 0 {
+		return Result{}, errors.New("no command given")
+	}
+	c, err := m.Connect(ctx, name)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	start := time.Now()
+	res, err := c.Exec(ctx, req, stdio, signals)
+	e := audit.Entry{Sandbox: name, Action: audit.ActionExec, Command: req.Args}
+	if err == nil {
+		code := res.ExitCode
+		e.ExitCode = &code
+	} else if code := startFailureCode(err); code != 0 {
+		e.ExitCode = &code
+	}
+	m.audit(e, start, err)
+	return res, err
+}
+
+// startFailureCode is the exit code a failure to start maps to (0 when
+// it is not one).
+func startFailureCode(err error) int {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 127
+	case errors.Is(err, ErrCannotInvoke):
+		return 126
+	}
+	return 0
+}
+
+// ReadFile copies the sandbox's file at path to w.
+func (m *Manager) ReadFile(ctx context.Context, name, path string, w io.Writer) (int64, error) {
+	c, err := m.Connect(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.ReadFile(ctx, path, w)
+}
+
+// WriteFile creates or replaces the sandbox's file at path (parents
+// created) with what r holds.
+func (m *Manager) WriteFile(ctx context.Context, name, path string, r io.Reader, mode os.FileMode) (int64, error) {
+	c, err := m.Connect(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.WriteFile(ctx, path, r, mode)
+}
+
+// WriteFiles writes several files (path → content) over one connection
+// and returns how many it wrote; it stops at the first failure.
+func (m *Manager) WriteFiles(ctx context.Context, name string, files map[string][]byte) (int, error) {
+	c, err := m.Connect(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for i, p := range paths {
+		if _, err := c.WriteFile(ctx, p, strings.NewReader(string(files[p])), 0); err != nil {
+			return i, err
+		}
+	}
+	return len(paths), nil
+}
+
+// DeleteFile removes the sandbox's file (or, with recursive, directory).
+func (m *Manager) DeleteFile(ctx context.Context, name, path string, recursive bool) error {
+	c, err := m.Connect(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Delete(ctx, path, recursive)
+}
+
+// Logs returns the audit entries of one sandbox (ErrSandboxNotFound for
+// an unknown name).
+func (m *Manager) Logs(ctx context.Context, name string) ([]audit.Entry, error) {
+	if _, err := m.Get(ctx, name); err != nil {
+		return nil, err
+	}
+	return m.Audit(ctx, audit.Filter{Sandbox: name})
+}
+
+// Audit returns audit entries, oldest first.
+func (m *Manager) Audit(_ context.Context, f audit.Filter) ([]audit.Entry, error) {
+	if m.opts.Audit == nil {
+		return []audit.Entry{}, nil
+	}
+	return m.opts.Audit.Read(f)
+}
+
+// Extend pushes a sandbox's expiry back by d (from now when it has none
+// or it has passed) and returns the sandbox.
+func (m *Manager) Extend(ctx context.Context, name string, d time.Duration) (*Info, error) {
+	if d <= 0 {
+		return nil, errors.New("the extension must be a positive duration such as 1h")
+	}
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	return lc.Update(ctx, name, func(i *Info) error {
+		base := time.Now()
+		if i.ExpiresAt != nil && i.ExpiresAt.After(base) {
+			base = *i.ExpiresAt
+		}
+		exp := base.Add(d).UTC()
+		i.ExpiresAt = &exp
+		return nil
+	})
+}
+
+// GC removes expired sandboxes, leftovers of dead supervisors and
+// orphaned directories (dryRun: only reports them).
+func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	return lc.GC(ctx, dryRun)
+}
+
+// Stats reports the resource use of the named sandboxes (every one when
+// names is empty) and the host's totals. CPU percentages are measured
+// over sample (none when 0).
+func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...string) ([]Usage, HostUsage, error) {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return nil, HostUsage{}, err
+	}
+	var infos []*Info
+	if len(names) == 0 {
+		if infos, err = lc.List(ctx); err != nil {
+			return nil, HostUsage{}, err
+		}
+	} else {
+		for _, n := range names {
+			i, err := lc.Get(ctx, n)
+			if err != nil {
+				return nil, HostUsage{}, err
+			}
+			infos = append(infos, i)
+		}
+	}
+	host, err := lc.Host(ctx)
+	if err != nil {
+		return nil, HostUsage{}, err
+	}
+	host.Sandboxes = len(infos)
+	out := make([]Usage, len(infos))
+	conns := make([]Conn, len(infos))
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i, info := range infos {
+		out[i] = Usage{Name: info.Name, Status: info.Status}
+		if info.Status == StatusRunning {
+			if c, err := lc.Connect(ctx, info.Name); err == nil {
+				conns[i] = c
+				if u, err := c.Usage(ctx); err == nil {
+					u.Name, u.Status = info.Name, info.Status
+					out[i] = u
+				}
+				host.Running++
+				continue
+			}
+		}
+		out[i].UpperBytes, _ = lc.DiskUsage(ctx, info.Name)
+	}
+	if sample > 0 && host.Running > 0 {
+		select {
+		case <-time.After(sample):
+		case <-ctx.Done():
+			return nil, HostUsage{}, ctx.Err()
+		}
+		for i, c := range conns {
+			if c == nil {
+				continue
+			}
+			if u, err := c.Usage(ctx); err == nil {
+				out[i].CPUPercent = 100 * (u.CPUSeconds - out[i].CPUSeconds) / sample.Seconds()
+				out[i].CPUSeconds, out[i].MemoryBytes, out[i].Pids = u.CPUSeconds, u.MemoryBytes, u.Pids
+			}
+		}
+	}
+	return out, host, nil
+}
