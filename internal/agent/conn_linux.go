@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,17 +18,34 @@ const MaxMessage = 256 << 10
 // Conn is one end of a SOCK_SEQPACKET connection carrying JSON messages
 // with optional descriptors. Send is safe for concurrent use; Recv must be
 // called from one goroutine at a time.
+//
+// Every system call goes through the file's syscall.RawConn, never a
+// saved descriptor number: the runtime then releases the number only once
+// no call uses it, so a Close racing a Recv (the client's read loop) can
+// never make that loop read from an unrelated descriptor that reused the
+// number — in a process running many sandboxes at once (the API server)
+// that stole other sandboxes' config messages and pipes.
 type Conn struct {
 	f  *os.File
-	fd int
+	rc syscall.RawConn
 	mu sync.Mutex
 }
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.
-func NewConn(f *os.File) *Conn { return &Conn{f: f, fd: int(f.Fd())} }
+func NewConn(f *os.File) *Conn {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		panic("agent: NewConn: " + err.Error()) // only for a nil or closed file
+	}
+	return &Conn{f: f, rc: rc}
+}
 
-// Close closes the socket.
-func (c *Conn) Close() error { return c.f.Close() }
+// Close closes the socket. A Recv blocked on it returns ErrClosed (or
+// an error): the socket is shut down first, which wakes it.
+func (c *Conn) Close() error {
+	_ = c.rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	return c.f.Close()
+}
 
 // File is the underlying socket.
 func (c *Conn) File() *os.File { return c.f }
@@ -47,12 +65,18 @@ func (c *Conn) Send(v any, fds ...int) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for {
-		err = unix.Sendmsg(c.fd, b, oob, nil, 0)
-		if err != unix.EINTR {
-			return err
+	werr := c.rc.Write(func(fd uintptr) bool {
+		for {
+			err = unix.Sendmsg(int(fd), b, oob, nil, 0)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
 		}
+	})
+	if err == nil {
+		err = werr
 	}
+	return err
 }
 
 // ErrClosed is returned by Recv when the peer closed the connection.
@@ -65,11 +89,16 @@ func (c *Conn) Recv(v any) ([]int, error) {
 	oob := make([]byte, unix.CmsgSpace(4*8))
 	var n, oobn int
 	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(c.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
 		}
+	})
+	if err == nil && rerr != nil {
+		err = rerr
 	}
 	if err != nil {
 		return nil, err
