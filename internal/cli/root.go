@@ -54,6 +54,7 @@ func NewRootCommand(a *App) *cobra.Command {
 	root.AddGroup(
 		&cobra.Group{ID: "run", Title: "Running commands:"},
 		&cobra.Group{ID: "setup", Title: "Images and configuration:"},
+		&cobra.Group{ID: "agents", Title: "Coding agents:"},
 		&cobra.Group{ID: "other", Title: "Other commands:"},
 	)
 	add := func(group string, cmds ...*cobra.Command) {
@@ -64,7 +65,9 @@ func NewRootCommand(a *App) *cobra.Command {
 	}
 	add("run", newRunCmd(a))
 	add("run", sandboxCommands(a)...)
+	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
+	add("run", newServeCmd(a))
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")

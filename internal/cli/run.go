@@ -180,18 +180,14 @@ func (a *App) manager() (*sandbox.Manager, error) {
 // an explicit request for egress (--network, or network = true in
 // agentkernel.toml) is refused rather than silently ignored.
 func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *runOptions) error {
-	if spec.Network.Mode != sandbox.NetworkFull {
-		return nil
-	}
-	if o.overrides.Set["network"] || cfg.IsSet("security.network") {
-		return &ExitError{Code: ExitAgentkernel,
-			Err:  errors.New("network egress is not available yet on the native backend: sandboxes get loopback only"),
+	warn, err := policy.NetworkStopgap(spec, o.overrides.Set["network"] || cfg.IsSet("security.network"))
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err,
 			Hint: "drop --network (and network = true in agentkernel.toml); --no-network makes the loopback-only choice explicit"}
 	}
-	if spec.Mode != "" && spec.Mode != config.ModeNative {
-		a.Warnf("mode %s: the sandbox has loopback only; the %s domain allowlist applies once egress is available", spec.Mode, spec.Mode)
+	if warn != "" {
+		a.Warnf("%s", warn)
 	}
-	spec.Network.Mode = sandbox.NetworkNone
 	return nil
 }
 

@@ -74,6 +74,12 @@ func sandboxCommands(a *App) []*cobra.Command {
 // supervisor lifecycle (state store opened on first use), the audit log
 // and who is calling. done releases the state store.
 func (a *App) sandboxes() (*sandbox.Manager, func(), error) {
+	return a.sandboxesFor("cli")
+}
+
+// sandboxesFor is sandboxes with the face named in audit entries ("cli",
+// "mcp", "api").
+func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -95,7 +101,7 @@ func (a *App) sandboxes() (*sandbox.Manager, func(), error) {
 		Warn:      a.Warnf,
 		Lifecycle: lc,
 		Audit:     audit.New(a.DataDir),
-		Who:       who("cli"),
+		Who:       who(face),
 	})
 	return m, func() { lc.Close() }, nil
 }

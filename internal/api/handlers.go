@@ -1,0 +1,573 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	apispec "github.com/agentkernel/agentkernel/api"
+	"github.com/agentkernel/agentkernel/internal/audit"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Each handler: decode → one Manager call → encode.
+
+// SandboxInfo is a sandbox on the wire.
+type SandboxInfo struct {
+	Name        string            `json:"name"`
+	Status      string            `json:"status"`
+	Backend     string            `json:"backend"`
+	UUID        string            `json:"uuid,omitempty"`
+	Image       string            `json:"image,omitempty"`
+	VCPUs       int64             `json:"vcpus,omitempty"`
+	MemoryMB    int64             `json:"memory_mb,omitempty"`
+	CreatedAt   string            `json:"created_at,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Description string            `json:"description,omitempty"`
+	IP          string            `json:"ip,omitempty"`
+	ExpiresAt   string            `json:"expires_at,omitempty"`
+}
+
+func (s *Server) info(i *sandbox.Info) SandboxInfo {
+	out := SandboxInfo{Name: i.Name, Status: i.Status, Backend: i.Backend, UUID: i.UUID, Image: i.Image,
+		MemoryMB: i.Resources.MemoryMB, Labels: i.Labels, Description: i.Description}
+	if out.Status != sandbox.StatusRunning {
+		out.Status = sandbox.StatusStopped // the SDKs know these two only
+	}
+	if out.Backend == "" {
+		out.Backend = s.opts.Backend
+	}
+	if c := i.Resources.CPUPercent; c > 0 {
+		out.VCPUs = (c + 99) / 100
+	}
+	if !i.CreatedAt.IsZero() {
+		out.CreatedAt = i.CreatedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if i.ExpiresAt != nil {
+		out.ExpiresAt = i.ExpiresAt.UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request, _ []string) {
+	writeData(w, http.StatusOK, "ok")
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request, _ []string) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(apispec.OpenAPI)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, _ []string) {
+	writeData(w, http.StatusOK, map[string]any{"version": s.opts.Version, "backend": s.opts.Backend,
+		"api_key_configured": len(s.keys) > 0})
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ []string) {
+	_, host, err := s.opts.Manager.Stats(r.Context(), 0)
+	if err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	const mib = 1 << 20
+	writeData(w, http.StatusOK, map[string]any{
+		"sandbox_count": host.Sandboxes, "sandbox_limit": 0, "backend": s.opts.Backend,
+		"uptime_seconds": int64(time.Since(s.started).Seconds()), "version": s.opts.Version,
+		"resource_usage": map[string]any{"cpu_percent": host.CPUPercent, "memory_used_mb": host.MemoryUsedBytes / mib,
+			"memory_total_mb": host.MemoryTotalBytes / mib, "disk_used_mb": host.DataDirBytes / mib},
+	})
+}
+
+// runRequest is the body of /run, /run/stream and a /batch/run item.
+type runRequest struct {
+	Command []string `json:"command"`
+	Image   string   `json:"image"`
+	Profile string   `json:"profile"`
+	// Fast asks for a warm sandbox (default true). Warm pools are not
+	// built yet: every run gets a fresh sandbox either way.
+	Fast *bool `json:"fast"`
+}
+
+func (q *runRequest) fast() bool { return q.Fast == nil || *q.Fast }
+
+// spec resolves a run request into a Spec (400 on bad input).
+func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
+	if len(q.Command) == 0 {
+		return nil, badRequest("command is required")
+	}
+	if s.opts.Resolve == nil {
+		return nil, fmt.Errorf("the server has no spec resolver")
+	}
+	spec, err := s.opts.Resolve(r.Context(), RunSpec{Args: q.Command, Image: q.Image, Profile: profileName(q.Profile)})
+	if err != nil {
+		return nil, badRequest("%s", err.Error())
+	}
+	return spec, nil
+}
+
+// profileName lower-cases a profile and maps upstream's "custom" (which
+// meant moderate) to moderate.
+func profileName(p string) string {
+	p = strings.ToLower(strings.TrimSpace(p))
+	if p == "custom" {
+		return "moderate"
+	}
+	return p
+}
+
+// lockedBuffer collects stdout and stderr interleaved, as a terminal
+// would show them.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runOnce runs one command in a fresh sandbox and returns its output, or
+// the 409 of a non-zero exit.
+func (s *Server) runOnce(r *http.Request, spec *sandbox.Spec) (string, error) {
+	var out lockedBuffer
+	start := time.Now()
+	res, err := s.opts.Manager.Run(r.Context(), "", spec, sandbox.Stdio{Stdout: &out, Stderr: &out})
+	s.metrics.run(time.Since(start))
+	if err != nil {
+		return "", err
+	}
+	if res.ExitCode != 0 {
+		return "", exitError(res.ExitCode, out.String())
+	}
+	return out.String(), nil
+}
+
+func (s *Server) run(w http.ResponseWriter, r *http.Request, _ []string) {
+	var q runRequest
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	spec, err := s.spec(r, q)
+	if err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	out, err := s.runOnce(r, spec)
+	if err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	writeData(w, http.StatusOK, map[string]string{"output": out})
+}
+
+type batchResult struct {
+	Output *string `json:"output"`
+	Error  *string `json:"error"`
+}
+
+func (s *Server) batchRun(w http.ResponseWriter, r *http.Request, _ []string) {
+	var q struct {
+		Commands []runRequest `json:"commands"`
+	}
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	if len(q.Commands) == 0 {
+		s.fail(w, "", badRequest("commands array is required and must not be empty"))
+		return
+	}
+	results := make([]batchResult, len(q.Commands))
+	sem := make(chan struct{}, s.opts.BatchParallel)
+	var wg sync.WaitGroup
+	for i, c := range q.Commands {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			spec, err := s.spec(r, c)
+			var out string
+			if err == nil {
+				out, err = s.runOnce(r, spec)
+			}
+			if err != nil {
+				msg := err.Error()
+				results[i].Error = &msg
+				return
+			}
+			results[i].Output = &out
+		})
+	}
+	wg.Wait()
+	writeData(w, http.StatusOK, map[string]any{"results": results})
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ []string) {
+	var o sandbox.ListOptions
+	for _, l := range r.URL.Query()["label"] {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || k == "" {
+			s.fail(w, "", badRequest("Invalid label filter %q: use key:value", l))
+			return
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[k] = v
+	}
+	list, err := s.opts.Manager.List(r.Context(), o)
+	if err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	out := make([]SandboxInfo, len(list))
+	for i, sb := range list {
+		out[i] = s.info(sb)
+	}
+	writeData(w, http.StatusOK, out)
+}
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ []string) {
+	var q struct {
+		Name        string            `json:"name"`
+		Image       string            `json:"image"`
+		VCPUs       int               `json:"vcpus"`
+		MemoryMB    int               `json:"memory_mb"`
+		Profile     string            `json:"profile"`
+		Labels      map[string]string `json:"labels"`
+		Description string            `json:"description"`
+	}
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	if err := sandbox.ValidateName(q.Name); err != nil {
+		s.fail(w, q.Name, badRequest("%s", err.Error()))
+		return
+	}
+	if q.VCPUs < 0 || q.MemoryMB < 0 {
+		s.fail(w, q.Name, badRequest("vcpus and memory_mb must not be negative"))
+		return
+	}
+	p := profileName(q.Profile)
+	switch p {
+	case "", "permissive", "moderate", "restrictive":
+	default:
+		s.fail(w, q.Name, badRequest("Invalid profile '%s'. Use: permissive, moderate, restrictive", q.Profile))
+		return
+	}
+	spec, err := s.opts.Resolve(r.Context(), RunSpec{Name: q.Name, Image: q.Image, Profile: p, VCPUs: q.VCPUs, MemoryMB: q.MemoryMB})
+	if err != nil {
+		s.fail(w, q.Name, badRequest("%s", err.Error()))
+		return
+	}
+	info, _, err := s.opts.Manager.Create(r.Context(), sandbox.CreateRequest{Name: q.Name, Spec: spec, Labels: q.Labels,
+		Description: q.Description, Start: true})
+	if err != nil {
+		s.fail(w, q.Name, err)
+		return
+	}
+	writeData(w, http.StatusCreated, s.info(info))
+}
+
+// name is the {name} segment, validated (400).
+func (s *Server) name(w http.ResponseWriter, seg []string) (string, bool) {
+	n := seg[1]
+	if err := sandbox.ValidateName(n); err != nil {
+		s.fail(w, n, badRequest("%s", err.Error()))
+		return "", false
+	}
+	return n, true
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	info, err := s.opts.Manager.Get(r.Context(), n)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, s.info(info))
+}
+
+func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	var q struct {
+		Labels      *map[string]string `json:"labels"`
+		Description *string            `json:"description"`
+	}
+	if err := decode(w, r, &q, true); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	info, err := s.opts.Manager.Update(r.Context(), n, sandbox.Patch{Labels: q.Labels, Description: q.Description})
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, s.info(info))
+}
+
+func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	if err := s.opts.Manager.Remove(r.Context(), n, true); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, "Sandbox removed")
+}
+
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	if _, err := s.opts.Manager.Start(r.Context(), n); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, "Sandbox started")
+}
+
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	if _, err := s.opts.Manager.Stop(r.Context(), n); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, "Sandbox stopped")
+}
+
+func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	var q struct {
+		Command []string `json:"command"`
+		Env     []string `json:"env"`
+		Workdir string   `json:"workdir"`
+		Sudo    bool     `json:"sudo"`
+	}
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	if len(q.Command) == 0 {
+		s.fail(w, n, badRequest("command is required"))
+		return
+	}
+	for _, kv := range q.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			s.fail(w, n, badRequest("env %q: use KEY=VALUE", kv))
+			return
+		}
+	}
+	req := sandbox.ExecRequest{Args: q.Command, Env: q.Env, Workdir: q.Workdir}
+	if q.Sudo {
+		if !s.opts.AllowSudoExec {
+			s.fail(w, n, &apiError{status: http.StatusForbidden, msg: "sudo execution is disabled for HTTP API. Set [api].allow_sudo_exec = true to enable it"})
+			return
+		}
+		req.User = "0:0"
+	}
+	var out lockedBuffer
+	res, err := s.opts.Manager.Exec(r.Context(), n, req, sandbox.Stdio{Stdout: &out, Stderr: &out}, nil)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	if res.ExitCode != 0 {
+		s.fail(w, n, exitError(res.ExitCode, out.String()))
+		return
+	}
+	writeData(w, http.StatusOK, map[string]string{"output": out.String()})
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	p, err := filePath(seg[3:])
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	var buf bytes.Buffer
+	if _, err := s.opts.Manager.ReadFile(r.Context(), n, p, &buf); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	b := buf.Bytes()
+	content, enc := string(b), "utf8"
+	if !utf8.Valid(b) {
+		content, enc = base64.StdEncoding.EncodeToString(b), "base64"
+	}
+	writeData(w, http.StatusOK, map[string]any{"content": content, "encoding": enc, "size": len(b)})
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	p, err := filePath(seg[3:])
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	var q struct {
+		Content  string `json:"content"`
+		Encoding string `json:"encoding"`
+	}
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	data := []byte(q.Content)
+	if strings.EqualFold(q.Encoding, "base64") {
+		if data, err = base64.StdEncoding.DecodeString(q.Content); err != nil {
+			s.fail(w, n, badRequest("Invalid base64: %s", err.Error()))
+			return
+		}
+	}
+	written, err := s.opts.Manager.WriteFile(r.Context(), n, p, bytes.NewReader(data), 0o644)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, fmt.Sprintf("Wrote %d bytes to %s", written, p))
+}
+
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	p, err := filePath(seg[3:])
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	if err := s.opts.Manager.DeleteFile(r.Context(), n, p, false); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, "Deleted "+p)
+}
+
+func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	var q struct {
+		Files map[string]string `json:"files"`
+	}
+	if err := decode(w, r, &q, false); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	files := make(map[string][]byte, len(q.Files))
+	for p, c := range q.Files {
+		cp, err := checkPath(p)
+		if err != nil {
+			s.fail(w, n, err)
+			return
+		}
+		files[cp] = []byte(c)
+	}
+	written, err := s.opts.Manager.WriteFiles(r.Context(), n, files)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	writeData(w, http.StatusOK, map[string]int{"written": written})
+}
+
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	entries, err := s.opts.Manager.Logs(r.Context(), n)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	if entries == nil {
+		entries = []audit.Entry{}
+	}
+	writeData(w, http.StatusOK, entries)
+}
+
+func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	n, ok := s.name(w, seg)
+	if !ok {
+		return
+	}
+	var q struct {
+		By string `json:"by"`
+	}
+	if err := decode(w, r, &q, true); err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	if q.By == "" {
+		q.By = "1h"
+	}
+	d, err := time.ParseDuration(q.By)
+	if err != nil || d <= 0 {
+		s.fail(w, n, badRequest("Invalid duration '%s': use e.g. 30m, 1h, 90s", q.By))
+		return
+	}
+	info, err := s.opts.Manager.Extend(r.Context(), n, d)
+	if err != nil {
+		s.fail(w, n, err)
+		return
+	}
+	var exp *string
+	if info.ExpiresAt != nil {
+		e := info.ExpiresAt.UTC().Format(time.RFC3339Nano)
+		exp = &e
+	}
+	writeData(w, http.StatusOK, map[string]*string{"expires_at": exp})
+}
+
+func (s *Server) gc(w http.ResponseWriter, r *http.Request, _ []string) {
+	removed, err := s.opts.Manager.GC(r.Context(), false)
+	if err != nil {
+		s.fail(w, "", err)
+		return
+	}
+	if removed == nil {
+		removed = []string{}
+	}
+	writeData(w, http.StatusOK, map[string]any{"removed": removed, "count": len(removed)})
+}

@@ -1,0 +1,355 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// MaxBody is the largest request body accepted (413 above it).
+const MaxBody = 16 << 20
+
+// RunSpec is what a request asks of a new sandbox; the face that starts
+// the server turns it into a Spec (config, detection, policy).
+type RunSpec struct {
+	// Name is the persistent sandbox's name ("" for /run).
+	Name    string
+	Args    []string
+	Image   string
+	Profile string
+	// VCPUs and MemoryMB are 0 when not given.
+	VCPUs    int
+	MemoryMB int
+}
+
+// Options configures a Server.
+type Options struct {
+	// Manager does all the work.
+	Manager *sandbox.Manager
+	// Resolve turns a request into a fully resolved Spec (detection and
+	// policy with the server's working directory). Its errors are the
+	// caller's fault (400).
+	Resolve func(ctx context.Context, r RunSpec) (*sandbox.Spec, error)
+	// Keys are the accepted API keys; none means no authentication.
+	Keys []string
+	// AllowSudoExec lets exec requests ask for sudo (root).
+	AllowSudoExec bool
+	// Version and Backend are reported by /status and /stats.
+	Version string
+	Backend string
+	// Logger receives the access log (one line per request) and errors.
+	Logger *slog.Logger
+	// MCP, when set, is mounted at /mcp behind the same authentication
+	// (the MCP server's streamable HTTP transport).
+	MCP http.Handler
+	// ReadTimeout bounds reading a request body, WriteTimeout writing
+	// the answer of a route that runs no command (defaults 60 s).
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// BatchParallel bounds the commands of one /batch/run running at
+	// once (default 4).
+	BatchParallel int
+}
+
+// Server is the HTTP API. Build it with New; it is an http.Handler.
+type Server struct {
+	opts    Options
+	keys    [][sha256.Size]byte
+	started time.Time
+	metrics *metrics
+	// wg counts requests in flight (for tests and shutdown).
+	wg sync.WaitGroup
+}
+
+// New returns a Server.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = 60 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 60 * time.Second
+	}
+	if o.BatchParallel <= 0 {
+		o.BatchParallel = 4
+	}
+	if o.Backend == "" {
+		o.Backend = "native"
+	}
+	s := &Server{opts: o, started: time.Now(), metrics: newMetrics()}
+	for _, k := range o.Keys {
+		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
+	}
+	return s
+}
+
+// Serve serves on ln until ctx is done, then shuts down gracefully:
+// requests in flight finish (their commands too) within grace, after
+// which their contexts are cancelled, which stops their sandboxes.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.opts.Logger.Info("shutting down", "grace", grace)
+	sctx, scancel := context.WithTimeout(context.Background(), grace)
+	defer scancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		// Past the grace period: cancel the commands still running
+		// (their sandboxes are removed) and wait for their handlers.
+		cancel()
+		_ = hs.Close()
+	}
+	s.wg.Wait()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// ServeHTTP authenticates, routes and logs one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.wg.Add(1)
+	defer s.wg.Done()
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w}
+	seg := segments(r.URL.Path)
+	rt := s.match(r.Method, seg)
+	name := rt.name
+	switch {
+	case !s.authorized(rw, r, rt):
+		name = "unauthorized"
+	case rt.h == nil:
+		writeErr(rw, http.StatusNotFound, "Not found")
+	default:
+		rc := http.NewResponseController(rw)
+		_ = rc.SetReadDeadline(start.Add(s.opts.ReadTimeout))
+		if !rt.long {
+			_ = rc.SetWriteDeadline(start.Add(s.opts.WriteTimeout))
+		}
+		rt.h(rw, r, seg)
+	}
+	took := time.Since(start)
+	s.metrics.request(name, rw.code(), took)
+	s.opts.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "route", name,
+		"status", rw.code(), "bytes", rw.n, "duration_ms", float64(took.Microseconds())/1000, "remote", r.RemoteAddr)
+}
+
+// authorized checks the Authorization header (every route but GET
+// /health) and writes the 401 itself when it fails.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rt route) bool {
+	if len(s.keys) == 0 || rt.open {
+		return true
+	}
+	h, ok := r.Header["Authorization"]
+	if !ok || len(h) == 0 {
+		writeErr(w, http.StatusUnauthorized, "Missing Authorization header")
+		return false
+	}
+	token, ok := strings.CutPrefix(h[0], "Bearer ")
+	if !ok {
+		writeErr(w, http.StatusUnauthorized, "Invalid authorization format. Use: Bearer <api_key>")
+		return false
+	}
+	sum := sha256.Sum256([]byte(token))
+	match := 0
+	for i := range s.keys {
+		match |= subtle.ConstantTimeCompare(sum[:], s.keys[i][:])
+	}
+	if match != 1 {
+		writeErr(w, http.StatusUnauthorized, "Invalid API key")
+		return false
+	}
+	return true
+}
+
+// segments splits a path on '/' and drops empty segments.
+func segments(p string) []string {
+	parts := strings.Split(p, "/")
+	out := parts[:0]
+	for _, s := range parts {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// route is one matched route: its name for logs and metrics, whether it
+// skips auth, whether it runs commands (no write deadline), its handler.
+type route struct {
+	name string
+	open bool
+	long bool
+	h    func(w http.ResponseWriter, r *http.Request, seg []string)
+}
+
+// match finds the route of method and path segments (h nil: 404).
+func (s *Server) match(method string, seg []string) route {
+	get, post := method == http.MethodGet || method == http.MethodHead, method == http.MethodPost
+	if len(seg) == 0 {
+		return route{name: "not_found"}
+	}
+	switch seg[0] {
+	case "health":
+		if len(seg) == 1 && get {
+			return route{name: "GET /health", open: true, h: s.health}
+		}
+	case "status":
+		if len(seg) == 1 && get {
+			return route{name: "GET /status", h: s.status}
+		}
+	case "stats":
+		if len(seg) == 1 && get {
+			return route{name: "GET /stats", h: s.stats}
+		}
+	case "metrics":
+		if len(seg) == 1 && get {
+			return route{name: "GET /metrics", h: s.serveMetrics}
+		}
+	case "openapi.yaml":
+		if len(seg) == 1 && get {
+			return route{name: "GET /openapi.yaml", h: s.openapi}
+		}
+	case "gc":
+		if len(seg) == 1 && post {
+			return route{name: "POST /gc", long: true, h: s.gc}
+		}
+	case "run":
+		if len(seg) == 1 && post {
+			return route{name: "POST /run", long: true, h: s.run}
+		}
+		if len(seg) == 2 && seg[1] == "stream" && post {
+			return route{name: "POST /run/stream", long: true, h: s.runStream}
+		}
+	case "batch":
+		if len(seg) == 2 && seg[1] == "run" && post {
+			return route{name: "POST /batch/run", long: true, h: s.batchRun}
+		}
+	case "mcp":
+		if s.opts.MCP != nil {
+			return route{name: "/mcp", long: true, h: func(w http.ResponseWriter, r *http.Request, _ []string) {
+				s.opts.MCP.ServeHTTP(w, r)
+			}}
+		}
+	case "sandboxes":
+		return s.matchSandboxes(method, seg[1:])
+	}
+	return route{name: "not_found"}
+}
+
+func (s *Server) matchSandboxes(method string, seg []string) route {
+	if len(seg) == 0 {
+		switch method {
+		case http.MethodGet, http.MethodHead:
+			return route{name: "GET /sandboxes", h: s.listSandboxes}
+		case http.MethodPost:
+			return route{name: "POST /sandboxes", long: true, h: s.createSandbox}
+		}
+		return route{name: "not_found"}
+	}
+	if len(seg) == 1 {
+		switch method {
+		case http.MethodGet, http.MethodHead:
+			return route{name: "GET /sandboxes/{name}", h: s.getSandbox}
+		case http.MethodPatch:
+			return route{name: "PATCH /sandboxes/{name}", h: s.patchSandbox}
+		case http.MethodDelete:
+			return route{name: "DELETE /sandboxes/{name}", long: true, h: s.removeSandbox}
+		}
+		return route{name: "not_found"}
+	}
+	switch seg[1] {
+	case "start", "stop", "exec", "extend", "logs":
+		if len(seg) != 2 {
+			break
+		}
+		switch {
+		case seg[1] == "start" && method == http.MethodPost:
+			return route{name: "POST /sandboxes/{name}/start", long: true, h: s.startSandbox}
+		case seg[1] == "stop" && method == http.MethodPost:
+			return route{name: "POST /sandboxes/{name}/stop", long: true, h: s.stopSandbox}
+		case seg[1] == "exec" && method == http.MethodPost:
+			return route{name: "POST /sandboxes/{name}/exec", long: true, h: s.execSandbox}
+		case seg[1] == "extend" && method == http.MethodPost:
+			return route{name: "POST /sandboxes/{name}/extend", h: s.extendSandbox}
+		case seg[1] == "logs" && (method == http.MethodGet || method == http.MethodHead):
+			return route{name: "GET /sandboxes/{name}/logs", h: s.logs}
+		}
+	case "files":
+		if len(seg) == 2 {
+			if method == http.MethodPost {
+				return route{name: "POST /sandboxes/{name}/files", h: s.writeFiles}
+			}
+			break
+		}
+		switch method {
+		case http.MethodGet, http.MethodHead:
+			return route{name: "GET /sandboxes/{name}/files/{path}", h: s.readFile}
+		case http.MethodPut:
+			return route{name: "PUT /sandboxes/{name}/files/{path}", h: s.writeFile}
+		case http.MethodDelete:
+			return route{name: "DELETE /sandboxes/{name}/files/{path}", h: s.deleteFile}
+		}
+	}
+	return route{name: "not_found"}
+}
+
+// statusWriter remembers the status and size of the answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines,
+// flushes).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

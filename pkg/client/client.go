@@ -1,0 +1,217 @@
+// Package client is the Go client of the agentkernel HTTP API
+// (`agentkernel serve`): one method per route, Server-Sent Events of
+// POST /run/stream as an iterator, and errors typed by status (*APIError).
+//
+//	c := client.New() // $AGENTKERNEL_BASE_URL, $AGENTKERNEL_API_KEY
+//	out, err := c.Run(ctx, []string{"python3", "-c", "print(1)"}, nil)
+//	var ae *client.APIError
+//	if errors.As(err, &ae) && ae.ExitCode != nil { … *ae.ExitCode, ae.Output … }
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultBaseURL is where `agentkernel serve` listens by default.
+const DefaultBaseURL = "http://localhost:18888"
+
+// UserAgent is sent with every request.
+const UserAgent = "agentkernel-go-client/0.1"
+
+// Client talks to one agentkernel server. It is safe for concurrent use.
+type Client struct {
+	baseURL string
+	apiKey  string
+	hc      *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithBaseURL sets the server's address (default $AGENTKERNEL_BASE_URL,
+// else http://localhost:18888).
+func WithBaseURL(u string) Option { return func(c *Client) { c.baseURL = strings.TrimRight(u, "/") } }
+
+// WithAPIKey sets the API key (default $AGENTKERNEL_API_KEY).
+func WithAPIKey(k string) Option { return func(c *Client) { c.apiKey = k } }
+
+// WithHTTPClient replaces the HTTP client (timeouts, transports).
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.hc = h } }
+
+// WithTimeout bounds each request (none by default: pass a context with a
+// deadline, since commands may run long).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		h := *c.hc
+		h.Timeout = d
+		c.hc = &h
+	}
+}
+
+// New returns a Client configured from the environment and opts.
+func New(opts ...Option) *Client {
+	c := &Client{baseURL: DefaultBaseURL, apiKey: os.Getenv("AGENTKERNEL_API_KEY"), hc: &http.Client{}}
+	if u := os.Getenv("AGENTKERNEL_BASE_URL"); u != "" {
+		c.baseURL = strings.TrimRight(u, "/")
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Sentinel errors an *APIError matches with errors.Is, by status.
+var (
+	ErrBadRequest   = errors.New("bad request")       // 400
+	ErrUnauthorized = errors.New("unauthorized")      // 401
+	ErrForbidden    = errors.New("forbidden")         // 403
+	ErrNotFound     = errors.New("not found")         // 404
+	ErrConflict     = errors.New("conflict")          // 409: exists, not running, non-zero exit
+	ErrTooLarge     = errors.New("request too large") // 413
+	ErrServer       = errors.New("server error")      // 5xx
+	// ErrBadAnswer is an answer that is not the API's envelope.
+	ErrBadAnswer = errors.New("unexpected answer")
+)
+
+// APIError is a failure the server answered with.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Message is the server's error text.
+	Message string
+	// ExitCode and Output are set when a command exited non-zero (409).
+	ExitCode *int
+	Output   string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("agentkernel: %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Is matches the sentinel errors by status.
+func (e *APIError) Is(target error) bool {
+	switch e.Status {
+	case 400:
+		return target == ErrBadRequest
+	case 401:
+		return target == ErrUnauthorized
+	case 403:
+		return target == ErrForbidden
+	case 404:
+		return target == ErrNotFound
+	case 409:
+		return target == ErrConflict
+	case 413:
+		return target == ErrTooLarge
+	}
+	if e.Status >= 500 {
+		return target == ErrServer
+	}
+	return false
+}
+
+// envelope is every JSON answer.
+type envelope struct {
+	Success  bool            `json:"success"`
+	Data     json.RawMessage `json:"data"`
+	Error    string          `json:"error"`
+	ExitCode *int            `json:"exit_code"`
+	Output   string          `json:"output"`
+}
+
+// do sends one request and decodes data into out (when not nil).
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	resp, err := c.send(ctx, method, path, query, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("agentkernel: reading the answer: %w", err)
+	}
+	return decodeAnswer(resp.StatusCode, b, out)
+}
+
+func decodeAnswer(status int, b []byte, out any) error {
+	var env envelope
+	jerr := json.Unmarshal(b, &env)
+	if status >= 400 {
+		ae := &APIError{Status: status, Message: strings.TrimSpace(string(b))}
+		if jerr == nil && env.Error != "" {
+			ae.Message, ae.ExitCode, ae.Output = env.Error, env.ExitCode, env.Output
+		}
+		return ae
+	}
+	if jerr != nil {
+		return fmt.Errorf("agentkernel: %w: %v", ErrBadAnswer, jerr)
+	}
+	if !env.Success {
+		return &APIError{Status: status, Message: env.Error}
+	}
+	if out != nil {
+		if len(env.Data) == 0 {
+			return fmt.Errorf("agentkernel: %w: no data", ErrBadAnswer)
+		}
+		if err := json.Unmarshal(env.Data, out); err != nil {
+			return fmt.Errorf("agentkernel: decoding data: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	u := c.baseURL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("User-Agent", UserAgent)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	return c.hc.Do(req)
+}
+
+// sandboxPath is /sandboxes/NAME plus more, NAME escaped.
+func sandboxPath(name string, more ...string) string {
+	p := "/sandboxes/" + url.PathEscape(name)
+	for _, m := range more {
+		p += "/" + m
+	}
+	return p
+}
+
+// filePath is the files route of an absolute sandbox path, each segment
+// escaped.
+func filePath(name, p string) string {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return sandboxPath(name, "files", strings.Join(parts, "/"))
+}

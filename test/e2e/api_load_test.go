@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/pkg/client"
+)
+
+// envInt is an integer from the environment, or def.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// goroutines reads the server's agentkernel_goroutines gauge.
+func goroutines(t *testing.T, s *apiServer) int {
+	t.Helper()
+	r := s.raw("GET", "/metrics", "")
+	sc := bufio.NewScanner(strings.NewReader(string(r.body)))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "agentkernel_goroutines "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatalf("no agentkernel_goroutines in /metrics")
+	return 0
+}
+
+// TestAPILoad: a bounded loopback load of mixed requests (/run, exec,
+// list, get) with no errors, and nothing leaked afterwards: sandboxes,
+// mounts under the data dir, server goroutines. AK_API_LOAD_N and
+// AK_API_LOAD_C scale it (the issue's full run: 10000 at 64).
+func TestAPILoad(t *testing.T) {
+	n, conc := envInt("AK_API_LOAD_N", 2000), envInt("AK_API_LOAD_C", 16)
+	s := startAPI(t, "--api-key", apiKey)
+	tr := &http.Transport{MaxIdleConnsPerHost: conc}
+	c := client.New(client.WithBaseURL(s.url), client.WithAPIKey(apiKey), client.WithHTTPClient(&http.Client{Transport: tr}))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const name = "api-load"
+	if _, err := c.CreateSandbox(ctx, client.CreateOptions{Name: name, Image: "host"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.a.run("sandbox", "rm", "--force", name) })
+	before := goroutines(t, s)
+
+	var next, errs atomic.Int64
+	var mu sync.Mutex
+	lat := map[string][]time.Duration{}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				t0 := time.Now()
+				var kind string
+				var err error
+				switch i % 4 {
+				case 0:
+					kind = "run"
+					var out string
+					out, err = c.Run(ctx, []string{"echo", strconv.FormatInt(i, 10)}, &client.RunOptions{Image: "host"})
+					if err == nil && out != fmt.Sprintf("%d\n", i) {
+						err = fmt.Errorf("run output %q", out)
+					}
+				case 1:
+					kind = "exec"
+					var out string
+					out, err = c.Exec(ctx, name, []string{"echo", "x"}, nil)
+					if err == nil && out != "x\n" {
+						err = fmt.Errorf("exec output %q", out)
+					}
+				case 2:
+					kind = "list"
+					_, err = c.ListSandboxes(ctx, nil)
+				default:
+					kind = "get"
+					_, err = c.GetSandbox(ctx, name)
+				}
+				d := time.Since(t0)
+				if err != nil {
+					if errs.Add(1) <= 5 {
+						t.Errorf("%s #%d: %v", kind, i, err)
+					}
+					continue
+				}
+				mu.Lock()
+				lat[kind] = append(lat[kind], d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if e := errs.Load(); e > 0 {
+		t.Errorf("%d of %d requests failed", e, n)
+	}
+	t.Logf("%d requests at concurrency %d in %v: %.0f req/s", n, conc, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	for _, k := range []string{"run", "exec", "list", "get"} {
+		l := lat[k]
+		slices.Sort(l)
+		if len(l) > 0 {
+			t.Logf("%-4s n=%d p50=%v p99=%v", k, len(l), l[len(l)/2].Round(10*time.Microsecond), l[len(l)*99/100].Round(10*time.Microsecond))
+		}
+	}
+
+	// Nothing leaked.
+	if err := c.RemoveSandbox(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.ListSandboxes(ctx, nil); err != nil || len(l) != 0 {
+		t.Errorf("sandboxes left: %v %v", l, err)
+	}
+	tr.CloseIdleConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		after := goroutines(t, s)
+		if after <= before+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("server goroutines: %d before, %d after", before, after)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mi), s.a.dataDir) {
+		t.Errorf("mounts left under the data dir:\n%s", mi)
+	}
+	if ents, _ := os.ReadDir(s.a.dataDir + "/sandboxes"); len(ents) != 0 {
+		t.Errorf("sandbox directories left: %v", ents)
+	}
+}
+
+// BenchmarkAPIRun is POST /run of `true` (image host, fresh sandbox each
+// time; warm pools are not built yet) through pkg/client on loopback.
+func BenchmarkAPIRun(b *testing.B) {
+	s := startAPI(b, "--api-key", apiKey)
+	c := client.New(client.WithBaseURL(s.url), client.WithAPIKey(apiKey))
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.Run(ctx, []string{"true"}, &client.RunOptions{Image: "host"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
