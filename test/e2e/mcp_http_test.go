@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,18 @@ func TestMCPOverServe(t *testing.T) {
 	}
 	if text, isErr := call(t, sess, "sandbox_run", map[string]any{"command": []string{"sh", "-c", "echo out; exit 5"}, "image": "host"}); !isErr || !strings.Contains(text, "5") || !strings.Contains(text, "out") {
 		t.Errorf("non-zero exit must be an isError result with the output: %q %v", text, isErr)
+	}
+	// cwd, env and timeout_ms are honoured over HTTP too.
+	proj := t.TempDir()
+	if err := os.WriteFile(filepath.Join(proj, "marker"), []byte("from-cwd\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustCall(t, sess, "sandbox_run", map[string]any{"command": []string{"sh", "-c", "pwd; cat marker; echo $FOO"}, "image": "host", "cwd": proj, "env": map[string]string{"FOO": "bar"}}); out != "/workspace\nfrom-cwd\nbar\n" {
+		t.Errorf("cwd/env: %q", out)
+	}
+	start := time.Now()
+	if text, isErr := call(t, sess, "sandbox_run", map[string]any{"command": []string{"sleep", "20"}, "image": "host", "timeout_ms": 500}); !isErr || time.Since(start) > 10*time.Second {
+		t.Errorf("timeout_ms: %q %v after %v", text, isErr, time.Since(start))
 	}
 	if text, isErr := call(t, sess, "no_such_tool", nil); !isErr {
 		t.Errorf("unknown tool must be an isError result: %q", text)
