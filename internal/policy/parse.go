@@ -208,7 +208,9 @@ func ParseEnvFile(r io.Reader, name string, lookup func(string) (string, bool)) 
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	sc.Buffer(make([]byte, 0, 4096), maxEnvFileSize+1)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimLeft(strings.TrimSuffix(sc.Text(), "\r"), " \t")
+		// bufio.ScanLines already dropped one "\r" of a CRLF ending;
+		// any other "\r" belongs to the value.
+		line := strings.TrimLeft(sc.Text(), " \t")
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
