@@ -30,10 +30,14 @@ type metrics struct {
 	runCount uint64
 	runSum   float64
 	runHist  [len(runBuckets)]uint64
+	// poolRuns counts fast runs by how they were served: "hit" (a warm
+	// sandbox), "miss" (pool empty: ephemeral), "unpoolable" (ephemeral).
+	poolRuns map[string]uint64
 }
 
 func newMetrics() *metrics {
-	return &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}}
+	return &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{},
+		poolRuns: map[string]uint64{"hit": 0, "miss": 0, "unpoolable": 0}}
 }
 
 func (m *metrics) request(route string, code int, d time.Duration) {
@@ -53,6 +57,12 @@ func (m *metrics) run(d time.Duration) {
 			m.runHist[i]++
 		}
 	}
+	m.mu.Unlock()
+}
+
+func (m *metrics) poolRun(result string) {
+	m.mu.Lock()
+	m.poolRuns[result]++
 	m.mu.Unlock()
 }
 
@@ -92,6 +102,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ []string
 	}
 	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.runCount)
 	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_sum %s\nagentkernel_run_duration_seconds_count %d\n", fmtFloat(m.runSum), m.runCount)
+	b.WriteString("# HELP agentkernel_pool_runs_total Fast runs, by how they were served: hit (warm sandbox), miss (pool empty: ephemeral), unpoolable (ephemeral).\n# TYPE agentkernel_pool_runs_total counter\n")
+	for _, k := range []string{"hit", "miss", "unpoolable"} {
+		fmt.Fprintf(&b, "agentkernel_pool_runs_total{result=%q} %d\n", k, m.poolRuns[k])
+	}
 	m.mu.Unlock()
 
 	b.WriteString("# HELP agentkernel_sandboxes Persistent sandboxes, by status.\n# TYPE agentkernel_sandboxes gauge\n")
@@ -106,7 +120,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ []string
 		}
 	}
 	fmt.Fprintf(&b, "agentkernel_sandboxes{status=\"running\"} %d\nagentkernel_sandboxes{status=\"stopped\"} %d\n", counts["running"], counts["stopped"])
-	b.WriteString("# HELP agentkernel_pool_warm_sandboxes Warm sandboxes ready in the pools (warm pools are not built yet).\n# TYPE agentkernel_pool_warm_sandboxes gauge\nagentkernel_pool_warm_sandboxes 0\n")
+	b.WriteString("# HELP agentkernel_pool_warm_sandboxes Warm sandboxes ready in the pools, by image and profile.\n# TYPE agentkernel_pool_warm_sandboxes gauge\n")
+	for _, ps := range s.pools.sizes() {
+		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{image=%q,profile=%q} %d\n", ps.image, ps.profile, ps.ready)
+	}
 	fmt.Fprintf(&b, "# HELP agentkernel_goroutines Goroutines of the server process.\n# TYPE agentkernel_goroutines gauge\nagentkernel_goroutines %d\n", runtime.NumGoroutine())
 	fmt.Fprintf(&b, "# HELP agentkernel_uptime_seconds Seconds since the server started.\n# TYPE agentkernel_uptime_seconds gauge\nagentkernel_uptime_seconds %s\n", fmtFloat(time.Since(s.started).Seconds()))
 

@@ -58,6 +58,8 @@ type Options struct {
 	// BatchParallel bounds the commands of one /batch/run running at
 	// once (default 4).
 	BatchParallel int
+	// Pool sizes the warm pools of fast runs (pool.go).
+	Pool PoolOptions
 }
 
 // Server is the HTTP API. Build it with New; it is an http.Handler.
@@ -66,6 +68,7 @@ type Server struct {
 	keys    [][sha256.Size]byte
 	started time.Time
 	metrics *metrics
+	pools   *pools
 	// wg counts requests in flight (for tests and shutdown).
 	wg sync.WaitGroup
 }
@@ -88,6 +91,7 @@ func New(o Options) *Server {
 		o.Backend = "native"
 	}
 	s := &Server{opts: o, started: time.Now(), metrics: newMetrics()}
+	s.pools = newPools(o.Manager, o.Pool, func(msg string, args ...any) { o.Logger.Warn(msg, args...) })
 	for _, k := range o.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
@@ -107,6 +111,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		MaxHeaderBytes:    1 << 20,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+	}
+	// Every pooled sandbox is removed on the way out, whatever happens.
+	defer s.pools.close()
+	if s.opts.Pool.Prewarm && s.opts.Resolve != nil {
+		if spec, err := s.opts.Resolve(ctx, RunSpec{Args: []string{"true"}}); err == nil {
+			s.pools.prewarm(spec)
+		} else {
+			s.opts.Logger.Warn("warm pool: cannot resolve the default spec", "error", err)
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -112,9 +112,7 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request, _ []string) {
 
 	stdout := &streamWriter{s: ev, stream: "stdout"}
 	stderr := &streamWriter{s: ev, stream: "stderr"}
-	start := time.Now()
-	res, err := s.opts.Manager.Run(r.Context(), "", spec, sandbox.Stdio{Stdout: stdout, Stderr: stderr})
-	s.metrics.run(time.Since(start))
+	res, err := s.execute(r.Context(), spec, q.fast(), sandbox.Stdio{Stdout: stdout, Stderr: stderr})
 	stdout.flush()
 	stderr.flush()
 	if err != nil {

@@ -171,6 +171,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Backend:       "native",
 		Logger:        accessLog,
 		MCP:           mcp.Handler(mcpServer, a.Logger),
+		// Warm pools for fast runs: [daemon] min_warm / max_warm; the
+		// default image's pool is filled at start only when min_warm is set.
+		Pool: api.PoolOptions{MinWarm: int(cfg.Daemon.MinWarm), MaxWarm: int(cfg.Daemon.MaxWarm),
+			Prewarm: cfg.IsSet("daemon.min_warm") && cfg.Daemon.MinWarm > 0},
 	})
 	if len(keys) > 0 {
 		a.Infof("API key authentication enabled (%d key(s))", len(keys))

@@ -173,12 +173,15 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*sandbox.Info, len(all))
-	for i, sb := range all {
+	out := make([]*sandbox.Info, 0, len(all))
+	for _, sb := range all {
 		if sb, err = m.reconcile(ctx, sb); err != nil {
+			if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, store.ErrNotFound) {
+				continue // removed meanwhile (e.g. a warm pool's sandbox)
+			}
 			return nil, err
 		}
-		out[i] = m.info(sb)
+		out = append(out, m.info(sb))
 	}
 	return out, nil
 }

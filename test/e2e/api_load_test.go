@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,6 +143,9 @@ func TestAPILoad(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The warm pool's sandboxes live until the server stops, which
+	// removes them all.
+	s.stop()
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	if strings.Contains(string(mi), s.a.dataDir) {
 		t.Errorf("mounts left under the data dir:\n%s", mi)
@@ -151,16 +155,62 @@ func TestAPILoad(t *testing.T) {
 	}
 }
 
-// BenchmarkAPIRun is POST /run of `true` (image host, fresh sandbox each
-// time; warm pools are not built yet) through pkg/client on loopback.
-func BenchmarkAPIRun(b *testing.B) {
+// BenchmarkAPIRun is POST /run of `true` with fast:false (image host, a
+// fresh ephemeral sandbox each time) through pkg/client on loopback.
+func BenchmarkAPIRun(b *testing.B) { benchRun(b, false) }
+
+// BenchmarkAPIRunFast is the same with fast:true (the default): a sandbox
+// from the warm pool each time. It reports p50/p99 latency and req/s at
+// concurrency AK_BENCH_C (default 8).
+func BenchmarkAPIRunFast(b *testing.B) { benchRun(b, true) }
+
+func benchRun(b *testing.B, fast bool) {
+	conc := envInt("AK_BENCH_C", 8)
 	s := startAPI(b, "--api-key", apiKey)
-	c := client.New(client.WithBaseURL(s.url), client.WithAPIKey(apiKey))
+	tr := &http.Transport{MaxIdleConnsPerHost: conc}
+	c := client.New(client.WithBaseURL(s.url), client.WithAPIKey(apiKey), client.WithHTTPClient(&http.Client{Transport: tr}))
 	ctx := context.Background()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := c.Run(ctx, []string{"true"}, &client.RunOptions{Image: "host"}); err != nil {
+	f := fast
+	opts := &client.RunOptions{Image: "host", Fast: &f}
+	// Warm up (creates the pool of the key).
+	for range conc {
+		if _, err := c.Run(ctx, []string{"true"}, opts); err != nil {
 			b.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var mine []time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			if _, err := c.Run(ctx, []string{"true"}, opts); err != nil {
+				b.Error(err)
+				return
+			}
+			mine = append(mine, time.Since(t0))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	took := time.Since(start)
+	b.StopTimer()
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		b.ReportMetric(float64(len(lat))/took.Seconds(), "req/s")
+	}
+	if fast {
+		hit := metricSum(b, s, `agentkernel_pool_runs_total{result="hit"}`)
+		miss := metricSum(b, s, `agentkernel_pool_runs_total{result="miss"}`)
+		if hit+miss > 0 {
+			b.ReportMetric(100*float64(hit)/float64(hit+miss), "hit-%")
 		}
 	}
 }

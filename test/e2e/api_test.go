@@ -33,6 +33,8 @@ type apiServer struct {
 	cmd  *exec.Cmd
 	errb *lockedBuf
 	rec  *recorder
+	// stop sends SIGTERM and checks a clean exit (once; also at cleanup).
+	stop func()
 }
 
 type lockedBuf struct {
@@ -88,24 +90,28 @@ func startAPI(t testing.TB, args ...string) *apiServer {
 		c.Process.Kill()
 		t.Fatalf("serve did not start:\n%s", s.errb.String())
 	}
-	t.Cleanup(func() {
-		c.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve exited with %v after SIGTERM:\n%s", err, s.errb.String())
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			c.Process.Signal(syscall.SIGTERM)
+			done := make(chan error, 1)
+			go func() { done <- c.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve exited with %v after SIGTERM:\n%s", err, s.errb.String())
+				}
+			case <-time.After(20 * time.Second):
+				c.Process.Kill()
+				t.Errorf("serve did not stop on SIGTERM")
 			}
-		case <-time.After(20 * time.Second):
-			c.Process.Kill()
-			t.Errorf("serve did not stop on SIGTERM")
-		}
-		pw.Close()
-		if out := s.errb.String(); strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") {
-			t.Errorf("serve printed a stack trace:\n%s", out)
-		}
-	})
+			pw.Close()
+			if out := s.errb.String(); strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") {
+				t.Errorf("serve printed a stack trace:\n%s", out)
+			}
+		})
+	}
+	t.Cleanup(s.stop)
 	return s
 }
 
