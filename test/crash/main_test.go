@@ -13,13 +13,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/test/testbin"
 )
 
 // binary is the agentkernel binary built once for the whole package, in a
@@ -27,24 +28,7 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("crash: skipped, needs root for namespaces, mounts and cgroups (run as root, as CI does)")
-		os.Exit(0)
-	}
-	dir, err := os.MkdirTemp("", "ak-crash-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "agentkernel")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/agentkernel")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("building agentkernel: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m.Run, &binary, "crash", "needs root for namespaces, mounts and cgroups")
 }
 
 // result is one finished agentkernel invocation.

@@ -7,37 +7,21 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/test/testbin"
 )
 
 // binary is the agentkernel binary built once for the whole package.
 var binary string
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Println("e2e: skipped, needs root for namespaces and mounts (run as root, as CI does)")
-		os.Exit(0)
-	}
-	dir, err := os.MkdirTemp("", "ak-e2e-")
-	if err != nil {
-		panic(err)
-	}
-	binary = filepath.Join(dir, "agentkernel")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/agentkernel")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Printf("building agentkernel: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testbin.Main(m.Run, &binary, "e2e", "needs root for namespaces and mounts")
 }
 
 // result is one finished agentkernel invocation.

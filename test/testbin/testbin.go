@@ -1,0 +1,38 @@
+// Package testbin builds the agentkernel binary once for a test package's
+// TestMain, statically (CGO_ENABLED=0) as it ships, in a directory of its
+// own so that its path identifies the test's processes.
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Main builds agentkernel into a fresh temporary directory (named after
+// prefix), sets *binary to its path, runs the tests and removes the
+// directory. It never returns. Packages that need root say so in why and
+// skip (exit 0) when not root.
+func Main(run func() int, binary *string, prefix, why string) {
+	if why != "" && os.Geteuid() != 0 {
+		fmt.Printf("%s: skipped, %s (run as root, as CI does)\n", prefix, why)
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "ak-"+prefix+"-")
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	*binary = filepath.Join(dir, "agentkernel")
+	build := exec.Command("go", "build", "-o", *binary, "github.com/agentkernel/agentkernel/cmd/agentkernel")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Printf("building agentkernel: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
