@@ -1,9 +1,11 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -43,6 +45,9 @@ func (s *Store) Load(ctx context.Context, path string) ([]ImageSummary, error) {
 	} else {
 		tfs, cleanup, err := s.openTarFS(path)
 		if err != nil {
+			if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("load %s: not a tar archive (or a truncated one): expected a docker save tarball or an OCI image layout (directory or tar, optionally gzip or zstd)", path)
+			}
 			return nil, fmt.Errorf("load %s: %w", path, err)
 		}
 		defer cleanup()

@@ -945,3 +945,17 @@ func TestDuplicateLayersListedOnce(t *testing.T) {
 		t.Fatalf("merged: %s", got)
 	}
 }
+
+// TestLoadNotATar: a file that is no archive at all gets an error that
+// names what load accepts, not the tar reader's "invalid tar header".
+func TestLoadNotATar(t *testing.T) {
+	s, _ := newStore(t)
+	p := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(p, []byte("just some text, not an image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Load(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "not a tar archive") || !strings.Contains(err.Error(), "docker save") {
+		t.Fatalf("Load of a text file: %v", err)
+	}
+}
