@@ -251,22 +251,17 @@ a digest or digest prefix (sha256:0123456789ab).`,
 		Example: "  agentkernel images inspect alpine:3.20\n  agentkernel images inspect sha256:3f1e2b7a9c0d | jq '.[0].layers[].path'",
 		Args:    imagesMinArgs(1, "an image reference"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := imagesContext(cmd)
-			defer stop()
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			var out []image.ImageDetails
-			for _, ref := range args {
-				d, err := s.Inspect(ctx, ref)
-				if err != nil {
-					return imageError(err)
+			return a.withImageStore(cmd, func(ctx context.Context, s *image.Store) error {
+				var out []image.ImageDetails
+				for _, ref := range args {
+					d, err := s.Inspect(ctx, ref)
+					if err != nil {
+						return imageError(err)
+					}
+					out = append(out, d)
 				}
-				out = append(out, d)
-			}
-			return writeImagesJSON(a, out)
+				return writeImagesJSON(a, out)
+			})
 		},
 	}
 }
@@ -282,26 +277,21 @@ since running sandboxes may still use them.`,
 		Example: "  agentkernel images rm alpine:3.20\n  agentkernel images rm sha256:3f1e2b7a9c0d && agentkernel images prune",
 		Args:    imagesMinArgs(1, "an image reference"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := imagesContext(cmd)
-			defer stop()
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			for _, ref := range args {
-				res, err := s.Remove(ctx, ref)
-				if err != nil {
-					return imageError(err)
+			return a.withImageStore(cmd, func(ctx context.Context, s *image.Store) error {
+				for _, ref := range args {
+					res, err := s.Remove(ctx, ref)
+					if err != nil {
+						return imageError(err)
+					}
+					for _, t := range res.Untagged {
+						fmt.Fprintf(a.Stdout, "Untagged: %s\n", t)
+					}
+					if res.Deleted != "" {
+						fmt.Fprintf(a.Stdout, "Deleted: %s\n", res.Deleted)
+					}
 				}
-				for _, t := range res.Untagged {
-					fmt.Fprintf(a.Stdout, "Untagged: %s\n", t)
-				}
-				if res.Deleted != "" {
-					fmt.Fprintf(a.Stdout, "Deleted: %s\n", res.Deleted)
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -317,24 +307,19 @@ process) to finish.`,
 		Example: "  agentkernel images prune",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := imagesContext(cmd)
-			defer stop()
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			res, err := s.Prune(ctx)
-			if err != nil {
-				return imageError(err)
-			}
-			for _, d := range res.Images {
-				fmt.Fprintf(a.Stdout, "Deleted: %s\n", d)
-			}
-			fmt.Fprintf(a.Stdout, "Removed %d %s (%s), %d %s, %d temporary %s\n",
-				res.Layers, imagesPlural(res.Layers, "layer", "layers"), image.HumanSize(res.Bytes),
-				res.Blobs, imagesPlural(res.Blobs, "blob", "blobs"), res.Temporary, imagesPlural(res.Temporary, "entry", "entries"))
-			return nil
+			return a.withImageStore(cmd, func(ctx context.Context, s *image.Store) error {
+				res, err := s.Prune(ctx)
+				if err != nil {
+					return imageError(err)
+				}
+				for _, d := range res.Images {
+					fmt.Fprintf(a.Stdout, "Deleted: %s\n", d)
+				}
+				fmt.Fprintf(a.Stdout, "Removed %d %s (%s), %d %s, %d temporary %s\n",
+					res.Layers, imagesPlural(res.Layers, "layer", "layers"), image.HumanSize(res.Bytes),
+					res.Blobs, imagesPlural(res.Blobs, "blob", "blobs"), res.Temporary, imagesPlural(res.Temporary, "entry", "entries"))
+				return nil
+			})
 		},
 	}
 }
@@ -395,25 +380,33 @@ sets only PATH; give the command to 'agentkernel run'.`,
   agentkernel run --image mytools:1 -- /bin/sh -c 'echo hi'`,
 		Args: imagesExactArgs(2, "a tarball and a NAME:TAG"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := imagesContext(cmd)
-			defer stop()
-			s, err := a.openImageStore()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			sum, err := s.Import(ctx, args[0], args[1])
-			if err != nil {
-				return imageError(err)
-			}
-			fmt.Fprintf(a.Stdout, "%s@%s\n", sum.Ref, sum.Digest)
-			return nil
+			return a.withImageStore(cmd, func(ctx context.Context, s *image.Store) error {
+				sum, err := s.Import(ctx, args[0], args[1])
+				if err != nil {
+					return imageError(err)
+				}
+				fmt.Fprintf(a.Stdout, "%s@%s\n", sum.Ref, sum.Digest)
+				return nil
+			})
 		},
 	}
 }
 
 // imagesContext is the command's context, cancelled on SIGINT or SIGTERM
 // so that an interrupted pull cleans up after itself.
+// withImageStore runs fn with the image store open and a context that
+// Ctrl-C or SIGTERM cancels, and closes the store afterwards.
+func (a *App) withImageStore(cmd *cobra.Command, fn func(ctx context.Context, s *image.Store) error) error {
+	ctx, stop := imagesContext(cmd)
+	defer stop()
+	s, err := a.openImageStore()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return fn(ctx, s)
+}
+
 func imagesContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	ctx := cmd.Context()
 	if ctx == nil {
