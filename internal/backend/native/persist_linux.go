@@ -486,13 +486,17 @@ func (a *agentState) handle(req agent.Request, fds []int) {
 		a.exec(req, fds)
 		return
 	}
-	defer agent.CloseFds(fds)
 	var file *os.File
 	if len(fds) > 0 {
+		// The first descriptor is the stream; file owns it from here, so
+		// it must not be closed a second time below: a double close in
+		// this multi-request process would close whatever descriptor
+		// another request got under the same number meanwhile.
 		file = os.NewFile(uintptr(fds[0]), "stream")
 		fds = fds[1:]
 		defer file.Close()
 	}
+	defer agent.CloseFds(fds)
 	needFile := func() bool {
 		if file == nil {
 			_ = a.conn.Send(agent.Response{ID: req.ID, Error: "no descriptor attached", Kind: "setup"})
