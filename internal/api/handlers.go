@@ -147,12 +147,10 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	start := time.Now()
 	defer func() { s.metrics.run(time.Since(start)) }()
 	if fast {
-		name, release, why := s.pools.take(spec)
+		sb, why := s.pools.take(spec)
 		s.metrics.poolRun(why)
-		if name != "" {
-			defer release()
-			return s.opts.Manager.Exec(ctx, name, sandbox.ExecRequest{Args: spec.Args, Env: spec.Env,
-				Workdir: spec.Workdir, User: spec.User}, stdio, nil)
+		if sb != nil {
+			return sb.Run(ctx, spec.Args, stdio, nil)
 		}
 	}
 	return s.opts.Manager.Run(ctx, "", spec, stdio)
@@ -250,8 +248,6 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ []strin
 		s.fail(w, "", err)
 		return
 	}
-	// The warm pools' sandboxes are listed only when asked for by label
-	// (sandbox.ListOptions).
 	out := make([]SandboxInfo, len(list))
 	for i, sb := range list {
 		out[i] = s.info(sb)

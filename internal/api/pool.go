@@ -2,11 +2,9 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -17,35 +15,31 @@ import (
 
 // Warm pools (fast:true, the default of /run, /run/stream, /batch/run).
 //
-// A pool holds pre-started persistent sandboxes, hidden from GET
-// /sandboxes (name pool-<hex>, label agentkernel.pool=1). A request takes
-// one, runs its command with Exec, and the sandbox is removed in the
-// background while a fresh one refills the pool: no request ever sees
-// another's files or processes. A request that finds its pool empty does
-// not wait for a creation: it runs in a fresh ephemeral sandbox, as
-// fast:false does, and the pool grows.
+// A pool holds prepared sandboxes (sandbox.Prepared): built up to the
+// start of their command — namespaces, cgroup, root filesystem, mounts,
+// seccomp filter — and waiting. A request takes one, gives it its
+// command, and the sandbox is torn down when the command ends, exactly
+// as an ephemeral run's; a fresh one refills the pool in the background.
+// No request ever sees another's files or processes. A request that finds
+// its pool empty does not wait for a preparation: it runs in a fresh
+// ephemeral sandbox, as fast:false does, and the pool grows.
 //
 // The rule for which requests a pool serves is simple: the request's
 // spec is resolved exactly as for an ephemeral run, and the pool key is
 // that whole spec minus the command (image, profile, mounts, env, workdir,
-// user, network, resources, security). Requests whose specs are equal
-// share a pool, so a pooled sandbox always matches the request. Specs a
-// long-lived sandbox cannot honour the way a run does — a run timeout
-// ([resources] timeout), a terminal, kept layers — take the ephemeral
-// path, as do new keys once maxPools pools exist.
+// user, network, resources, timeout, security). Requests whose specs are
+// equal share a pool, so a pooled sandbox always matches the request.
+// Specs that need a terminal or keep their layer take the ephemeral path,
+// as do new keys once maxPools pools exist.
 //
 // Sizing: each key keeps at least [daemon] min_warm sandboxes (1 when
 // unset) and at most [daemon] max_warm (8 when unset); a request that
 // finds its pool empty raises that key's target by one (up to max_warm),
 // so the pool grows to the load it sees. At most maxFilling sandboxes are
-// created at once, all pools together.
-
-// PoolLabel marks the sandboxes of the warm pools (hidden from
-// Manager.List unless asked for).
-const PoolLabel = sandbox.PoolLabel
+// prepared at once, all pools together.
 
 // maxPools bounds the number of keys (pools) at once; maxFilling the
-// sandboxes being created at once (refills must not starve requests).
+// sandboxes being prepared at once (refills must not starve requests).
 const (
 	maxPools   = 16
 	maxFilling = 2
@@ -66,10 +60,10 @@ type warmPool struct {
 	image   string
 	profile string
 	tmpl    *sandbox.Spec
-	ready   []string // started sandboxes, ready to take
-	filling int      // creations in flight
+	ready   []sandbox.Prepared
+	filling int // preparations in flight
 	target  int
-	failed  time.Time // last creation failure (back off)
+	failed  time.Time // last preparation failure (back off)
 }
 
 type pools struct {
@@ -80,11 +74,11 @@ type pools struct {
 	mu     sync.Mutex
 	byKey  map[string]*warmPool
 	closed bool
-	// filling counts creations in flight, all pools together.
+	// filling counts preparations in flight, all pools together.
 	filling int
-	// bg counts background work (creations, removals).
+	// bg counts background preparations.
 	bg sync.WaitGroup
-	// ctx is cancelled at close (stops creations in flight).
+	// ctx is cancelled at close (stops preparations in flight).
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -103,10 +97,20 @@ func newPools(m *sandbox.Manager, o PoolOptions, log func(string, ...any)) *pool
 	return &pools{m: m, opts: o, log: log, byKey: map[string]*warmPool{}, ctx: ctx, cancel: cancel}
 }
 
+// maxPooledArgs bounds the argv (as JSON) a pooled sandbox is handed.
+const maxPooledArgs = 32 << 10
+
 // poolable reports whether a pooled sandbox can run spec exactly as an
 // ephemeral run would.
 func poolable(spec *sandbox.Spec) bool {
-	return spec.Resources.Timeout == 0 && !spec.TTY && !spec.Interactive && !spec.Keep && len(spec.Args) > 0
+	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 {
+		return false
+	}
+	n := 0
+	for _, a := range spec.Args {
+		n += len(a) + 8
+	}
+	return n <= maxPooledArgs
 }
 
 // poolKey is the spec minus what differs per request.
@@ -121,66 +125,54 @@ func poolKey(spec *sandbox.Spec) (string, error) {
 	return hex.EncodeToString(sum[:16]), nil
 }
 
-func poolName() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "pool-" + hex.EncodeToString(b[:])
-}
-
-// take returns a started pool sandbox for spec and a release func that
-// discards it; name is "" when the caller must run spec ephemerally.
-// why is "hit", "miss" (pool empty) or "unpoolable".
-func (p *pools) take(spec *sandbox.Spec) (name string, release func(), why string) {
+// take returns a prepared sandbox for spec, or nil when the caller must
+// run spec ephemerally. why is "hit", "miss" (pool empty) or
+// "unpoolable".
+func (p *pools) take(spec *sandbox.Spec) (sandbox.Prepared, string) {
 	if !poolable(spec) {
-		return "", nil, "unpoolable"
+		return nil, "unpoolable"
 	}
 	key, err := poolKey(spec)
 	if err != nil {
-		return "", nil, "unpoolable"
+		return nil, "unpoolable"
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
-		return "", nil, "unpoolable"
+		return nil, "unpoolable"
 	}
 	wp := p.byKey[key]
 	if wp == nil {
 		if len(p.byKey) >= maxPools {
-			p.mu.Unlock()
-			return "", nil, "unpoolable"
+			return nil, "unpoolable"
 		}
-		tmpl := *spec
-		tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
-		wp = &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm}
-		p.byKey[key] = wp
+		wp = p.newPoolLocked(key, spec)
 	}
 	n := len(wp.ready)
 	if n == 0 {
-		// Empty: this request runs ephemerally (cheaper than creating,
-		// starting and removing a sandbox in its path) while the pool
-		// grows towards the load.
+		// Empty: this request runs ephemerally (cheaper than waiting
+		// for a preparation) while the pool grows towards the load.
 		if wp.target < p.opts.MaxWarm {
 			wp.target++
 		}
 		p.refillLocked(wp)
-		p.mu.Unlock()
-		return "", nil, "miss"
+		return nil, "miss"
 	}
-	name = wp.ready[n-1]
-	wp.ready = wp.ready[:n-1]
-	p.bg.Add(1) // the sandbox taken until released
+	sb := wp.ready[0]
+	wp.ready = slices.Delete(wp.ready, 0, 1)
 	p.refillLocked(wp)
-	p.mu.Unlock()
-	release = func() {
-		go func() {
-			defer p.bg.Done()
-			p.remove(name)
-		}()
-	}
-	return name, release, "hit"
+	return sb, "hit"
 }
 
-// refillLocked starts creations until ready+filling reaches the target.
+func (p *pools) newPoolLocked(key string, spec *sandbox.Spec) *warmPool {
+	tmpl := *spec
+	tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
+	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm}
+	p.byKey[key] = wp
+	return wp
+}
+
+// refillLocked starts preparations until ready+filling reaches the target.
 func (p *pools) refillLocked(wp *warmPool) {
 	if p.closed || time.Since(wp.failed) < time.Second {
 		return
@@ -191,7 +183,7 @@ func (p *pools) refillLocked(wp *warmPool) {
 		p.bg.Add(1)
 		go func() {
 			defer p.bg.Done()
-			name, err := p.create(p.ctx, wp)
+			sb, err := p.create(p.ctx, wp)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			wp.filling--
@@ -200,21 +192,20 @@ func (p *pools) refillLocked(wp *warmPool) {
 			if err != nil {
 				wp.failed = time.Now()
 				if !p.closed {
-					p.log("warm pool: creating a sandbox failed", "image", wp.image, "profile", wp.profile, "error", err)
+					p.log("warm pool: preparing a sandbox failed", "image", wp.image, "profile", wp.profile, "error", err)
 				}
 				return
 			}
 			if p.closed {
-				p.bg.Add(1)
-				go func() { defer p.bg.Done(); p.remove(name) }()
+				go sb.Close()
 				return
 			}
-			wp.ready = append(wp.ready, name)
+			wp.ready = append(wp.ready, sb)
 		}()
 	}
 }
 
-// refillAllLocked lets pools waiting for a creation slot go on.
+// refillAllLocked lets pools waiting for a preparation slot go on.
 func (p *pools) refillAllLocked() {
 	for _, wp := range p.byKey {
 		if p.filling >= maxFilling {
@@ -224,36 +215,24 @@ func (p *pools) refillAllLocked() {
 	}
 }
 
-// create makes and starts one pool sandbox from the pool's template.
-func (p *pools) create(ctx context.Context, wp *warmPool) (string, error) {
+// create prepares one sandbox from the pool's template.
+func (p *pools) create(ctx context.Context, wp *warmPool) (sandbox.Prepared, error) {
 	p.mu.Lock()
 	spec := *wp.tmpl
 	p.mu.Unlock()
 	spec.Mounts = slices.Clone(spec.Mounts)
 	spec.Env = slices.Clone(spec.Env)
-	name := poolName()
-	_, _, err := p.m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: &spec, Start: true,
-		Labels: map[string]string{PoolLabel: "1"}, Description: "warm pool"})
+	sb, err := p.m.Prepare(ctx, "", &spec)
 	if err != nil {
-		p.remove(name)
-		return "", err
+		return nil, err
 	}
-	// Later creations reuse the prepared root filesystem.
+	// Later preparations reuse the resolved root filesystem.
 	p.mu.Lock()
 	if len(wp.tmpl.Rootfs.Layers) == 0 && !wp.tmpl.Rootfs.Host {
 		wp.tmpl.Rootfs = spec.Rootfs
 	}
 	p.mu.Unlock()
-	return name, nil
-}
-
-// remove discards a pool sandbox (errors only logged: GC collects it).
-func (p *pools) remove(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := p.m.Remove(ctx, name, true); err != nil && !errors.Is(err, sandbox.ErrSandboxNotFound) {
-		p.log("warm pool: removing a sandbox failed", "name", name, "error", err)
-	}
+	return sb, nil
 }
 
 // prewarm creates the pool of spec and fills it to min_warm.
@@ -270,11 +249,7 @@ func (p *pools) prewarm(spec *sandbox.Spec) {
 	if p.closed || p.byKey[key] != nil || len(p.byKey) >= maxPools {
 		return
 	}
-	tmpl := *spec
-	tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
-	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm}
-	p.byKey[key] = wp
-	p.refillLocked(wp)
+	p.refillLocked(p.newPoolLocked(key, spec))
 }
 
 // poolSize is one pool's ready count for /metrics.
@@ -303,22 +278,21 @@ func (p *pools) sizes() []poolSize {
 	return out
 }
 
-// close stops refills, removes every ready sandbox and waits for the
-// background work (creations in flight are cancelled, taken sandboxes
-// are removed by their requests' release).
+// close stops refills, discards every ready sandbox and waits for the
+// preparations in flight (cancelled).
 func (p *pools) close() {
 	p.mu.Lock()
 	p.closed = true
-	var names []string
+	var ready []sandbox.Prepared
 	for _, wp := range p.byKey {
-		names = append(names, wp.ready...)
+		ready = append(ready, wp.ready...)
 		wp.ready = nil
 	}
 	p.mu.Unlock()
 	p.cancel()
 	var wg sync.WaitGroup
-	for _, n := range names {
-		wg.Go(func() { p.remove(n) })
+	for _, sb := range ready {
+		wg.Go(sb.Close)
 	}
 	wg.Wait()
 	p.bg.Wait()

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +38,22 @@ func TestPoolKey(t *testing.T) {
 	}
 	to := base()
 	to.Resources.Timeout = time.Second
-	if poolable(to) {
-		t.Errorf("a run with a timeout is poolable")
+	if !poolable(to) {
+		t.Errorf("a run with a timeout is not poolable")
+	}
+	if k, _ := poolKey(to); k == k0 {
+		t.Errorf("timeout: same key")
+	}
+	for name, change := range map[string]func(*sandbox.Spec){
+		"tty":       func(s *sandbox.Spec) { s.TTY = true },
+		"keep":      func(s *sandbox.Spec) { s.Keep = true },
+		"no args":   func(s *sandbox.Spec) { s.Args = nil },
+		"huge argv": func(s *sandbox.Spec) { s.Args = []string{strings.Repeat("x", 40<<10)} },
+	} {
+		s := base()
+		change(s)
+		if poolable(s) {
+			t.Errorf("%s: poolable", name)
+		}
 	}
 }

@@ -112,7 +112,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
 	}
-	// Every pooled sandbox is removed on the way out, whatever happens.
+	// Every pooled sandbox is removed on the way out, whatever happens,
+	// and the teardown of the last runs' sandboxes is waited for.
+	defer s.opts.Manager.Drain()
 	defer s.pools.close()
 	if s.opts.Pool.Prewarm && s.opts.Resolve != nil {
 		if spec, err := s.opts.Resolve(ctx, RunSpec{Args: []string{"true"}}); err == nil {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"os"
 )
 
 // Stdio are the streams of the sandboxed process. When a field is an
@@ -35,4 +36,21 @@ type Backend interface {
 	// sandbox could not be set up or the command could not be started;
 	// errors wrapping ErrNotFound / ErrCannotInvoke map to 127 / 126.
 	Run(ctx context.Context, spec *Spec, stdio Stdio) (Result, error)
+}
+
+// Preparer is a Backend that can build a sandbox ahead of its command
+// (the warm pools, pool.go).
+type Preparer interface {
+	// Prepare builds a sandbox for spec up to the start of its command
+	// (spec.Args are ignored) and returns once it is ready.
+	Prepare(ctx context.Context, spec *Spec) (Prepared, error)
+}
+
+// Prepared is a sandbox waiting for its one command.
+type Prepared interface {
+	// Run runs args to completion as Backend.Run would, forwarding the
+	// signals that arrive on sigs (may be nil), and removes the sandbox.
+	Run(ctx context.Context, args []string, stdio Stdio, sigs <-chan os.Signal) (Result, error)
+	// Close discards a sandbox that was not run.
+	Close()
 }

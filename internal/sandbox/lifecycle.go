@@ -145,13 +145,7 @@ type ListOptions struct {
 	Labels map[string]string
 	// RunningOnly leaves stopped sandboxes out.
 	RunningOnly bool
-	// Hidden includes the sandboxes of the API server's warm pools
-	// (label PoolLabel), which are left out unless Labels names it.
-	Hidden bool
 }
-
-// PoolLabel marks the hidden sandboxes of the API server's warm pools.
-const PoolLabel = "agentkernel.pool"
 
 // List returns the sandboxes matching o, oldest first.
 func (m *Manager) List(ctx context.Context, o ListOptions) ([]*Info, error) {
@@ -163,15 +157,10 @@ func (m *Manager) List(ctx context.Context, o ListOptions) ([]*Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, hidden := o.Labels[PoolLabel]
-	hidden = hidden || o.Hidden
 	out := make([]*Info, 0, len(all))
 next:
 	for _, sb := range all {
 		if o.RunningOnly && sb.Status != StatusRunning {
-			continue
-		}
-		if !hidden && sb.Labels[PoolLabel] != "" {
 			continue
 		}
 		for k, v := range o.Labels {

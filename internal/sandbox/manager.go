@@ -136,3 +136,32 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 	}
 	return b.Run(ctx, spec, stdio)
 }
+
+// Prepare builds a sandbox for spec on the named backend up to the start
+// of its command (warm pools); ErrUnsupported when the backend cannot.
+func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prepared, error) {
+	b, err := m.Backend(backend)
+	if err != nil {
+		return nil, err
+	}
+	pb, ok := b.(Preparer)
+	if !ok {
+		return nil, fmt.Errorf("backend %s cannot prepare sandboxes ahead: %w", b.Name(), ErrUnsupported)
+	}
+	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+		if err := m.PrepareRootfs(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	return pb.Prepare(ctx, spec)
+}
+
+// Drain waits until the sandboxes of finished runs are completely torn
+// down (a backend may finish that after Run returns).
+func (m *Manager) Drain() {
+	for _, b := range m.backends {
+		if d, ok := b.(interface{ Drain() }); ok {
+			d.Drain()
+		}
+	}
+}

@@ -63,6 +63,10 @@ type initConfig struct {
 	// PID 1 and serves agent requests (exec, files, stop) on fd 3
 	// (persist_linux.go).
 	Persistent bool `json:"persistent,omitempty"`
+	// Deferred: the init builds the whole sandbox, says 'R' on fd 3 and
+	// waits there for the command ('A' and a JSON argv) before it starts
+	// the command (Prepare, prepare_linux.go).
+	Deferred bool `json:"deferred,omitempty"`
 	// Trace makes the init print a timestamp after each stage to stderr
 	// (AGENTKERNEL_TRACE_STAGES=1 in the parent's environment).
 	Trace bool `json:"trace,omitempty"`

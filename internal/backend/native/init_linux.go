@@ -347,12 +347,19 @@ func (s *initState) releaseExecStage() error {
 	if n == 0 || buf[0] != 'F' {
 		return fmt.Errorf("seccomp filter: %s", buf[min(n, 1):n])
 	}
-	s.cfg.Exec.Filter = buf[1:n]
+	s.cfg.Exec.Filter = append([]byte(nil), buf[1:n]...)
 	if s.cfg.Persistent {
 		return s.retireExecStage()
 	}
 	if err := s.joinExecStage(); err != nil {
 		return err
+	}
+	if s.cfg.Deferred {
+		// After the cgroup move: that write can wait for an RCU grace
+		// period, which a prepared sandbox pays before its request.
+		if err := s.awaitCommand(buf); err != nil {
+			return err
+		}
 	}
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: got filter\n", monotonic())
@@ -370,6 +377,28 @@ func (s *initState) releaseExecStage() error {
 		unix.Close(s.usernsFd)
 	}
 	return err
+}
+
+// awaitCommand is a prepared sandbox's wait: everything is built, the
+// parent is told so ('R'), and the command arrives as 'A' and its argv in
+// JSON. A closed socket (the prepared sandbox was discarded) ends the init.
+func (s *initState) awaitCommand(buf []byte) error {
+	if _, err := s.sock.Write([]byte{'R'}); err != nil {
+		return err
+	}
+	n, err := s.sock.Read(buf)
+	if err != nil || n == 0 {
+		return fmt.Errorf("prepared sandbox discarded")
+	}
+	if buf[0] != 'A' {
+		return fmt.Errorf("bad command message")
+	}
+	var args []string
+	if err := json.Unmarshal(buf[1:n], &args); err != nil || len(args) == 0 {
+		return fmt.Errorf("bad command message")
+	}
+	s.cfg.Exec.Args = args
+	return nil
 }
 
 // releaseStub sends the stub its script and waits until it has exec'd

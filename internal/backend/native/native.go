@@ -3,6 +3,7 @@ package native
 import (
 	"io"
 	"log/slog"
+	"sync"
 )
 
 // Options configure a Backend.
@@ -27,6 +28,8 @@ type Backend struct {
 	// goExecStage makes the init use the Go exec stage even where the
 	// assembled stub exists (tests cover both).
 	goExecStage bool
+	// bg counts prepared sandboxes still being torn down after Run.
+	bg sync.WaitGroup
 }
 
 // New returns a native backend.

@@ -69,6 +69,9 @@ type runState struct {
 	cg     *cgroup
 	// persistent: Start, not Run (no command yet; persist_linux.go).
 	persistent bool
+	// prepared: Prepare, not Run (the command comes later; prepare_linux.go).
+	prepared bool
+	trace    bool
 }
 
 func randomID() string {
@@ -94,7 +97,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	}
 	cfg.GoExecStage = r.b.goExecStage
 	if os.Getenv("AGENTKERNEL_TRACE_STAGES") != "" {
-		cfg.Trace = true
+		cfg.Trace, r.trace = true, true
 		fmt.Fprintf(os.Stderr, "%s parent: building config\n", monotonic())
 	}
 	if cfg.Hostname == "" {
@@ -129,7 +132,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	if len(args) == 0 {
 		args = append(append([]string{}, spec.Rootfs.Config.Entrypoint...), spec.Rootfs.Config.Cmd...)
 	}
-	if len(args) == 0 && r.persistent {
+	if len(args) == 0 && (r.persistent || r.prepared) {
 		args = []string{"/bin/sh"} // a template only: each exec names its own
 	}
 	if len(args) == 0 {
@@ -259,32 +262,92 @@ func (r *runState) cleanup() {
 // start launches the init, waits for it, forwards signals and enforces
 // the timeout.
 func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Stdio) (sandbox.Result, error) {
+	var tty *ttyState
+	var io3 *stdioFiles
+	var err error
+	if cfg.Exec.TTY {
+		tty, err = openTTY(stdio)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		defer tty.restore()
+		io3 = &stdioFiles{child: [3]*os.File{tty.slave, tty.slave, tty.slave}}
+	} else {
+		io3, err = newStdioFiles(stdio)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	defer io3.closeChild()
+	l, err := r.launch(cfg, io3)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer l.sock.Close()
+	// Signal handling starts only now: its first use costs a thread, and
+	// the init's boot hides that. A SIGTERM before this point kills
+	// agentkernel by default, and Pdeathsig the sandbox with it.
+	sigCh := make(chan os.Signal, 8)
+	signal.Notify(sigCh, forwarded...)
+	defer signal.Stop(sigCh)
+	io3.start()
+	if tty != nil {
+		tty.slave.Close()
+		tty.copy()
+	}
+	return r.wait(ctx, l, sigCh, tty, io3.wait)
+}
+
+// launched is an init that was forked and is booting.
+type launched struct {
+	pid    int
+	sock   *os.File // our end of the config socket
+	waitCh chan initExit
+	errCh  chan []byte // what the init and exec stage reported on fd 4
+	// result, when set, delivers the command's status as soon as the
+	// init reports it, before the sandbox is torn down (prepared runs;
+	// closed if the init ends without one).
+	result chan syscall.WaitStatus
+	// reaped, when set, runs once the init has been reaped; a wait that
+	// returns early (on result) leaves it to a goroutine.
+	reaped func()
+}
+
+type initExit struct {
+	ws  syscall.WaitStatus
+	err error
+}
+
+// launch forks the init with io3's child ends as its stdio, queues its
+// config and, while it boots, moves it into its v1 cgroup and sends the
+// seccomp filter.
+func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: config built\n", monotonic())
 	}
 	payload, err := json.Marshal(cfg)
 	if err != nil {
-		return sandbox.Result{}, err
+		return nil, err
 	}
 	// fd 3: a SOCK_SEQPACKET pair — the config goes in before the init
 	// even starts (no round trip), the result comes back at the end.
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return sandbox.Result{}, err
+		return nil, err
 	}
 	parentSock := os.NewFile(uintptr(sp[0]), "config")
 	childSock := os.NewFile(uintptr(sp[1]), "config-child")
-	defer parentSock.Close()
+	defer childSock.Close()
 	if err := sendConfig(sp[0], payload); err != nil {
-		childSock.Close()
-		return sandbox.Result{}, fmt.Errorf("sending config: %w", err)
+		parentSock.Close()
+		return nil, fmt.Errorf("sending config: %w", err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		childSock.Close()
-		return sandbox.Result{}, err
+		parentSock.Close()
+		return nil, err
 	}
-	defer errR.Close()
+	defer errW.Close()
 
 	sys := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
@@ -298,27 +361,6 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
 		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
 	}
-	var tty *ttyState
-	var io3 *stdioFiles
-	if cfg.Exec.TTY {
-		tty, err = openTTY(stdio)
-		if err != nil {
-			childSock.Close()
-			errW.Close()
-			return sandbox.Result{}, err
-		}
-		defer tty.restore()
-		io3 = &stdioFiles{child: [3]*os.File{tty.slave, tty.slave, tty.slave}}
-	} else {
-		io3, err = newStdioFiles(stdio)
-		if err != nil {
-			childSock.Close()
-			errW.Close()
-			return sandbox.Result{}, err
-		}
-	}
-	defer io3.closeChild()
-
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: stdio ready\n", monotonic())
 	}
@@ -339,19 +381,13 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		Files: []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()},
 		Sys:   sys,
 	})
-	childSock.Close()
-	errW.Close()
 	io3.closeChild()
 	if err != nil {
-		return sandbox.Result{}, fmt.Errorf("starting sandbox init: %w", err)
+		parentSock.Close()
+		errR.Close()
+		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
-	// Signal handling starts only now: its first use costs a thread, and
-	// the init's boot hides that. A SIGTERM before this point kills
-	// agentkernel by default, and Pdeathsig the sandbox with it.
-	sigCh := make(chan os.Signal, 8)
-	signal.Notify(sigCh, forwarded...)
-	defer signal.Stop(sigCh)
-	io3.start()
+	l := &launched{pid: pid, sock: parentSock, waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1)}
 	// Compile the seccomp filter while the init boots, and send it as the
 	// second config message; the init passes it on to the exec stage.
 	// The second config message says "you are in your cgroup, here is
@@ -372,15 +408,6 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		}
 		_, _ = parentSock.Write(m)
 	}()
-	if tty != nil {
-		tty.slave.Close()
-		tty.copy()
-	}
-	type exit struct {
-		ws  syscall.WaitStatus
-		err error
-	}
-	waitCh := make(chan exit, 1)
 	go func() {
 		var ws syscall.WaitStatus
 		for {
@@ -388,13 +415,38 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 			if err == syscall.EINTR {
 				continue
 			}
-			waitCh <- exit{ws, err}
+			l.waitCh <- initExit{ws, err}
 			return
 		}
 	}()
-	errCh := make(chan []byte, 1)
-	go func() { b, _ := io.ReadAll(errR); errCh <- b }()
+	go func() { b, _ := io.ReadAll(errR); errR.Close(); l.errCh <- b }()
+	return l, nil
+}
 
+// wait waits for the launched init to end, forwarding sigCh's signals,
+// enforcing the timeout and ctx, and returns the command's result.
+// drained waits until the command's output has been copied out.
+func (r *runState) wait(ctx context.Context, l *launched, sigCh <-chan os.Signal, tty *ttyState, drained func()) (res sandbox.Result, err error) {
+	pid := l.pid
+	early := false
+	defer func() {
+		switch {
+		case l.reaped == nil:
+		case early:
+			// The command's status and output are in: the teardown of
+			// the sandbox (unmounts, namespaces) need not delay the
+			// caller.
+			go func() {
+				<-l.waitCh
+				<-l.errCh
+				l.reaped()
+			}()
+		default:
+			l.reaped()
+		}
+	}()
+	resultCh := l.result
+	var earlySt syscall.WaitStatus
 	var timeout <-chan time.Time
 	if d := r.spec.Resources.Timeout; d > 0 {
 		t := time.NewTimer(d)
@@ -402,7 +454,6 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		timeout = t.C
 	}
 	var grace <-chan time.Time
-	var res sandbox.Result
 	killed, termSig := false, 0
 	kill := func() {
 		if !killed {
@@ -414,11 +465,18 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		}
 	}
 	done := ctx.Done()
-	var ex exit
+	var ex initExit
 wait:
 	for {
 		select {
-		case ex = <-waitCh:
+		case ex = <-l.waitCh:
+			break wait
+		case st, ok := <-resultCh:
+			if !ok {
+				resultCh = nil
+				continue
+			}
+			early, earlySt = true, st
 			break wait
 		case s := <-sigCh:
 			sig := s.(syscall.Signal)
@@ -445,17 +503,27 @@ wait:
 	if tty != nil {
 		tty.wait()
 	}
-	io3.wait()
-	if cfg.Trace {
+	drained()
+	if r.trace {
 		fmt.Fprintf(os.Stderr, "%s parent: init exited\n", monotonic())
 	}
-	msg := <-errCh
-	if len(msg) > 0 {
-		if e := parseInitError(msg); e != nil && !res.TimedOut {
-			return sandbox.Result{}, e
+	var st syscall.WaitStatus
+	ok := early
+	if early {
+		st = earlySt
+	} else {
+		msg := <-l.errCh
+		if len(msg) > 0 {
+			if e := parseInitError(msg); e != nil && !res.TimedOut {
+				return sandbox.Result{}, e
+			}
+		}
+		if l.result != nil {
+			st, ok = <-l.result
+		} else {
+			st, ok = readResult(l.sock)
 		}
 	}
-	st, ok := readResult(parentSock)
 	if !ok {
 		if !killed && ex.ws.Exited() {
 			// The init ended on its own without reporting the
