@@ -99,6 +99,9 @@ type execConfig struct {
 	Filter []byte `json:"filter,omitempty"`
 	// ExtraSeccomp adds the setuid/setgid-creation and xattr blocks needed
 	// when a host directory is idmapped writable into the sandbox.
-	ExtraSeccomp bool   `json:"extra_seccomp,omitempty"`
-	NoFile       uint64 `json:"nofile,omitempty"`
+	ExtraSeccomp bool `json:"extra_seccomp,omitempty"`
+	// RecvStdio: the stub receives the command's stdio after its script
+	// (prepared sandboxes, stubRecvStdio).
+	RecvStdio bool   `json:"recv_stdio,omitempty"`
+	NoFile    uint64 `json:"nofile,omitempty"`
 }

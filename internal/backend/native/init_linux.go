@@ -56,6 +56,9 @@ type initState struct {
 	// exec passed others).
 	stdio     [3]uintptr
 	homeAdded bool // prepareProcess appended HOME to the environment
+	// cmdStdio are the command's stdio received with a prepared
+	// sandbox's command, passed on to the stub.
+	cmdStdio []int
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -386,18 +389,27 @@ func (s *initState) awaitCommand(buf []byte) error {
 	if _, err := s.sock.Write([]byte{'R'}); err != nil {
 		return err
 	}
-	n, err := s.sock.Read(buf)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(s.sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil || n == 0 {
 		return fmt.Errorf("prepared sandbox discarded")
 	}
-	if buf[0] != 'A' {
-		return fmt.Errorf("bad command message")
+	var fds []int
+	if oobn > 0 {
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			fds, _ = unix.ParseUnixRights(&msgs[0])
+		}
 	}
 	var args []string
-	if err := json.Unmarshal(buf[1:n], &args); err != nil || len(args) == 0 {
+	if buf[0] != 'A' || len(fds) != 3 || json.Unmarshal(buf[1:n], &args) != nil || len(args) == 0 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 		return fmt.Errorf("bad command message")
 	}
 	s.cfg.Exec.Args = args
+	s.cmdStdio = fds
+	s.cfg.Exec.RecvStdio = true
 	return nil
 }
 
@@ -427,6 +439,15 @@ func (s *initState) releaseStub() error {
 		return err
 	}
 	_, err = s.execCfgW.Write(b)
+	if err == nil && s.cmdStdio != nil {
+		// The command's stdio follow the script (stubRecvStdio); our
+		// copies go, so that its output ends when it does.
+		err = unix.Sendmsg(int(s.execCfgW.Fd()), []byte{0}, unix.UnixRights(s.cmdStdio...), nil, 0)
+		for _, fd := range s.cmdStdio {
+			unix.Close(fd)
+		}
+		s.cmdStdio = nil
+	}
 	s.execCfgW.Close()
 	if s.usernsFd >= 0 {
 		unix.Close(s.usernsFd)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"sync"
@@ -25,9 +24,11 @@ import (
 // command runs as its only child, and the sandbox is torn down when it
 // ends. A prepared sandbox runs one command, ever.
 //
-// Its stdio are pipes made at Prepare (the exec stage inherits them when
-// it is forked, long before the command is known); Run copies them to and
-// from the streams it is given.
+// The command's stdin, stdout and stderr come with it: Run passes the
+// three descriptors with the argv (SCM_RIGHTS), the init hands them to
+// the exec stage after its script, and the stub installs them as 0-2
+// before execve (stubRecvStdio). A file (a terminal, a pipe of the
+// caller) reaches the command as it is, exactly as with Run.
 
 // maxPreparedArgs bounds the JSON argv Run sends in one message.
 const maxPreparedArgs = 60 << 10
@@ -36,9 +37,6 @@ const maxPreparedArgs = 60 << 10
 type Prepared struct {
 	r *runState
 	l *launched
-
-	stdinW           *os.File
-	stdoutR, stderrR *os.File
 
 	mu   sync.Mutex
 	used bool
@@ -69,26 +67,19 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 	}
 	cfg.Deferred = true
 
-	// Pipes for stdin, stdout and stderr: the child ends go to the init.
-	var ends [6]*os.File
-	for i := 0; i < 3; i++ {
-		rd, wr, err := os.Pipe()
-		if err != nil {
-			for _, f := range ends {
-				if f != nil {
-					f.Close()
-				}
-			}
-			return nil, err
-		}
-		ends[2*i], ends[2*i+1] = rd, wr
+	if cfg.GoExecStage || execStub == "" {
+		// Only the stub exec stage can take its stdio late.
+		return nil, fmt.Errorf("this command environment needs the Go exec stage, which a prepared sandbox cannot use: %w", sandbox.ErrUnsupported)
 	}
-	io3 := &stdioFiles{child: [3]*os.File{ends[0], ends[3], ends[5]}, ours: []*os.File{ends[0], ends[3], ends[5]}}
-	p := &Prepared{r: r, stdinW: ends[1], stdoutR: ends[2], stderrR: ends[4]}
-	l, err := r.launch(cfg, io3)
+	// Until its command comes, the sandbox's stdio are /dev/null.
+	io3, err := newStdioFiles(sandbox.Stdio{})
 	if err != nil {
-		io3.closeChild()
-		p.closePipes()
+		return nil, err
+	}
+	p := &Prepared{r: r}
+	l, err := r.launch(cfg, io3)
+	io3.closeChild()
+	if err != nil {
 		return nil, err
 	}
 	p.l = l
@@ -128,19 +119,10 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 			}
 		}
 		l.sock.Close()
-		p.closePipes()
 		return nil, err
 	}
 	ok = true
 	return p, nil
-}
-
-func (p *Prepared) closePipes() {
-	for _, f := range []*os.File{p.stdinW, p.stdoutR, p.stderrR} {
-		if f != nil {
-			f.Close()
-		}
-	}
 }
 
 // Run runs args as the sandbox's command to completion, like Backend.Run,
@@ -167,33 +149,25 @@ func (p *Prepared) Run(ctx context.Context, args []string, stdio sandbox.Stdio, 
 		p.r.b.bg.Done()
 	}
 	p.r.b.bg.Add(1)
-	var outs sync.WaitGroup
-	copyOut := func(w io.Writer, r *os.File) {
-		outs.Add(1)
-		go func() {
-			defer outs.Done()
-			if w == nil {
-				w = io.Discard
-			}
-			_, _ = io.Copy(w, r)
-			r.Close()
-		}()
+	// The command's stdio travel with it: files as they are (a terminal
+	// stays the command's own), anything else through a pipe.
+	io3, err := newStdioFiles(stdio)
+	if err != nil {
+		p.discard()
+		p.r.b.bg.Done()
+		return sandbox.Result{}, err
 	}
-	copyOut(stdio.Stdout, p.stdoutR)
-	copyOut(stdio.Stderr, p.stderrR)
-	if stdio.Stdin == nil {
-		p.stdinW.Close()
-	} else {
-		// Not waited for: the reader may block forever.
-		go func() { _, _ = io.Copy(p.stdinW, stdio.Stdin); p.stdinW.Close() }()
-	}
-	if _, err := p.l.sock.Write(append([]byte{'A'}, msg...)); err != nil {
+	fds := []int{int(io3.child[0].Fd()), int(io3.child[1].Fd()), int(io3.child[2].Fd())}
+	err = unix.Sendmsg(int(p.l.sock.Fd()), append([]byte{'A'}, msg...), unix.UnixRights(fds...), nil, 0)
+	io3.closeChild()
+	if err != nil {
 		p.kill()
 	}
+	io3.start()
 	if sigs == nil {
 		sigs = make(chan os.Signal)
 	}
-	return p.r.wait(ctx, p.l, sigs, nil, outs.Wait)
+	return p.r.wait(ctx, p.l, sigs, nil, io3.wait)
 }
 
 // kill ends the init (and with it the sandbox).
@@ -222,7 +196,6 @@ func (p *Prepared) discard() {
 	<-p.l.waitCh
 	<-p.l.errCh
 	p.l.sock.Close()
-	p.closePipes()
 	p.r.cleanup()
 }
 

@@ -70,6 +70,21 @@ func TestPrepared(t *testing.T) {
 		t.Fatalf("background: %v %+v after %v", err, res, time.Since(start))
 	}
 
+	// Files are handed to the command as they are.
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, _ := os.Open("/etc/hostname")
+	want, _ := os.ReadFile("/etc/hostname")
+	p0 := prepare(t, b, spec)
+	res, err = p0.Run(context.Background(), []string{"sh", "-c", "cat; echo to-file; echo err >&2"}, sandbox.Stdio{Stdin: in, Stdout: f, Stderr: f}, nil)
+	in.Close()
+	got, _ := os.ReadFile(f.Name())
+	if err != nil || res.ExitCode != 0 || string(got) != string(want)+"to-file\nerr\n" {
+		t.Fatalf("files: %v %+v %q", err, res, got)
+	}
+
 	// A timeout counts from Run, not from Prepare.
 	ts := newSpec()
 	ts.Resources.Timeout = 300 * time.Millisecond

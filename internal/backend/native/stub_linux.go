@@ -150,6 +150,9 @@ func stubEnterScript(nest bool) *stubScript {
 // init after pivot_root, so paths are the sandbox's.
 func buildStubScript(c *execConfig, path string) (*stubScript, error) {
 	s := &stubScript{}
+	if c.RecvStdio {
+		stubRecvStdio(s)
+	}
 	s.add("fd flags", unix.SYS_FCNTL, 3, unix.F_SETFD, unix.FD_CLOEXEC)
 	s.add("fd flags", unix.SYS_FCNTL, 4, unix.F_SETFD, unix.FD_CLOEXEC)
 	keep, err := capMask(c.Caps)
@@ -224,6 +227,27 @@ func buildStubScript(c *execConfig, path string) (*stubScript, error) {
 	e := s.add("exec "+c.Args[0], unix.SYS_EXECVE, s.cstr(path), s.strv(c.Args), s.strv(c.Env))
 	s.recs[e].exec = true
 	return s, nil
+}
+
+// stubRecvStdio makes the stub take the command's stdin, stdout and
+// stderr from the message that follows its script on fd 3 (a prepared
+// sandbox learns them only with its command): with 0-2 closed, the three
+// descriptors of an SCM_RIGHTS message are installed at the lowest free
+// numbers, which are 0, 1 and 2, in order.
+func stubRecvStdio(s *stubScript) {
+	for fd := 0; fd < 3; fd++ {
+		i := s.add("closing stdio", unix.SYS_CLOSE, fd)
+		s.recs[i].flags |= stubIgnore
+	}
+	buf := s.bytes(make([]byte, 8))
+	iov := s.bytes(u64s(buf, 1))
+	ctlLen := uint64(unix.CmsgSpace(3 * 4))
+	ctl := s.bytes(make([]byte, ctlLen))
+	// struct msghdr: name, namelen (+pad), iov, iovlen, control,
+	// controllen, flags (+pad).
+	hdr := s.bytes(u64s(0, 0, iov, 1, ctl, ctlLen, 0))
+	s.add("receiving stdio", unix.SYS_RECVMSG, 3, hdr, 0)
+	s.add("receiving stdio", unix.SYS_FCNTL, 2, unix.F_GETFD)
 }
 
 // landlockRule is one path the command may read or write.
