@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -155,6 +156,34 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	}
 	return s.opts.Manager.Run(ctx, "", spec, stdio)
 }
+
+// RunLocal runs spec for a local client of the daemon (its run socket),
+// forwarding sigs: in a warm sandbox from the pool when there is one
+// ("hit"), else in a sandbox prepared for it ("prepared"). Specs the
+// pools cannot take fail with sandbox.ErrUnsupported, and nothing runs.
+func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal) (sandbox.Result, string, error) {
+	start := time.Now()
+	defer func() { s.metrics.run(time.Since(start)) }()
+	if !poolable(spec) {
+		return sandbox.Result{}, "", fmt.Errorf("this run cannot use a prepared sandbox: %w", sandbox.ErrUnsupported)
+	}
+	sb, why := s.pools.take(spec)
+	s.metrics.poolRun(why)
+	served := "hit"
+	if sb == nil {
+		var err error
+		if sb, err = s.opts.Manager.Prepare(ctx, "", spec); err != nil {
+			return sandbox.Result{}, "", err
+		}
+		served = "prepared"
+	}
+	res, err := sb.Run(ctx, spec.Args, stdio, sigs)
+	return res, served, err
+}
+
+// Prewarm keeps count sandboxes of spec ready in its pool (min_warm when
+// count is 0, never more than max_warm).
+func (s *Server) Prewarm(spec *sandbox.Spec, count int) error { return s.pools.prewarm(spec, count) }
 
 // runOnce runs one command in a clean sandbox and returns its output, or
 // the 409 of a non-zero exit.

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -235,21 +237,38 @@ func (p *pools) create(ctx context.Context, wp *warmPool) (sandbox.Prepared, err
 	return sb, nil
 }
 
-// prewarm creates the pool of spec and fills it to min_warm.
-func (p *pools) prewarm(spec *sandbox.Spec) {
-	if !poolable(spec) {
-		return
+// prewarm creates the pool of spec (if new) and fills it to count
+// sandboxes, or to min_warm when count is 0 (capped by max_warm).
+func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
+	if spec.TTY || spec.Interactive || spec.Keep {
+		return fmt.Errorf("a spec with a terminal or a kept layer cannot be pooled")
 	}
-	key, err := poolKey(spec)
+	c := *spec
+	if len(c.Args) == 0 {
+		c.Args = []string{"true"}
+	}
+	key, err := poolKey(&c)
 	if err != nil {
-		return
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.byKey[key] != nil || len(p.byKey) >= maxPools {
-		return
+	if p.closed {
+		return errors.New("the server is stopping")
 	}
-	p.refillLocked(p.newPoolLocked(key, spec))
+	wp := p.byKey[key]
+	if wp == nil {
+		if len(p.byKey) >= maxPools {
+			return fmt.Errorf("at most %d pools exist at once", maxPools)
+		}
+		wp = p.newPoolLocked(key, &c)
+	}
+	if count > 0 {
+		wp.target = max(wp.target, min(count, p.opts.MaxWarm))
+	}
+	wp.failed = time.Time{}
+	p.refillLocked(wp)
+	return nil
 }
 
 // poolSize is one pool's ready count for /metrics.

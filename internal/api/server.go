@@ -118,7 +118,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	defer s.pools.close()
 	if s.opts.Pool.Prewarm && s.opts.Resolve != nil {
 		if spec, err := s.opts.Resolve(ctx, RunSpec{Args: []string{"true"}}); err == nil {
-			s.pools.prewarm(spec)
+			_ = s.pools.prewarm(spec, 0)
 		} else {
 			s.opts.Logger.Warn("warm pool: cannot resolve the default spec", "error", err)
 		}

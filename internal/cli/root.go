@@ -68,6 +68,7 @@ func NewRootCommand(a *App) *cobra.Command {
 	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
 	add("run", newServeCmd(a))
+	add("run", daemonCommands(a)...)
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")

@@ -36,6 +36,13 @@ cgroup and network namespace; the network has only loopback. Egress through
 the network policy proxy is not built yet: --network is refused rather than
 silently ignored.
 
+When 'agentkernel daemon start' runs a daemon for the same data directory,
+run hands the command to it (unless --no-daemon or AGENTKERNEL_NO_DAEMON=1):
+the sandbox comes ready from the daemon's warm pool, built from the same
+spec, and the command gets this terminal's stdin, stdout and stderr, its
+signals and its exit status exactly as here. Runs with -t, --interactive
+or --keep, and any run when no daemon answers, build their sandbox here.
+
 Exit status: the command's own, 128+N when it died of signal N, 124 when
 --timeout ended it, 125 when agentkernel failed, 126 when the command cannot
 be invoked, 127 when it does not exist.`
@@ -53,6 +60,7 @@ type runOptions struct {
 	overrides policy.Overrides
 	backend   string
 	dryRun    bool
+	noDaemon  bool
 }
 
 func newRunCmd(a *App) *cobra.Command {
@@ -73,6 +81,7 @@ func newRunCmd(a *App) *cobra.Command {
 	bindSpecFlags(fs, &o.overrides)
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
+	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
 	if f := fs.Lookup("network"); f != nil {
 		f.Usage = "ask for network egress: refused on the native backend until the network policy proxy exists"
 	}
@@ -89,38 +98,8 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	cwd, err := os.Getwd()
+	spec, err := a.resolveRunSpec(&o.overrides, args)
 	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
-	}
-	cfg, err := a.loadConfig(cwd)
-	if err != nil {
-		return err
-	}
-	det := detect.Image(detect.Input{
-		ExplicitImage: o.overrides.Image,
-		ConfigImage:   cfg.Sandbox.BaseImage,
-		ConfigRuntime: cfg.Sandbox.Runtime,
-		Args:          args,
-		Dir:           cwd,
-	})
-	home, _ := os.UserHomeDir()
-	spec, warnings, err := policy.Resolve(policy.Input{
-		Config:    cfg,
-		Overrides: o.overrides,
-		Args:      args,
-		Cwd:       cwd,
-		HomeDir:   home,
-		HostEnv:   os.LookupEnv,
-		Detected:  det,
-	})
-	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err}
-	}
-	for _, w := range warnings {
-		a.Warnf("%s", w)
-	}
-	if err := a.applyNetworkStopgap(spec, cfg, o); err != nil {
 		return err
 	}
 	if o.dryRun {
@@ -132,12 +111,60 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	if res, err, ok := a.runViaDaemon(ctx, mgr, o, spec); ok {
+		return finishRun(res, err, spec)
+	}
 	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
+	if err == nil && res.KeptAt != "" {
+		a.Infof("agentkernel: kept the sandbox's writable layer at %s", res.KeptAt)
+	}
+	return finishRun(res, err, spec)
+}
+
+// resolveRunSpec resolves the spec 'run' would run for args in the
+// current directory: configuration, detection, policy, network stopgap.
+func (a *App) resolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
+	}
+	cfg, err := a.loadConfig(cwd)
+	if err != nil {
+		return nil, err
+	}
+	det := detect.Image(detect.Input{
+		ExplicitImage: ov.Image,
+		ConfigImage:   cfg.Sandbox.BaseImage,
+		ConfigRuntime: cfg.Sandbox.Runtime,
+		Args:          args,
+		Dir:           cwd,
+	})
+	home, _ := os.UserHomeDir()
+	spec, warnings, err := policy.Resolve(policy.Input{
+		Config:    cfg,
+		Overrides: *ov,
+		Args:      args,
+		Cwd:       cwd,
+		HomeDir:   home,
+		HostEnv:   os.LookupEnv,
+		Detected:  det,
+	})
+	if err != nil {
+		return nil, &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	for _, w := range warnings {
+		a.Warnf("%s", w)
+	}
+	if err := a.applyNetworkStopgap(spec, cfg, ov); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// finishRun turns a run's result into agentkernel's exit status.
+func finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error {
 	if err != nil {
 		return runError(err)
-	}
-	if res.KeptAt != "" {
-		a.Infof("agentkernel: kept the sandbox's writable layer at %s", res.KeptAt)
 	}
 	if res.TimedOut {
 		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was stopped", spec.Resources.Timeout.Round(time.Millisecond))}
@@ -179,8 +206,8 @@ func (a *App) manager() (*sandbox.Manager, error) {
 // loopback (a mode says so once, since its domain allowlist cannot apply);
 // an explicit request for egress (--network, or network = true in
 // agentkernel.toml) is refused rather than silently ignored.
-func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *runOptions) error {
-	warn, err := policy.NetworkStopgap(spec, o.overrides.Set["network"] || cfg.IsSet("security.network"))
+func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides) error {
+	warn, err := policy.NetworkStopgap(spec, o.Set["network"] || cfg.IsSet("security.network"))
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err,
 			Hint: "drop --network (and network = true in agentkernel.toml); --no-network makes the loopback-only choice explicit"}

@@ -285,7 +285,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
-	if err := a.applyNetworkStopgap(spec, cfg, &runOptions{overrides: o.overrides}); err != nil {
+	if err := a.applyNetworkStopgap(spec, cfg, &o.overrides); err != nil {
 		return err
 	}
 	m, done, err := a.sandboxes()

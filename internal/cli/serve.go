@@ -47,6 +47,11 @@ type serveOptions struct {
 	keys    []string
 	keyFile string
 	grace   time.Duration
+	// daemon: serve as 'agentkernel daemon' (daemon_linux.go): the API
+	// on a unix socket (and TCP at tcp when set), the run socket, a pid
+	// file.
+	daemon bool
+	tcp    string
 }
 
 func newServeCmd(a *App) *cobra.Command {
@@ -69,6 +74,10 @@ func newServeCmd(a *App) *cobra.Command {
 	fs.StringArrayVar(&o.keys, "api-key", nil, "accept this API key (repeatable)")
 	fs.StringVar(&o.keyFile, "api-key-file", "", "accept the API keys in this file, one per line")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "how long requests in flight may finish on shutdown")
+	fs.BoolVar(&o.daemon, "daemon", false, "serve as the background daemon ('agentkernel daemon start')")
+	fs.StringVar(&o.tcp, "tcp", "", "with --daemon: also serve the HTTP API on this TCP address")
+	_ = fs.MarkHidden("daemon")
+	_ = fs.MarkHidden("tcp")
 	return cmd
 }
 
@@ -140,9 +149,18 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer done()
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
-	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "is another server on that port? --port picks another"}
+	var ln net.Listener
+	var daemonDone func(*api.Server) func()
+	if o.daemon {
+		ln, daemonDone, err = a.daemonListen(ctx, o)
+		if err != nil {
+			return err
+		}
+	} else {
+		ln, err = net.Listen("tcp", net.JoinHostPort(o.host, strconv.Itoa(o.port)))
+		if err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "is another server on that port? --port picks another"}
+		}
 	}
 	// The access log goes to stderr at info level whatever --log-level
 	// says (--quiet silences it).
@@ -181,7 +199,11 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	} else if host := o.host; host != "127.0.0.1" && host != "localhost" && host != "::1" {
 		a.Warnf("no API key set and listening on %s: anyone who can reach it can run commands", host)
 	}
-	a.Infof("agentkernel API listening on http://%s", ln.Addr())
+	if daemonDone != nil {
+		defer daemonDone(srv)()
+	} else {
+		a.Infof("agentkernel API listening on http://%s", ln.Addr())
+	}
 	if err := srv.Serve(ctx, ln, o.grace); err != nil && !errors.Is(err, net.ErrClosed) {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}

@@ -1,0 +1,498 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/api"
+	"github.com/agentkernel/agentkernel/internal/daemon"
+	"github.com/agentkernel/agentkernel/internal/policy"
+)
+
+const daemonLong = `Run the agentkernel server in the background, for this user and data
+directory, with warm pools of prepared sandboxes.
+
+'agentkernel run' uses a running daemon automatically: the sandbox comes
+ready from the pool (namespaces, cgroup, root filesystem, /workspace and
+seccomp filter all set up ahead), the command runs in it with your
+terminal's stdin, stdout, stderr and signals, and the sandbox is discarded
+afterwards, as with every run. Without a daemon, run builds the sandbox
+itself; the output and the exit status are the same either way.
+
+A pool is kept per sandbox spec (image, profile, mode, mounts, limits,
+environment: everything but the command), created by the first run of a
+spec and grown with the load, between [daemon] min_warm (default 1) and
+max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time.
+
+The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
+socket under the data directory, and on TCP with --tcp. Its log is
+daemon/daemon.log under the data directory.`
+
+// daemonCommands is 'agentkernel daemon start|stop|status|prewarm'.
+func daemonCommands(a *App) []*cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run a background server with warm sandboxes that 'run' uses",
+		Long:  daemonLong,
+		Example: `  agentkernel daemon start
+  agentkernel daemon prewarm --mode claude --count 4
+  agentkernel run -- echo fast            # served from the warm pool
+  agentkernel daemon status
+  agentkernel daemon stop`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newDaemonStartCmd(a), newDaemonStopCmd(a), newDaemonStatusCmd(a), newDaemonPrewarmCmd(a))
+	return []*cobra.Command{cmd}
+}
+
+func newDaemonStartCmd(a *App) *cobra.Command {
+	var tcp string
+	var keys []string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "start [--tcp 127.0.0.1:18888]",
+		Short: "Start the daemon in the background",
+		Long: `Start the daemon in the background and wait until it answers. Its working
+directory, and so the project directory of its HTTP API's sandboxes, is the
+current directory; 'agentkernel run' sends its own resolved spec, so runs
+are not affected by it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.daemonStart(tcp, keys, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&tcp, "tcp", "", "also serve the HTTP API on this TCP address (host:port)")
+	cmd.Flags().StringArrayVar(&keys, "api-key", nil, "API key for the HTTP API (repeatable; see 'agentkernel serve --help')")
+	cmd.Flags().DurationVar(&timeout, "wait", 15*time.Second, "how long to wait for the daemon to answer")
+	return cmd
+}
+
+func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
+	p := daemon.PathsFor(a.DataDir)
+	if pid := p.PID(); pid != 0 && daemonAnswers(p) {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("a daemon is already running for %s (pid %d)", a.DataDir, pid),
+			Hint: "'agentkernel daemon stop' stops it"}
+	}
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	defer logf.Close()
+	start, _ := logf.Seek(0, io.SeekEnd)
+	exe, err := os.Executable()
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	argv := []string{"--data-dir", a.DataDir, "--log-level", a.LogLevel}
+	if a.ConfigPath != "" {
+		argv = append(argv, "--config", a.ConfigPath)
+	}
+	argv = append(argv, "serve", "--daemon")
+	if tcp != "" {
+		argv = append(argv, "--tcp", tcp)
+	}
+	for _, k := range keys {
+		argv = append(argv, "--api-key", k)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	defer devnull.Close()
+	c := exec.Command(exe, argv...)
+	c.Stdin, c.Stdout, c.Stderr = devnull, logf, logf
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("starting the daemon: %w", err)}
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	deadline := time.After(wait)
+	for {
+		if daemonAnswers(p) {
+			break
+		}
+		select {
+		case err := <-exited:
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("the daemon exited at start (%v): %s", err, logTail(p.Log, start)),
+				Hint: "its log is " + p.Log}
+		case <-deadline:
+			_ = c.Process.Kill()
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("the daemon did not answer within %s: %s", wait, logTail(p.Log, start)),
+				Hint: "its log is " + p.Log}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	a.Infof("agentkernel daemon started (pid %d)", c.Process.Pid)
+	a.Infof("  HTTP API: unix socket %s%s", p.API, map[bool]string{true: ", http://" + tcp, false: ""}[tcp != ""])
+	a.Infof("  'agentkernel run' now uses its warm sandboxes; log: %s", p.Log)
+	return nil
+}
+
+// logTail is what the daemon logged since offset, on one line.
+func logTail(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "no log"
+	}
+	defer f.Close()
+	_, _ = f.Seek(offset, io.SeekStart)
+	b, _ := io.ReadAll(io.LimitReader(f, 4096))
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if s == "" {
+		return "nothing logged"
+	}
+	return s
+}
+
+// daemonAnswers reports whether the daemon's HTTP API answers /health.
+func daemonAnswers(p daemon.Paths) bool {
+	c := unixHTTPClient(p.API, time.Second)
+	resp, err := c.Get("http://agentkernel/health")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func unixHTTPClient(sock string, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+}
+
+func newDaemonStopCmd(a *App) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "stop",
+		Short: "Stop the daemon (runs in flight finish first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := daemon.PathsFor(a.DataDir)
+			pid := p.PID()
+			if pid == 0 {
+				a.Infof("no agentkernel daemon is running for %s", a.DataDir)
+				return nil
+			}
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+				return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("stopping the daemon (pid %d): %w", pid, err)}
+			}
+			deadline := time.Now().Add(timeout)
+			for syscall.Kill(pid, 0) == nil {
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					a.Warnf("the daemon did not stop within %s and was killed; 'agentkernel gc' removes what it left", timeout)
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			a.Infof("agentkernel daemon stopped (pid %d)", pid)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 40*time.Second, "kill the daemon if it has not stopped after this long")
+	return cmd
+}
+
+// daemonStatus is 'daemon status --json'.
+type daemonStatus struct {
+	Running  bool         `json:"running"`
+	PID      int          `json:"pid,omitempty"`
+	API      string       `json:"api_socket,omitempty"`
+	Log      string       `json:"log"`
+	Uptime   int64        `json:"uptime_seconds,omitempty"`
+	Pools    []poolStatus `json:"pools"`
+	PoolRuns map[string]int64
+}
+
+type poolStatus struct {
+	Image   string `json:"image"`
+	Profile string `json:"profile"`
+	Ready   int64  `json:"ready"`
+}
+
+func newDaemonStatusCmd(a *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Say whether the daemon runs, and what its pools hold",
+		Long:  "Say whether the daemon runs, and what its pools hold. Exit status 0 when it runs, 3 when it does not.",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := daemon.PathsFor(a.DataDir)
+			st := daemonStatus{Log: p.Log, Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
+			if pid := p.PID(); pid != 0 && daemonAnswers(p) {
+				st.Running, st.PID, st.API = true, pid, p.API
+				readDaemonMetrics(p, &st)
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+			} else if !st.Running {
+				fmt.Fprintf(a.Stdout, "agentkernel daemon: not running (data directory %s)\n", a.DataDir)
+			} else {
+				fmt.Fprintf(a.Stdout, "agentkernel daemon: running (pid %d, up %s)\n", st.PID, (time.Duration(st.Uptime) * time.Second).String())
+				fmt.Fprintf(a.Stdout, "  HTTP API: unix socket %s\n  log: %s\n", st.API, st.Log)
+				fmt.Fprintf(a.Stdout, "  runs served: %d from a warm sandbox, %d with a fresh one\n", st.PoolRuns["hit"], st.PoolRuns["miss"]+st.PoolRuns["unpoolable"])
+				if len(st.Pools) == 0 {
+					fmt.Fprintln(a.Stdout, "  warm pools: none yet (the first run of a spec creates its pool)")
+				}
+				for _, ps := range st.Pools {
+					fmt.Fprintf(a.Stdout, "  warm pool: image %s, profile %s: %d ready\n", ps.Image, ps.Profile, ps.Ready)
+				}
+			}
+			if !st.Running {
+				return &ExitError{Code: 3}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+// readDaemonMetrics fills the pool sizes and uptime from /metrics and
+// /status.
+func readDaemonMetrics(p daemon.Paths, st *daemonStatus) {
+	c := unixHTTPClient(p.API, 2*time.Second)
+	if resp, err := c.Get("http://agentkernel/metrics"); err == nil {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			val := func() int64 {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				return int64(v)
+			}
+			switch {
+			case strings.HasPrefix(line, "agentkernel_pool_warm_sandboxes{"):
+				ps := poolStatus{Image: metricLabel(line, "image"), Profile: metricLabel(line, "profile"), Ready: val()}
+				st.Pools = append(st.Pools, ps)
+			case strings.HasPrefix(line, "agentkernel_pool_runs_total{"):
+				st.PoolRuns[metricLabel(line, "result")] += val()
+			}
+		}
+		resp.Body.Close()
+	}
+	sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].Image+st.Pools[i].Profile < st.Pools[j].Image+st.Pools[j].Profile })
+	if resp, err := c.Get("http://agentkernel/status"); err == nil {
+		var body struct {
+			Data struct {
+				Uptime int64 `json:"uptime_seconds"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		st.Uptime = body.Data.Uptime
+	}
+}
+
+// metricLabel extracts label="value" from a Prometheus text line.
+func metricLabel(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+func newDaemonPrewarmCmd(a *App) *cobra.Command {
+	var ov policy.Overrides
+	var count int
+	cmd := &cobra.Command{
+		Use:   "prewarm [--mode claude|codex|gemini|native] [run flags] [--count N]",
+		Short: "Fill the daemon's pool for the runs of an agent mode or profile",
+		Long: `Fill the daemon's pool for the sandbox spec that 'agentkernel run' with the
+same flags, in the current directory, would use: after 'daemon prewarm
+--mode claude', 'agentkernel run --mode claude -- CMD' here starts from a warm
+sandbox. --count is how many to keep ready (default [daemon] min_warm, at most
+[daemon] max_warm).`,
+		Example: `  agentkernel daemon prewarm --mode claude
+  agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ov.Set = changedFlags(cmd)
+			if strings.EqualFold(ov.Mode, "native") {
+				ov.Mode = ""
+			}
+			if count < 0 {
+				return usageError("--count must not be negative")
+			}
+			p := daemon.PathsFor(a.DataDir)
+			if p.PID() == 0 {
+				return &ExitError{Code: ExitAgentkernel, Err: errors.New("no agentkernel daemon is running"), Hint: "'agentkernel daemon start' starts one"}
+			}
+			spec, err := a.resolveRunSpec(&ov, []string{"true"})
+			if err != nil {
+				return err
+			}
+			mgr, err := a.manager()
+			if err != nil {
+				return err
+			}
+			if err := mgr.PrepareRootfs(cmd.Context(), spec); err != nil {
+				return runError(err)
+			}
+			if err := daemon.Prewarm(p.Run, spec, count); err != nil {
+				return &ExitError{Code: ExitAgentkernel, Err: err}
+			}
+			a.Infof("prewarming: image %s, profile %s%s", spec.Image, spec.Profile, map[bool]string{true: ", mode " + ov.Mode, false: ""}[ov.Mode != ""])
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	bindSpecFlags(fs, &ov)
+	fs.IntVar(&count, "count", 0, "sandboxes to keep ready (default [daemon] min_warm)")
+	for _, hide := range []string{"tty", "interactive", "keep"} {
+		_ = fs.MarkHidden(hide)
+	}
+	return cmd
+}
+
+// daemonListen opens the daemon's sockets for 'serve --daemon': the HTTP
+// API on a unix socket (and TCP when asked), the run socket, the pid
+// file. done starts the run socket's server for srv and returns what
+// stops it and removes the files.
+func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, func(*api.Server) func(), error) {
+	p := daemon.PathsFor(a.DataDir)
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	if pid := p.PID(); pid != 0 && pid != os.Getpid() {
+		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("a daemon is already running for %s (pid %d)", a.DataDir, pid)}
+	}
+	if err := os.WriteFile(p.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	fail := func(err error) (net.Listener, func(*api.Server) func(), error) {
+		os.Remove(p.PIDFile)
+		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	_ = os.Remove(p.API)
+	old := unix.Umask(0o177)
+	uln, err := net.Listen("unix", p.API)
+	unix.Umask(old)
+	if err != nil {
+		return fail(err)
+	}
+	lns := []net.Listener{uln}
+	if o.tcp != "" {
+		tln, err := net.Listen("tcp", o.tcp)
+		if err != nil {
+			uln.Close()
+			return fail(fmt.Errorf("--tcp %s: %w", o.tcp, err))
+		}
+		lns = append(lns, tln)
+	}
+	rln, err := daemon.Listen(p.Run)
+	if err != nil {
+		for _, l := range lns {
+			l.Close()
+		}
+		return fail(err)
+	}
+	a.Infof("agentkernel daemon (pid %d) serving %s and %s", os.Getpid(), p.API, p.Run)
+	done := func(srv *api.Server) func() {
+		rctx, cancel := context.WithCancel(ctx)
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			daemon.Serve(rctx, rln, daemon.Handler{Run: srv.RunLocal, Prewarm: srv.Prewarm, Logger: a.Logger})
+		}()
+		return func() {
+			cancel()
+			<-finished
+			os.Remove(p.PIDFile)
+		}
+	}
+	return newMultiListener(lns...), done, nil
+}
+
+// multiListener accepts on several listeners at once.
+type multiListener struct {
+	lns  []net.Listener
+	ch   chan net.Conn
+	errc chan error
+	once sync.Once
+	done chan struct{}
+}
+
+func newMultiListener(lns ...net.Listener) net.Listener {
+	if len(lns) == 1 {
+		return lns[0]
+	}
+	m := &multiListener{lns: lns, ch: make(chan net.Conn), errc: make(chan error, len(lns)), done: make(chan struct{})}
+	for _, l := range lns {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					m.errc <- err
+					return
+				}
+				select {
+				case m.ch <- c:
+				case <-m.done:
+					c.Close()
+					return
+				}
+			}
+		}()
+	}
+	return m
+}
+
+func (m *multiListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-m.ch:
+		return c, nil
+	case err := <-m.errc:
+		m.Close()
+		return nil, err
+	case <-m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (m *multiListener) Close() error {
+	m.once.Do(func() {
+		close(m.done)
+		for _, l := range m.lns {
+			l.Close()
+		}
+	})
+	return nil
+}
+
+func (m *multiListener) Addr() net.Addr { return m.lns[0].Addr() }

@@ -1,0 +1,137 @@
+// Package daemon is the local face of a background agentkernel server
+// ('agentkernel daemon start'): where its files live, and the run socket
+// through which 'agentkernel run' hands a command to the daemon's warm
+// pools instead of building a sandbox itself.
+//
+// The run socket is a SOCK_SEQPACKET unix socket (message boundaries for
+// free, and descriptors travel with a message). A client sends one request
+// as JSON: {"op":"run","spec":…} with its own stdin, stdout and stderr
+// attached (SCM_RIGHTS), so the command writes straight to the client's
+// terminal or pipes and reads its stdin, exactly as a direct run would;
+// then any number of {"signal":N} messages (the client's Ctrl-C,
+// SIGTERM, …); the daemon answers with one reply and closes. A client
+// that goes away (its end closes) ends its command. {"op":"prewarm"}
+// fills the pool of a spec. Only processes of the daemon's own uid may
+// connect (SO_PEERCRED); the socket also lives in a 0700 directory.
+//
+// HTTP over a unix socket would do for the reply but not for the
+// descriptors, and a terminal's stdin must reach the command itself, not
+// a copy loop in another process that would go on reading the user's
+// keystrokes after the command ended.
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Paths are the daemon's files under the data directory.
+type Paths struct {
+	Dir     string // DataDir/daemon, mode 0700
+	API     string // HTTP API unix socket
+	Run     string // run socket (this package)
+	PIDFile string
+	Log     string
+}
+
+// PathsFor returns the daemon's paths for a data directory.
+func PathsFor(dataDir string) Paths {
+	d := filepath.Join(dataDir, "daemon")
+	return Paths{Dir: d, API: filepath.Join(d, "api.sock"), Run: filepath.Join(d, "run.sock"),
+		PIDFile: filepath.Join(d, "daemon.pid"), Log: filepath.Join(d, "daemon.log")}
+}
+
+// PID returns the pid recorded in the pid file when that process is
+// alive, else 0.
+func (p Paths) PID() int {
+	b, err := os.ReadFile(p.PIDFile)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0
+	}
+	return pid
+}
+
+// maxRequest bounds a request message (a spec with a large environment
+// does not fit: such runs do not use the daemon).
+const maxRequest = 128 << 10
+
+// Request is the first message of a connection.
+type Request struct {
+	Op    string        `json:"op"` // "run" or "prewarm"
+	Spec  *sandbox.Spec `json:"spec"`
+	Count int           `json:"count,omitempty"` // prewarm: sandboxes to keep ready
+}
+
+// control is a later client message.
+type control struct {
+	Signal int `json:"signal"`
+}
+
+// Reply is the daemon's one answer.
+type Reply struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Kind classifies Error: not_found, cannot_invoke, unsupported or
+	// "" (any other failure).
+	Kind string `json:"kind,omitempty"`
+	// Served says how the run was served: hit (a warm sandbox) or
+	// prepared (a sandbox prepared for it).
+	Served string `json:"served,omitempty"`
+}
+
+// errorReply turns an error into a reply.
+func errorReply(err error) Reply {
+	r := Reply{Error: err.Error()}
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		r.Kind = "not_found"
+	case errors.Is(err, sandbox.ErrCannotInvoke):
+		r.Kind = "cannot_invoke"
+	case errors.Is(err, sandbox.ErrUnsupported):
+		r.Kind = "unsupported"
+	}
+	return r
+}
+
+// err turns a reply's error back into one the CLI maps to exit codes.
+func (r Reply) err() error {
+	if r.Error == "" {
+		return nil
+	}
+	switch r.Kind {
+	case "not_found":
+		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrNotFound.Error()), sandbox.ErrNotFound)
+	case "cannot_invoke":
+		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrCannotInvoke.Error()), sandbox.ErrCannotInvoke)
+	case "unsupported":
+		return fmt.Errorf("%s: %w", r.Error, ErrNotServed)
+	}
+	return errors.New(r.Error)
+}
+
+// ErrNoDaemon: no daemon answers on the run socket. ErrNotServed: the
+// daemon cannot run this spec (nothing was run). Either way the caller
+// runs the command itself.
+var (
+	ErrNoDaemon  = errors.New("no agentkernel daemon is running")
+	ErrNotServed = errors.New("the daemon cannot run this command")
+)
+
+func encode(v any) ([]byte, error) { return json.Marshal(v) }

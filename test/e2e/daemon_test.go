@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDaemon: with a daemon running, 'agentkernel run' is served from its
+// warm pool with the output, stdin, exit status and signals of a direct
+// run; status, prewarm and stop work; without a daemon run falls back.
+func TestDaemon(t *testing.T) {
+	a := newAK(t)
+	if r := a.run("daemon", "status"); r.code != 3 || !strings.Contains(r.stdout, "not running") {
+		t.Fatalf("status before start: %v", r)
+	}
+	r := a.run("daemon", "start")
+	if r.code != 0 || !strings.Contains(r.stderr, "daemon started") {
+		t.Fatalf("start: %v", r)
+	}
+	t.Cleanup(func() { a.run("daemon", "stop") })
+	if r := a.run("daemon", "start"); r.code != 125 || !strings.Contains(r.stderr, "already running") {
+		t.Errorf("second start: %v", r)
+	}
+
+	// The same command, direct and through the daemon: same stdout,
+	// stderr and exit status.
+	cases := []struct {
+		stdin string
+		args  []string
+	}{
+		{"", []string{"sh", "-c", "echo out; echo err >&2; exit 42"}},
+		{"", []string{"sh", "-c", "kill -9 $$"}},
+		{"", []string{"no-such-command"}},
+		{"", []string{"/etc"}},
+		{"piped input\n", []string{"sh", "-c", "tr a-z A-Z"}},
+		{"", []string{"sh", "-c", "pwd; id -u; hostname; env | grep -v -e '^HOSTNAME=' -e '^_=' | sort"}},
+		{"", []string{"--timeout", "300ms", "--", "sleep", "5"}},
+		{"", []string{"-e", "FOO=bar", "-w", "/tmp", "--", "sh", "-c", "echo $FOO; pwd"}},
+	}
+	for _, c := range cases {
+		args := append([]string{"run", "--image", "host"}, c.args...)
+		a.stdin = c.stdin
+		direct := a.run(append([]string{"run", "--no-daemon", "--image", "host"}, c.args...)...)
+		// Twice through the daemon: the first run of a spec creates its
+		// pool, the second takes a warm sandbox.
+		for i := 0; i < 2; i++ {
+			got := a.run(args...)
+			if got.stdout != direct.stdout || got.stderr != direct.stderr || got.code != direct.code {
+				t.Errorf("%q (daemon run %d):\n daemon: %d %q %q\n direct: %d %q %q", c.args, i, got.code, got.stdout, got.stderr, direct.code, direct.stdout, direct.stderr)
+			}
+		}
+		a.stdin = ""
+	}
+	r = a.run("daemon", "status", "--json")
+	var st struct {
+		Running  bool
+		PID      int
+		Pools    []struct{ Ready int }
+		PoolRuns map[string]int
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || !st.Running || st.PID == 0 {
+		t.Fatalf("status --json: %v %v", r, err)
+	}
+	t.Logf("pool runs: %v", st.PoolRuns)
+	if st.PoolRuns["hit"] < len(cases)-2 {
+		t.Errorf("runs from a warm sandbox: %d of %d (%v)", st.PoolRuns["hit"], 2*len(cases), st.PoolRuns)
+	}
+
+	// SIGTERM to the CLI reaches the command through the daemon (143),
+	// and nothing is left running.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := a.cmd(ctx, "run", "--image", "host", "--", "sleep", "30")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 143 || time.Since(start) > 10*time.Second {
+		t.Errorf("SIGTERM: exit %d (%v) after %v: %s", code, err, time.Since(start), errb.String())
+	}
+	// A killed client ends its command too.
+	cmd = a.cmd(ctx, "run", "--image", "host", "-p", "permissive", "--", "sh", "-c", "sleep 1; echo survived > survived.txt")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Kill()
+	cmd.Wait()
+	time.Sleep(2 * time.Second)
+	if _, err := os.Stat(a.dir + "/survived.txt"); err == nil {
+		t.Errorf("the command of a killed client ran on")
+	}
+	if r := a.run("run", "--image", "host", "-p", "permissive", "--", "sh", "-c", "echo made > made.txt"); r.code != 0 {
+		t.Errorf("permissive run: %v", r)
+	} else if b, _ := os.ReadFile(a.dir + "/made.txt"); string(b) != "made\n" {
+		t.Errorf("permissive run through the daemon did not write the project: %q", b)
+	}
+
+	// prewarm fills the pool of a mode's spec.
+	if r := a.run("daemon", "prewarm", "--mode", "claude", "--count", "2"); r.code != 0 {
+		t.Errorf("prewarm: %v", r)
+	}
+	if r := a.run("daemon", "prewarm", "--mode", "nonsense"); r.code == 0 {
+		t.Errorf("prewarm of an unknown mode: %v", r)
+	}
+
+	// stop: the daemon and its sandboxes are gone; run falls back.
+	pid := st.PID
+	inits := childInits(pid)
+	if r := a.run("daemon", "stop"); r.code != 0 || !strings.Contains(r.stderr, "stopped") {
+		t.Fatalf("stop: %v", r)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Errorf("daemon pid %d still alive after stop", pid)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range inits {
+		for isInit(p) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if isInit(p) {
+			t.Errorf("sandbox init %d left after stop", p)
+		}
+	}
+	for _, f := range []string{"daemon.pid", "run.sock", "api.sock"} {
+		if _, err := os.Stat(a.dataDir + "/daemon/" + f); err == nil {
+			t.Errorf("%s left after stop", f)
+		}
+	}
+	if r := a.run("run", "--image", "host", "--", "echo", "direct"); r.code != 0 || r.stdout != "direct\n" {
+		t.Errorf("run without a daemon: %v", r)
+	}
+	if r := a.run("daemon", "stop"); r.code != 0 || !strings.Contains(r.stderr, "no agentkernel daemon") {
+		t.Errorf("stop when stopped: %v", r)
+	}
+}
