@@ -301,7 +301,9 @@ func readDaemonMetrics(p daemon.Paths, st *daemonStatus) {
 		}
 		resp.Body.Close()
 	}
-	sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].Image+st.Pools[i].Profile < st.Pools[j].Image+st.Pools[j].Profile })
+	sort.Slice(st.Pools, func(i, j int) bool {
+		return st.Pools[i].Image+st.Pools[i].Profile < st.Pools[j].Image+st.Pools[j].Profile
+	})
 	if resp, err := c.Get("http://agentkernel/status"); err == nil {
 		var body struct {
 			Data struct {
