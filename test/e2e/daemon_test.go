@@ -42,6 +42,8 @@ func TestDaemon(t *testing.T) {
 		{"", []string{"sh", "-c", "pwd; id -u; hostname; env | grep -v -e '^HOSTNAME=' -e '^_=' | sort"}},
 		{"", []string{"--timeout", "300ms", "--", "sleep", "5"}},
 		{"", []string{"-e", "FOO=bar", "-w", "/tmp", "--", "sh", "-c", "echo $FOO; pwd"}},
+		// No descriptor of the daemon reaches the command.
+		{"", []string{"sh", "-c", "ls /proc/self/fd; cat /proc/self/status | grep -E '^(Cap|Seccomp|NoNewPrivs)'"}},
 	}
 	for _, c := range cases {
 		args := append([]string{"run", "--image", "host"}, c.args...)
