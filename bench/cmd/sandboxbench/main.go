@@ -113,7 +113,15 @@ func bench(n int, ak, img string) error {
 	if ak != "" {
 		// The whole CLI: config, detection, policy (moderate: copy-on-write
 		// workspace, memory/pids/cpu limits, so a cgroup), host image.
-		cases = append(cases, harness.Case{Name: "agentkernel run --image host (CLI)", Argv: []string{ak, "run", "--image", "host", "--", "/bin/true"}})
+		akData := filepath.Join(work, "akdata")
+		cases = append(cases, harness.Case{Name: "agentkernel run --image host (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--image", "host", "--", "/bin/true"}})
+		// The same through a running daemon (warm pool of prepared
+		// sandboxes of that spec).
+		if out, err := exec.Command(ak, "--data-dir", akData, "daemon", "start").CombinedOutput(); err != nil {
+			return fmt.Errorf("daemon start: %v: %s", err, out)
+		}
+		defer exec.Command(ak, "--data-dir", akData, "daemon", "stop").Run()
+		cases = append(cases, harness.Case{Name: "agentkernel run (CLI, daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--image", "host", "--", "/bin/true"}})
 	}
 	if p, err := exec.LookPath("bwrap"); err == nil {
 		cases = append(cases, harness.Case{Name: "bwrap --unshare-all", Argv: []string{p, "--unshare-all", "--ro-bind", img, "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"}})
