@@ -339,7 +339,12 @@ func newDaemonPrewarmCmd(a *App) *cobra.Command {
 same flags, in the current directory, would use: after 'daemon prewarm
 --mode claude', 'agentkernel run --mode claude -- CMD' here starts from a warm
 sandbox. --count is how many to keep ready (default [daemon] min_warm, at most
-[daemon] max_warm).`,
+[daemon] max_warm).
+
+The image is chosen as for a command that implies none: --image, then
+agentkernel.toml, then the project files. Commands that pick their own image
+(python3 → python:3.12-alpine) get their pool on first use, or name the image
+here with --image.`,
 		Example: `  agentkernel daemon prewarm --mode claude
   agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4`,
 		Args: cobra.NoArgs,

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,11 +18,18 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
+// prepareSeq numbers the prepared sandboxes of these tests, whose ids
+// start with "preptest" (cgroups of other packages' sandboxes may exist
+// at the same time).
+var prepareSeq atomic.Int64
+
 func prepare(t testing.TB, b *Backend, spec *sandbox.Spec) sandbox.Prepared {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := b.Prepare(ctx, spec)
+	c := *spec
+	c.ID = fmt.Sprintf("preptest%d-%d", os.Getpid(), prepareSeq.Add(1))
+	p, err := b.Prepare(ctx, &c)
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
@@ -121,7 +131,16 @@ func TestPrepared(t *testing.T) {
 	if left := waitGone(sandboxProcs, 5*time.Second); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
-	if left := waitGone(agentkernelCgroups, 5*time.Second); len(left) > 0 {
+	ours := func() []string {
+		var out []string
+		for _, d := range agentkernelCgroups() {
+			if strings.Contains(filepath.Base(d), fmt.Sprintf("preptest%d-", os.Getpid())) {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+	if left := waitGone(ours, 5*time.Second); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
 }
