@@ -231,3 +231,47 @@ func BenchmarkPreparedRunTrueRefilling(b *testing.B) {
 		}
 	}
 }
+
+// TestSeccompCachePrune: compiling a filter into the cache removes what
+// other builds of the binary cached and temporary files a killed run
+// left, and keeps a temporary file another run may be writing now.
+func TestSeccompCachePrune(t *testing.T) {
+	dir := t.TempDir()
+	b := New(Options{DataDir: dir})
+	cdir := filepath.Join(dir, "cache", "seccomp")
+	if err := os.MkdirAll(cdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	id, err := exeIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pfx := exePrefix(id)
+	other := filepath.Join(cdir, "00000000-0123.bpf")
+	oldTmp := filepath.Join(cdir, pfx+"aaaa.bpf.1")
+	newTmp := filepath.Join(cdir, pfx+"bbbb.bpf.2")
+	for _, f := range []string{other, oldTmp, newTmp} {
+		if err := os.WriteFile(f, make([]byte, 8), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	_ = os.Chtimes(oldTmp, old, old)
+	r := &runState{b: b, spec: newSpec()}
+	m := r.filterMessage(&execConfig{Seccomp: "default", Caps: dockerCaps})
+	if len(m) < 9 || m[0] != 'F' {
+		t.Fatalf("filter message %q", m[:min(len(m), 40)])
+	}
+	for f, want := range map[string]bool{other: false, oldTmp: false, newTmp: true} {
+		if _, err := os.Stat(f); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(f), err == nil, want)
+		}
+	}
+	cached, _ := filepath.Glob(filepath.Join(cdir, pfx+"*.bpf"))
+	if len(cached) != 1 {
+		t.Errorf("cached programs: %v", cached)
+	}
+	if m2 := r.filterMessage(&execConfig{Seccomp: "default", Caps: dockerCaps}); string(m2) != string(m) {
+		t.Errorf("the cached program differs from the compiled one")
+	}
+}

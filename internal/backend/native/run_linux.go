@@ -565,7 +565,7 @@ func (r *runState) filterMessage(e *execConfig) []byte {
 			caps := append([]string(nil), e.Caps...)
 			sort.Strings(caps)
 			sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%s|%v|%s|%s", e.Seccomp, strings.Join(caps, ","), e.ExtraSeccomp, runtime.GOARCH, id)))
-			cache = filepath.Join(r.b.opts.DataDir, "cache", "seccomp", hex.EncodeToString(sum[:16])+".bpf")
+			cache = filepath.Join(r.b.opts.DataDir, "cache", "seccomp", exePrefix(id)+hex.EncodeToString(sum[:16])+".bpf")
 			if b, err := os.ReadFile(cache); err == nil && len(b) > 0 && len(b)%8 == 0 {
 				return append([]byte{'F'}, b...)
 			}
@@ -585,9 +585,40 @@ func (r *runState) filterMessage(e *execConfig) []byte {
 					os.Remove(tmp)
 				}
 			}
+			pruneSeccompCache(filepath.Dir(cache), filepath.Base(cache)[:len(exePrefix(""))])
 		}
 	}
 	return append([]byte{'F'}, raw...)
+}
+
+// exePrefix starts the cache file names of one build of the binary.
+func exePrefix(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:4]) + "-"
+}
+
+// pruneSeccompCache removes what other builds of agentkernel cached (a
+// new program is compiled only after an upgrade or a new profile, so this
+// runs rarely) and temporary files a killed run left behind.
+func pruneSeccompCache(dir, prefix string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case !strings.HasPrefix(name, prefix):
+		case !strings.HasSuffix(name, ".bpf"):
+			// A temporary file: only once surely abandoned.
+			if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < time.Minute {
+				continue
+			}
+		default:
+			continue
+		}
+		_ = os.Remove(filepath.Join(dir, name))
+	}
 }
 
 // exeIdentity names this build of the binary (device, inode, size, mtime
