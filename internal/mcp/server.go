@@ -99,7 +99,8 @@ func unknownToolAsResult(names map[string]bool) sdk.Middleware {
 // Serve runs the server over stdin/stdout until the client goes away or
 // ctx is done. Only protocol messages are written to stdout.
 func Serve(ctx context.Context, s *sdk.Server) error {
-	return s.Run(ctx, &sdk.StdioTransport{})
+	in, out := stdio(ctx)
+	return s.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out})
 }
 
 // Handler serves s over the MCP streamable HTTP transport. Mount it at

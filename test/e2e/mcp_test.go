@@ -404,3 +404,32 @@ func TestPluginInstallCLI(t *testing.T) {
 		t.Errorf("agents table: %v", r)
 	}
 }
+
+// TestMCPStdinClosedEarly: a client may write its requests and close
+// stdin at once; the answers of the tool calls in flight still come.
+func TestMCPStdinClosedEarly(t *testing.T) {
+	a := newAK(t)
+	a.stdin = strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"pipe","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"late","method":"tools/call","params":{"name":"sandbox_run","arguments":{"command":["sh","-c","sleep 1; echo late"],"image":"host"}}}`,
+	}, "\n") + "\n"
+	r := a.run("mcp-server")
+	if r.code != 0 {
+		t.Fatalf("mcp-server: %v", r)
+	}
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var msg map[string]any
+		if err := json.Unmarshal([]byte(line), &msg); err != nil {
+			t.Fatalf("stdout line is not JSON-RPC: %q", line)
+		}
+		if msg["id"] == "late" {
+			b, _ := json.Marshal(msg)
+			found = strings.Contains(string(b), `late\n`) && !strings.Contains(string(b), `"isError":true`)
+		}
+	}
+	if !found {
+		t.Errorf("no answer to the tool call in flight when stdin closed:\n%s\nstderr: %s", r.stdout, r.stderr)
+	}
+}
