@@ -59,6 +59,8 @@ type initState struct {
 	// cmdStdio are the command's stdio received with a prepared
 	// sandbox's command, passed on to the stub.
 	cmdStdio []int
+	// prefix is a prepared sandbox's stub script up to its execve.
+	prefix *stubScript
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -358,8 +360,20 @@ func (s *initState) releaseExecStage() error {
 		return err
 	}
 	if s.cfg.Deferred {
-		// After the cgroup move: that write can wait for an RCU grace
-		// period, which a prepared sandbox pays before its request.
+		// Everything but the command is done before the request: the
+		// cgroup move (that write can wait for an RCU grace period),
+		// the stub's namespaces and the script up to its execve.
+		if s.stub {
+			if err := s.stubEntered(); err != nil {
+				return err
+			}
+			s.cfg.Exec.RecvStdio = true
+			p, err := buildStubPrefix(&s.cfg.Exec)
+			if err != nil {
+				return err
+			}
+			s.prefix = p
+		}
 		if err := s.awaitCommand(buf); err != nil {
 			return err
 		}
@@ -430,8 +444,10 @@ func (s *initState) releaseStub() error {
 		}
 		return reportedError(fmt.Sprintf("exec %d %v", errno, err))
 	}
-	script, err := buildStubScript(c, path)
-	if err != nil {
+	script := s.prefix
+	if script != nil {
+		addStubExec(script, c, path)
+	} else if script, err = buildStubScript(c, path); err != nil {
 		return err
 	}
 	b, err := script.encode()

@@ -149,6 +149,18 @@ func stubEnterScript(nest bool) *stubScript {
 // buildStubScript is fence (exec_linux.go) as a script. It runs in the
 // init after pivot_root, so paths are the sandbox's.
 func buildStubScript(c *execConfig, path string) (*stubScript, error) {
+	s, err := buildStubPrefix(c)
+	if err != nil {
+		return nil, err
+	}
+	addStubExec(s, c, path)
+	return s, nil
+}
+
+// buildStubPrefix is the script up to its final execve, which depends on
+// nothing but the exec config: a prepared sandbox builds it before its
+// command is known.
+func buildStubPrefix(c *execConfig) (*stubScript, error) {
 	s := &stubScript{}
 	if c.RecvStdio {
 		stubRecvStdio(s)
@@ -224,9 +236,13 @@ func buildStubScript(c *execConfig, path string) (*stubScript, error) {
 		fprog := s.bytes(u64s(uint64(len(c.Filter)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
 		s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
 	}
+	return s, nil
+}
+
+// addStubExec ends the script with the execve of the command.
+func addStubExec(s *stubScript, c *execConfig, path string) {
 	e := s.add("exec "+c.Args[0], unix.SYS_EXECVE, s.cstr(path), s.strv(c.Args), s.strv(c.Env))
 	s.recs[e].exec = true
-	return s, nil
 }
 
 // stubRecvStdio makes the stub take the command's stdin, stdout and
