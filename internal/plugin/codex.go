@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 )
@@ -13,10 +14,14 @@ import (
 // codexHeader matches the header of our table and of its subtables
 // ([mcp_servers.agentkernel], [mcp_servers.agentkernel.env], quoted
 // forms too).
-var codexHeader = regexp.MustCompile(`^\s*\[\s*(mcp_servers|"mcp_servers")\s*\.\s*(agentkernel|"agentkernel")\s*(\.[^\]]*)?\]\s*(#.*)?$`)
+// (Compiled on first use: package inits run on every start of the binary,
+// sandbox inits included.)
+var codexHeader = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\s*\[\s*(mcp_servers|"mcp_servers")\s*\.\s*(agentkernel|"agentkernel")\s*(\.[^\]]*)?\]\s*(#.*)?$`)
+})
 
 // anyHeader matches any table or array-of-tables header.
-var anyHeader = regexp.MustCompile(`^\s*\[`)
+var anyHeader = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*\[`) })
 
 func codexBlock(command string) string {
 	return fmt.Sprintf("[mcp_servers.agentkernel]\n# written by 'agentkernel plugin install codex': sandboxed command execution\ncommand = %q\nargs = [\"mcp-server\"]\n", command)
@@ -111,7 +116,7 @@ func replaceCodexTables(s, block string) (out, removed string) {
 	var b, rm strings.Builder
 	placed := false
 	for i := 0; i < len(ls); {
-		if !codexHeader.MatchString(strings.TrimRight(ls[i], "\r\n")) {
+		if !codexHeader().MatchString(strings.TrimRight(ls[i], "\r\n")) {
 			b.WriteString(ls[i])
 			i++
 			continue
@@ -119,7 +124,7 @@ func replaceCodexTables(s, block string) (out, removed string) {
 		// ls[i] is our header: find the end of its body.
 		end := i + 1
 		last := i
-		for end < len(ls) && !anyHeader.MatchString(ls[end]) {
+		for end < len(ls) && !anyHeader().MatchString(ls[end]) {
 			t := strings.TrimSpace(ls[end])
 			if t != "" && !strings.HasPrefix(t, "#") {
 				last = end
