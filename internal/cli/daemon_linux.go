@@ -372,6 +372,9 @@ here with --image.`,
 				return runError(err)
 			}
 			if err := daemon.Prewarm(p.Run, spec, count); err != nil {
+				if errors.Is(err, daemon.ErrStale) {
+					return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "restart it: agentkernel daemon stop && agentkernel daemon start"}
+				}
 				return &ExitError{Code: ExitAgentkernel, Err: err}
 			}
 			a.Infof("prewarming: image %s, profile %s%s", spec.Image, spec.Profile, map[bool]string{true: ", mode " + ov.Mode, false: ""}[ov.Mode != ""])
@@ -430,12 +433,13 @@ func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, 
 		return fail(err)
 	}
 	a.Infof("agentkernel daemon (pid %d) serving %s and %s", os.Getpid(), p.API, p.Run)
+	build := daemon.BuildID()
 	done := func(srv *api.Server) func() {
 		rctx, cancel := context.WithCancel(ctx)
 		finished := make(chan struct{})
 		go func() {
 			defer close(finished)
-			daemon.Serve(rctx, rln, daemon.Handler{Run: srv.RunLocal, Prewarm: srv.Prewarm, Logger: a.Logger})
+			daemon.Serve(rctx, rln, daemon.Handler{Run: srv.RunLocal, Prewarm: srv.Prewarm, Logger: a.Logger, Build: build})
 		}()
 		return func() {
 			cancel()

@@ -41,6 +41,10 @@ func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, o *runOpti
 		}
 	}
 	res, err := daemon.Run(p.Run, spec, in, out, errf)
+	if errors.Is(err, daemon.ErrStale) {
+		a.Warnf("%v since it started; running without it (restart it: agentkernel daemon stop && agentkernel daemon start)", err)
+		return sandbox.Result{}, nil, false
+	}
 	if errors.Is(err, daemon.ErrNoDaemon) || errors.Is(err, daemon.ErrNotServed) {
 		a.Logger.Debug("running without the daemon", "reason", err)
 		return sandbox.Result{}, nil, false

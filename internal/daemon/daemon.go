@@ -72,7 +72,11 @@ const maxRequest = 128 << 10
 
 // Request is the first message of a connection.
 type Request struct {
-	Op    string        `json:"op"` // "run" or "prewarm"
+	Op string `json:"op"` // "run" or "prewarm"
+	// Build identifies the client's agentkernel binary (BuildID): a
+	// daemon of another build (an upgrade since it started) does not
+	// serve it, since the spec's format may differ.
+	Build string        `json:"build"`
 	Spec  *sandbox.Spec `json:"spec"`
 	Count int           `json:"count,omitempty"` // prewarm: sandboxes to keep ready
 }
@@ -122,9 +126,28 @@ func (r Reply) err() error {
 		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrCannotInvoke.Error()), sandbox.ErrCannotInvoke)
 	case "unsupported":
 		return fmt.Errorf("%s: %w", r.Error, ErrNotServed)
+	case "stale":
+		return ErrStale
 	}
 	return errors.New(r.Error)
 }
+
+// BuildID identifies the agentkernel binary at os.Executable (size and
+// modification time): a binary replaced by an upgrade has another.
+func BuildID() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	st, err := os.Stat(exe)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d-%d", st.Size(), st.ModTime().UnixNano())
+}
+
+// ErrStale: the daemon runs another build of agentkernel; nothing ran.
+var ErrStale = errors.New("the running agentkernel daemon is another build of agentkernel")
 
 // ErrNoDaemon: no daemon answers on the run socket. ErrNotServed: the
 // daemon cannot run this spec (nothing was run). Either way the caller

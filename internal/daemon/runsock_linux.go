@@ -25,6 +25,8 @@ type Handler struct {
 	// Prewarm keeps count sandboxes of spec ready.
 	Prewarm func(spec *sandbox.Spec, count int) error
 	Logger  *slog.Logger
+	// Build is the daemon's BuildID, taken when it started.
+	Build string
 }
 
 // Listen creates the run socket at path (mode 0600; a stale socket file
@@ -136,6 +138,10 @@ func (h Handler) serveConn(c *net.UnixConn) {
 		reply(Reply{Error: "bad request"})
 		return
 	}
+	if req.Build != h.Build {
+		reply(Reply{Error: ErrStale.Error(), Kind: "stale"})
+		return
+	}
 	switch req.Op {
 	case "prewarm":
 		if h.Prewarm == nil {
@@ -202,7 +208,7 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 // ErrNoDaemon or ErrNotServed mean nothing ran and the caller should run
 // spec itself.
 func Run(path string, spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandbox.Result, error) {
-	b, err := encode(Request{Op: "run", Spec: spec})
+	b, err := encode(Request{Op: "run", Spec: spec, Build: BuildID()})
 	if err != nil || len(b) > maxRequest {
 		return sandbox.Result{}, ErrNotServed
 	}
@@ -249,7 +255,7 @@ func Run(path string, spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandb
 
 // Prewarm asks the daemon at path to keep count sandboxes of spec ready.
 func Prewarm(path string, spec *sandbox.Spec, count int) error {
-	b, err := encode(Request{Op: "prewarm", Spec: spec, Count: count})
+	b, err := encode(Request{Op: "prewarm", Spec: spec, Count: count, Build: BuildID()})
 	if err != nil {
 		return err
 	}

@@ -147,3 +147,34 @@ func TestDaemon(t *testing.T) {
 		t.Errorf("stop when stopped: %v", r)
 	}
 }
+
+// TestDaemonStale: a daemon of another build of agentkernel (an upgrade
+// since it started) is not used: run says so and runs the command itself.
+func TestDaemonStale(t *testing.T) {
+	a := newAK(t)
+	b, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir() + "/agentkernel-old"
+	if err := os.WriteFile(other, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(other, old, old)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := a.cmd(ctx, "daemon", "start")
+	start.Path = other
+	if out, err := start.CombinedOutput(); err != nil {
+		t.Fatalf("daemon start (other build): %v %s", err, out)
+	}
+	t.Cleanup(func() { a.run("daemon", "stop") })
+	r := a.run("run", "--image", "host", "--", "echo", "still runs")
+	if r.code != 0 || r.stdout != "still runs\n" || !strings.Contains(r.stderr, "another build") {
+		t.Errorf("run with a stale daemon: %v", r)
+	}
+	if r := a.run("daemon", "prewarm"); r.code != 125 || !strings.Contains(r.stderr, "restart it") {
+		t.Errorf("prewarm with a stale daemon: %v", r)
+	}
+}
