@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,7 +105,7 @@ func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	argv := []string{"--data-dir", a.DataDir, "--log-level", a.LogLevel}
+	argv := []string{"--data-dir", filepath.Dir(p.Dir), "--log-level", a.LogLevel}
 	if a.ConfigPath != "" {
 		argv = append(argv, "--config", a.ConfigPath)
 	}
@@ -399,7 +400,7 @@ func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, 
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	if pid := p.PID(); pid != 0 && pid != os.Getpid() {
+	if pid := p.PID(); pid != 0 && pid != os.Getpid() && daemonAnswers(p) {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("a daemon is already running for %s (pid %d)", a.DataDir, pid)}
 	}
 	if err := os.WriteFile(p.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {

@@ -26,9 +26,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -44,6 +44,9 @@ type Paths struct {
 
 // PathsFor returns the daemon's paths for a data directory.
 func PathsFor(dataDir string) Paths {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
 	d := filepath.Join(dataDir, "daemon")
 	return Paths{Dir: d, API: filepath.Join(d, "api.sock"), Run: filepath.Join(d, "run.sock"),
 		PIDFile: filepath.Join(d, "daemon.pid"), Log: filepath.Join(d, "daemon.log")}
@@ -60,7 +63,18 @@ func (p Paths) PID() int {
 	if err != nil || pid <= 0 {
 		return 0
 	}
-	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+	// A pid file left by a daemon that died may name a process that
+	// reused its pid: only an agentkernel daemon of this data directory
+	// counts (its command line says so).
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return 0
+	}
+	args := strings.Split(string(cmdline), "\x00")
+	if !slices.Contains(args, "--daemon") || !slices.Contains(args, "serve") {
+		return 0
+	}
+	if dataDir := filepath.Dir(p.Dir); !slices.Contains(args, dataDir) {
 		return 0
 	}
 	return pid
