@@ -666,7 +666,7 @@ var permanentFiles = []*regexp.Regexp{
 	regexp.MustCompile(`^images/locks/(index|gc|layer-[0-9a-f]{64})\.lock$`),
 	regexp.MustCompile(`^images/tmp$`),
 	regexp.MustCompile(`^cache(/seccomp)?$`),
-	regexp.MustCompile(`^cache/seccomp/[0-9a-f]{32}\.bpf$`),
+	regexp.MustCompile(`^cache/seccomp/[0-9a-f]{8}-[0-9a-f]{32}\.bpf$`),
 	regexp.MustCompile(`^runs$`),
 }
 

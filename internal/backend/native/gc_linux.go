@@ -27,8 +27,8 @@ const (
 
 // GC removes what crashed runs left behind: run directories under
 // dataDir/runs whose owner is dead (and that were not kept on purpose),
-// empty agentkernel-* cgroups, and mounts under dataDir/runs. It returns
-// what it removed.
+// empty agentkernel-* cgroups, mounts under dataDir/runs, and stale files
+// of the seccomp cache. It returns what it removed (but for the cache).
 func GC(ctx context.Context, dataDir string) (removed []string, err error) {
 	var errs []error
 	if dataDir != "" {
@@ -55,6 +55,11 @@ func GC(ctx context.Context, dataDir string) (removed []string, err error) {
 				continue
 			}
 			removed = append(removed, dir)
+		}
+		// Compiled filters of other builds, and temporary files of
+		// runs killed while writing one.
+		if id, err := exeIdentity(); err == nil {
+			pruneSeccompCache(filepath.Join(dataDir, "cache", "seccomp"), exePrefix(id))
 		}
 	}
 	for _, parent := range cgroupParents() {
