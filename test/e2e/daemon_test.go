@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -78,13 +79,17 @@ func TestDaemon(t *testing.T) {
 	// and nothing is left running.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := a.cmd(ctx, "run", "--image", "host", "--", "sleep", "30")
+	cmd := a.cmd(ctx, "run", "--image", "host", "--", "sh", "-c", "echo ready; exec sleep 30")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
+	outp, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The command runs (so the CLI forwards signals) once it says so.
+	if line, err := bufio.NewReader(outp).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("waiting for the command: %q %v", line, err)
+	}
 	start := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()

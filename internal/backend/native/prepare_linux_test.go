@@ -97,9 +97,9 @@ func TestPrepared(t *testing.T) {
 
 	// A timeout counts from Run, not from Prepare.
 	ts := newSpec()
-	ts.Resources.Timeout = 300 * time.Millisecond
+	ts.Resources.Timeout = 1500 * time.Millisecond
 	p := prepare(t, b, ts)
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1600 * time.Millisecond)
 	res, err = p.Run(context.Background(), []string{"sh", "-c", "sleep 0.1; echo ok"}, sandbox.Stdio{}, nil)
 	if err != nil || res.TimedOut || res.ExitCode != 0 {
 		t.Fatalf("timeout from Prepare: %v %+v", err, res)
