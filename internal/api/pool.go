@@ -39,12 +39,24 @@ import (
 // finds its pool empty raises that key's target by one (up to max_warm),
 // so the pool grows to the load it sees. At most maxFilling sandboxes are
 // prepared at once, all pools together.
+//
+// Eviction: a pool no request took from for poolIdle is discarded, and a
+// new key beyond maxPools evicts the least recently used pool. Pools
+// filled on purpose (prewarm, [daemon] min_warm at start) are pinned:
+// never evicted.
 
 // maxPools bounds the number of keys (pools) at once; maxFilling the
 // sandboxes being prepared at once (refills must not starve requests).
 const (
 	maxPools   = 16
 	maxFilling = 2
+)
+
+// poolIdle is how long an unpinned pool lives without a request;
+// idleCheck how often that is checked.
+var (
+	poolIdle  = 10 * time.Minute
+	idleCheck = time.Minute
 )
 
 // PoolOptions configures the warm pools.
@@ -66,6 +78,10 @@ type warmPool struct {
 	filling int // preparations in flight
 	target  int
 	failed  time.Time // last preparation failure (back off)
+
+	lastUsed time.Time // last take (or creation)
+	pinned   bool      // prewarmed: never evicted
+	evicted  bool      // no longer in byKey: preparations finishing are discarded
 }
 
 type pools struct {
@@ -96,7 +112,63 @@ func newPools(m *sandbox.Manager, o PoolOptions, log func(string, ...any)) *pool
 		o.MaxWarm = o.MinWarm
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &pools{m: m, opts: o, log: log, byKey: map[string]*warmPool{}, ctx: ctx, cancel: cancel}
+	p := &pools{m: m, opts: o, log: log, byKey: map[string]*warmPool{}, ctx: ctx, cancel: cancel}
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		t := time.NewTicker(idleCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				p.evictIdle()
+			}
+		}
+	}()
+	return p
+}
+
+// evictIdle discards the unpinned pools no request used for poolIdle.
+func (p *pools) evictIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, wp := range p.byKey {
+		if !wp.pinned && time.Since(wp.lastUsed) > poolIdle {
+			p.evictLocked(wp)
+		}
+	}
+}
+
+// evictLocked removes wp and discards its ready sandboxes.
+func (p *pools) evictLocked(wp *warmPool) {
+	delete(p.byKey, wp.key)
+	wp.evicted, wp.target = true, 0
+	for _, sb := range wp.ready {
+		p.bg.Add(1)
+		go func() { defer p.bg.Done(); sb.Close() }()
+	}
+	wp.ready = nil
+}
+
+// makeRoomLocked evicts the least recently used unpinned pool when
+// maxPools exist; false when all are pinned.
+func (p *pools) makeRoomLocked() bool {
+	if len(p.byKey) < maxPools {
+		return true
+	}
+	var lru *warmPool
+	for _, wp := range p.byKey {
+		if !wp.pinned && (lru == nil || wp.lastUsed.Before(lru.lastUsed)) {
+			lru = wp
+		}
+	}
+	if lru == nil {
+		return false
+	}
+	p.evictLocked(lru)
+	return true
 }
 
 // maxPooledArgs bounds the argv (as JSON) a pooled sandbox is handed.
@@ -145,11 +217,12 @@ func (p *pools) take(spec *sandbox.Spec) (sandbox.Prepared, string) {
 	}
 	wp := p.byKey[key]
 	if wp == nil {
-		if len(p.byKey) >= maxPools {
+		if !p.makeRoomLocked() {
 			return nil, "unpoolable"
 		}
 		wp = p.newPoolLocked(key, spec)
 	}
+	wp.lastUsed = time.Now()
 	n := len(wp.ready)
 	if n == 0 {
 		// Empty: this request runs ephemerally (cheaper than waiting
@@ -169,7 +242,7 @@ func (p *pools) take(spec *sandbox.Spec) (sandbox.Prepared, string) {
 func (p *pools) newPoolLocked(key string, spec *sandbox.Spec) *warmPool {
 	tmpl := *spec
 	tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
-	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm}
+	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm, lastUsed: time.Now()}
 	p.byKey[key] = wp
 	return wp
 }
@@ -198,8 +271,9 @@ func (p *pools) refillLocked(wp *warmPool) {
 				}
 				return
 			}
-			if p.closed {
-				go sb.Close()
+			if p.closed || wp.evicted {
+				p.bg.Add(1)
+				go func() { defer p.bg.Done(); sb.Close() }()
 				return
 			}
 			wp.ready = append(wp.ready, sb)
@@ -258,11 +332,12 @@ func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
 	}
 	wp := p.byKey[key]
 	if wp == nil {
-		if len(p.byKey) >= maxPools {
-			return fmt.Errorf("at most %d pools exist at once", maxPools)
+		if !p.makeRoomLocked() {
+			return fmt.Errorf("at most %d pools exist at once, all prewarmed", maxPools)
 		}
 		wp = p.newPoolLocked(key, &c)
 	}
+	wp.pinned = true
 	if count > 0 {
 		wp.target = max(wp.target, min(count, p.opts.MaxWarm))
 	}

@@ -1,9 +1,16 @@
 package api
 
 import (
+	"context"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/image"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -55,5 +62,91 @@ func TestPoolKey(t *testing.T) {
 		if poolable(s) {
 			t.Errorf("%s: poolable", name)
 		}
+	}
+}
+
+// standIn is a backend whose prepared sandboxes are plain counters. The
+// pool's bookkeeping (eviction, pinning, discarding) is what these tests
+// check; real prepared sandboxes go through the same pool in the e2e
+// tests (TestAPIPool, TestDaemon), which need root.
+type standIn struct{ live atomic.Int64 }
+
+func (b *standIn) Name() string { return "standin" }
+func (b *standIn) Run(context.Context, *sandbox.Spec, sandbox.Stdio) (sandbox.Result, error) {
+	return sandbox.Result{}, nil
+}
+func (b *standIn) Prepare(context.Context, *sandbox.Spec) (sandbox.Prepared, error) {
+	b.live.Add(1)
+	return &standInSandbox{b: b}, nil
+}
+
+type standInSandbox struct {
+	b    *standIn
+	once sync.Once
+}
+
+func (s *standInSandbox) Run(context.Context, []string, sandbox.Stdio, <-chan os.Signal) (sandbox.Result, error) {
+	s.Close()
+	return sandbox.Result{}, nil
+}
+func (s *standInSandbox) Close() { s.once.Do(func() { s.b.live.Add(-1) }) }
+
+func TestPoolEviction(t *testing.T) {
+	oldIdle, oldCheck := poolIdle, idleCheck
+	poolIdle, idleCheck = 100*time.Millisecond, 10*time.Millisecond
+	defer func() { poolIdle, idleCheck = oldIdle, oldCheck }()
+	b := &standIn{}
+	m := sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{b}, Default: "standin"})
+	p := newPools(m, PoolOptions{MinWarm: 1, MaxWarm: 2}, func(string, ...any) {})
+	spec := func(i int) *sandbox.Spec {
+		return &sandbox.Spec{Args: []string{"true"}, Env: []string{"K=" + strconv.Itoa(i)}, Rootfs: image.Rootfs{Host: true}}
+	}
+	ready := func() int {
+		n := 0
+		for _, s := range p.sizes() {
+			n += s.ready
+		}
+		return n
+	}
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// An idle pool goes, and its sandboxes with it; a pinned one stays.
+	if sb, why := p.take(spec(0)); sb != nil || why != "miss" {
+		t.Fatalf("first take: %v %s", sb, why)
+	}
+	if err := p.prewarm(spec(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("three warm sandboxes", func() bool { return ready() == 3 }) // 2 (grown by the miss) + 1
+	waitFor("the idle pool's eviction", func() bool { return ready() == 1 && b.live.Load() == 1 })
+	time.Sleep(3 * poolIdle)
+	if ready() != 1 {
+		t.Errorf("the pinned pool was evicted")
+	}
+
+	// Beyond maxPools the least recently used pool makes room.
+	for i := 2; i < 2+maxPools; i++ {
+		p.take(spec(i))
+	}
+	p.mu.Lock()
+	n := len(p.byKey)
+	k2, _ := poolKey(spec(2))
+	_, has2 := p.byKey[k2]
+	p.mu.Unlock()
+	if n != maxPools || has2 {
+		t.Errorf("%d pools (want %d), oldest still there: %v", n, maxPools, has2)
+	}
+	p.close()
+	if l := b.live.Load(); l != 0 {
+		t.Errorf("%d prepared sandboxes left after close", l)
 	}
 }
