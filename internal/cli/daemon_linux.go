@@ -40,7 +40,8 @@ itself; the output and the exit status are the same either way.
 A pool is kept per sandbox spec (image, profile, mode, mounts, limits,
 environment: everything but the command), created by the first run of a
 spec and grown with the load, between [daemon] min_warm (default 1) and
-max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time.
+max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time
+and keeps it. Other pools go after 10 minutes without a run.
 
 The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
 socket under the data directory, and on TCP with --tcp. Its log is
