@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 // checks every outcome against the expectation table and, with -update,
 // rewrites RESULTS.md. ATTACK_ONLY=probe,probe limits the battery to
 // those probes (for investigating; never with -update).
+// modePool is the root battery run through prepared sandboxes.
+const modePool = "root-pool"
+
 func TestAttack(t *testing.T) {
 	if os.Getenv(envInner) != "" {
 		t.Skip("inner process of the rootless variant")
@@ -63,6 +66,11 @@ func TestAttack(t *testing.T) {
 		res := battery(t, "root", probes)
 		all = append(all, res)
 		t.Logf("root battery: %v", res.Took.Round(time.Millisecond))
+		// The same sandboxes as a warm pool (the daemon, fast API
+		// runs) builds them: prepared first, command and stdio later.
+		pool := battery(t, modePool, probes)
+		all = append(all, pool)
+		t.Logf("%s battery: %v", modePool, pool.Took.Round(time.Millisecond))
 		rl, err := rootlessFromRoot(t, probes)
 		if err != nil {
 			t.Logf("rootless variant skipped: %v", err)

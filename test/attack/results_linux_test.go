@@ -16,7 +16,7 @@ import (
 )
 
 // writeResults renders RESULTS.md: the probe × profile × (root,
-// rootless) table, the host checks and what each probe tries.
+// root-pool: the same through prepared sandboxes, rootless) table, the host checks and what each probe tries.
 func writeResults(t *testing.T, all []*modeResults) {
 	t.Helper()
 	var b strings.Builder
@@ -29,13 +29,14 @@ func writeResults(t *testing.T, all []*modeResults) {
 	fmt.Fprintf(&b, "`blocked`: the defence held. `allowed`: the probe got through; every `allowed` is either a documented\n")
 	fmt.Fprintf(&b, "exception of the profile (marked ✓, reason below) or a **FAIL** (a bug in the backend).\n")
 	fmt.Fprintf(&b, "`n-a`: the variant did not run. Network: every profile runs loopback-only (the native backend refuses\n")
-	fmt.Fprintf(&b, "egress until the network proxy exists).\n\n")
+	fmt.Fprintf(&b, "egress until the network proxy exists). `root-pool`: the root variant through prepared sandboxes, as a\n")
+	fmt.Fprintf(&b, "warm pool (the daemon, fast API runs) builds them: the sandbox first, the command and its stdio later.\n\n")
 
 	modes := map[string]*modeResults{}
 	for _, r := range all {
 		modes[r.Mode] = r
 	}
-	order := []string{"root", "rootless"}
+	order := []string{"root", modePool, "rootless"}
 	probes := map[string]bool{}
 	for _, r := range all {
 		for p := range r.Outcomes {

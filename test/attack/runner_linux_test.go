@@ -69,6 +69,9 @@ type modeResults struct {
 type runner struct {
 	f       *fixtures
 	backend *native.Backend
+	// prepared runs each probe the way a warm pool does (Prepare, then
+	// Run with the command and its stdio), where the spec allows it.
+	prepared bool
 
 	mu       sync.Mutex
 	warnings map[string]bool
@@ -97,6 +100,28 @@ func setIDFiles(dir string) []string {
 		return nil
 	})
 	return out
+}
+
+// runSpec runs spec as a direct run, or in the prepared mode as a pooled
+// one (falling back to a direct run where a pool would: a terminal, a
+// kept layer, an environment too large for the stub).
+func (r *runner) runSpec(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	if !r.prepared || spec.TTY || spec.Keep {
+		return r.backend.Run(ctx, spec, stdio)
+	}
+	p, err := r.backend.Prepare(ctx, spec)
+	if errors.Is(err, sandbox.ErrUnsupported) {
+		return r.backend.Run(ctx, spec, stdio)
+	}
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	res, err := p.Run(ctx, spec.Args, stdio, nil)
+	if errors.Is(err, sandbox.ErrUnsupported) {
+		// An argv too large for one message: nothing ran.
+		return r.backend.Run(ctx, spec, stdio)
+	}
+	return res, err
 }
 
 func newRunner(f *fixtures) *runner {
@@ -351,7 +376,7 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 	}
 
 	start := time.Now()
-	res, err := r.backend.Run(ctx, spec, stdio)
+	res, err := r.runSpec(ctx, spec, stdio)
 	o.Took = time.Since(start)
 	o.ExitCode = res.ExitCode
 	if err != nil {
@@ -422,6 +447,7 @@ func battery(t *testing.T, mode, probesBin string) *modeResults {
 	start := time.Now()
 	f := newFixtures(t, mode, probesBin)
 	r := newRunner(f)
+	r.prepared = mode == modePool
 	f.startOtherSandbox(t, r)
 
 	layersBefore := map[string]string{}
