@@ -223,13 +223,13 @@ func newDaemonStopCmd(a *App) *cobra.Command {
 
 // daemonStatus is 'daemon status --json'.
 type daemonStatus struct {
-	Running  bool         `json:"running"`
-	PID      int          `json:"pid,omitempty"`
-	API      string       `json:"api_socket,omitempty"`
-	Log      string       `json:"log"`
-	Uptime   int64        `json:"uptime_seconds,omitempty"`
-	Pools    []poolStatus `json:"pools"`
-	PoolRuns map[string]int64
+	Running  bool             `json:"running"`
+	PID      int              `json:"pid,omitempty"`
+	API      string           `json:"api_socket,omitempty"`
+	Log      string           `json:"log"`
+	Uptime   int64            `json:"uptime_seconds,omitempty"`
+	Pools    []poolStatus     `json:"pools"`
+	PoolRuns map[string]int64 `json:"pool_runs"`
 }
 
 type poolStatus struct {

@@ -65,7 +65,7 @@ func TestDaemon(t *testing.T) {
 		Running  bool
 		PID      int
 		Pools    []struct{ Ready int }
-		PoolRuns map[string]int
+		PoolRuns map[string]int `json:"pool_runs"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 || !st.Running || st.PID == 0 {
 		t.Fatalf("status --json: %v %v", r, err)
