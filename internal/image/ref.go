@@ -75,11 +75,27 @@ func NormalizeRef(ref string) (string, error) {
 	if IsHost(ref) {
 		return HostRef, nil
 	}
-	r, err := name.ParseReference(ref)
+	n, err := canonicalName(ref)
 	if err != nil {
 		return "", fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	return r.Name(), nil
+	return n, nil
+}
+
+// canonicalName is ref's fully qualified name. A reference whose full
+// name would not parse back is refused: a short name can pass the
+// parser's length limit and exceed it once "index.docker.io/library/" is
+// added, and such a name could never be pulled or looked up again.
+func canonicalName(ref string) (string, error) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", err
+	}
+	n := r.Name()
+	if s, err := name.ParseReference(n, name.StrictValidation); err != nil || s.Name() != n {
+		return "", fmt.Errorf("its full name (%d characters) is not a valid image reference", len(n))
+	}
+	return n, nil
 }
 
 // parseRef parses ref, marking its registry insecure (plain HTTP allowed)
@@ -141,9 +157,5 @@ func isDigestRef(ref string) bool {
 
 // normalizeFast is NormalizeRef without the host check, for lookups.
 func normalizeFast(ref string) (string, error) {
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		return "", err
-	}
-	return r.Name(), nil
+	return canonicalName(ref)
 }
