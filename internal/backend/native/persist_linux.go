@@ -83,90 +83,27 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		}
 		cfg.Upper = dir
 	}
-	payload, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
-	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	parentSock := os.NewFile(uintptr(sp[0]), "agent")
-	childSock := os.NewFile(uintptr(sp[1]), "agent-child")
-	defer childSock.Close()
-	if err := sendConfig(sp[0], payload); err != nil {
-		parentSock.Close()
-		return nil, fmt.Errorf("sending config: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		parentSock.Close()
-		return nil, err
-	}
-	defer errW.Close()
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
-		parentSock.Close()
-		errR.Close()
 		return nil, err
 	}
 	defer devNull.Close()
 	if stderr == nil {
 		stderr = devNull
 	}
-	sys := &syscall.SysProcAttr{
-		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		Pdeathsig:  unix.SIGKILL,
-		Setsid:     true,
-	}
-	if cfg.Rootless {
-		sys.Cloneflags |= unix.CLONE_NEWUSER
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-	}
-	if r.cg != nil {
-		if fd := r.cg.openDir(); fd >= 0 {
-			defer unix.Close(fd)
-			sys.UseCgroupFD, sys.CgroupFD = true, fd
-		}
-	}
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{argv0Init}, &syscall.ProcAttr{
-		Env:   []string{},
-		Files: []uintptr{devNull.Fd(), stderr.Fd(), stderr.Fd(), childSock.Fd(), errW.Fd()},
-		Sys:   sys,
-	})
+	// The same fork as a run's (launch): config queued, cgroup joined and
+	// seccomp filter sent while the init boots. The config socket then
+	// carries the agent protocol.
+	l, err := r.launch(cfg, &stdioFiles{child: [3]*os.File{devNull, stderr, stderr}})
 	if err != nil {
-		parentSock.Close()
-		errR.Close()
-		return nil, fmt.Errorf("starting sandbox init: %w", err)
+		return nil, err
 	}
-	childSock.Close()
-	errW.Close()
-	inst := &Instance{r: r, pid: pid, conn: agent.NewConn(parentSock), start: time.Now(), done: make(chan struct{})}
+	pid := l.pid
+	inst := &Instance{r: r, pid: pid, conn: agent.NewConn(l.sock), start: time.Now(), done: make(chan struct{})}
 	go func() {
-		var m []byte
-		if r.cg != nil {
-			if err := r.cg.join(pid, sys.UseCgroupFD); err != nil {
-				m = append([]byte{'E'}, err.Error()...)
-			}
-		}
-		if m == nil {
-			m = r.filterMessage(&cfg.Exec)
-		}
-		_, _ = parentSock.Write(m)
-	}()
-	errCh := make(chan []byte, 1)
-	go func() { b, _ := io.ReadAll(errR); errR.Close(); errCh <- b }()
-	go func() {
-		var ws syscall.WaitStatus
-		for {
-			_, err := syscall.Wait4(pid, &ws, 0, nil)
-			if err != syscall.EINTR {
-				break
-			}
-		}
-		inst.ws = ws
-		if msg := <-errCh; len(msg) > 0 {
+		ex := <-l.waitCh
+		inst.ws = ex.ws
+		if msg := <-l.errCh; len(msg) > 0 {
 			inst.initErr = parseInitError(msg)
 		}
 		close(inst.done)
