@@ -371,40 +371,36 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request, seg []stri
 	writeData(w, http.StatusOK, s.info(info))
 }
 
-func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+// sandboxAction is a route that does one thing to the named sandbox and
+// answers with done.
+func (s *Server) sandboxAction(w http.ResponseWriter, seg []string, done string, do func(name string) error) {
 	n, ok := s.name(w, seg)
 	if !ok {
 		return
 	}
-	if err := s.opts.Manager.Remove(r.Context(), n, true); err != nil {
+	if err := do(n); err != nil {
 		s.fail(w, n, err)
 		return
 	}
-	writeData(w, http.StatusOK, "Sandbox removed")
+	writeData(w, http.StatusOK, done)
+}
+
+func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
+	s.sandboxAction(w, seg, "Sandbox removed", func(n string) error { return s.opts.Manager.Remove(r.Context(), n, true) })
 }
 
 func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
-	if !ok {
-		return
-	}
-	if _, err := s.opts.Manager.Start(r.Context(), n); err != nil {
-		s.fail(w, n, err)
-		return
-	}
-	writeData(w, http.StatusOK, "Sandbox started")
+	s.sandboxAction(w, seg, "Sandbox started", func(n string) error {
+		_, err := s.opts.Manager.Start(r.Context(), n)
+		return err
+	})
 }
 
 func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
-	if !ok {
-		return
-	}
-	if _, err := s.opts.Manager.Stop(r.Context(), n); err != nil {
-		s.fail(w, n, err)
-		return
-	}
-	writeData(w, http.StatusOK, "Sandbox stopped")
+	s.sandboxAction(w, seg, "Sandbox stopped", func(n string) error {
+		_, err := s.opts.Manager.Stop(r.Context(), n)
+		return err
+	})
 }
 
 func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, seg []string) {

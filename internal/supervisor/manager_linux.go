@@ -291,24 +291,36 @@ func (m *Manager) adopt(name string) (int, uint64, bool) {
 	return pid, start, true
 }
 
-// Start starts the sandbox's supervisor (no-op when it runs).
-func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error) {
+// lockedGet takes the sandbox's lock and reads its state under it. It
+// checks that the sandbox exists first, so that a name that does not
+// exist gets no lock file.
+func (m *Manager) lockedGet(ctx context.Context, name string) (*store.Store, *store.Sandbox, func(), error) {
 	st, err := m.Store(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if _, err := m.get(ctx, name); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	unlock, err := m.lock(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sb, err := m.get(ctx, name)
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return st, sb, unlock, nil
+}
+
+// Start starts the sandbox's supervisor (no-op when it runs).
+func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error) {
+	st, sb, unlock, err := m.lockedGet(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	sb, err := m.get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
 	if sb.Status == store.StatusRunning {
 		return m.info(sb), nil
 	}
@@ -357,22 +369,11 @@ func writeFileAtomic(path string, b []byte) error {
 
 // Stop stops the sandbox (no-op when stopped).
 func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info, error) {
-	st, err := m.Store(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.get(ctx, name); err != nil {
-		return nil, err
-	}
-	unlock, err := m.lock(name)
+	st, sb, unlock, err := m.lockedGet(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	sb, err := m.get(ctx, name)
-	if err != nil {
-		return nil, err
-	}
 	if sb.Status == store.StatusRunning {
 		if c, err := Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
 			err = c.Stop(ctx)
