@@ -29,6 +29,14 @@ type Conn struct {
 	f  *os.File
 	rc syscall.RawConn
 	mu sync.Mutex
+
+	// rbuf is Recv's buffer, kept for the connection's life: a fresh
+	// MaxMessage buffer per message is garbage that a long-lived,
+	// mostly idle process (supervisor, persistent init) keeps resident
+	// until a GC that may never come. Memory of a new buffer is touched
+	// only as far as messages reach.
+	rmu  sync.Mutex
+	rbuf []byte
 }
 
 // NewConn wraps a connected SOCK_SEQPACKET socket.
@@ -85,8 +93,14 @@ var ErrClosed = errors.New("connection closed")
 // Recv reads one message into v and returns the descriptors attached to
 // it (close-on-exec; the caller owns them).
 func (c *Conn) Recv(v any) ([]int, error) {
-	buf := make([]byte, MaxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*8))
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, MaxMessage)
+	}
+	buf := c.rbuf
+	var oobBuf [64]byte // room for CmsgSpace(4*8)
+	oob := oobBuf[:unix.CmsgSpace(4*8)]
 	var n, oobn int
 	var err error
 	rerr := c.rc.Read(func(fd uintptr) bool {

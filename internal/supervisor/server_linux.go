@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/idletrim"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -59,7 +60,9 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	if st, err := ProcStart(os.Getpid()); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
 	}
-	s := &server{inst: inst, dir: dir, pending: map[uint64]chan agent.Response{}, stopped: make(chan struct{})}
+	s := &server{inst: inst, dir: dir, pending: map[uint64]chan agent.Response{}, stopped: make(chan struct{}),
+		trim: idletrim.New(idleTrimAfter)}
+	defer s.trim.Stop()
 	go s.readAgent()
 	if ready != nil {
 		fmt.Fprint(ready, "ok")
@@ -99,7 +102,14 @@ type server struct {
 	pending  map[uint64]chan agent.Response
 	stopping bool
 	stopped  chan struct{}
+
+	// trim gives memory back while no request is being handled.
+	trim *idletrim.Trimmer
 }
+
+// idleTrimAfter is how long a supervisor waits without a request before
+// it trims its resident memory (package idletrim).
+const idleTrimAfter = 10 * time.Second
 
 func (s *server) stopRequested() bool {
 	s.mu.Lock()
@@ -165,10 +175,14 @@ func (s *server) serveClient(c *agent.Conn) {
 		if err != nil {
 			return
 		}
+		// Busy until the request's first answer: a long command keeps
+		// the sandbox working, not its supervisor.
+		idle := s.trim.Busy()
 		clientID := req.ID
 		switch req.Op {
 		case agent.OpStop:
 			agent.CloseFds(fds)
+			idle()
 			wg.Add(1)
 			go func() { defer wg.Done(); s.stop(c, clientID) }()
 			continue
@@ -177,6 +191,7 @@ func (s *server) serveClient(c *agent.Conn) {
 			st := s.inst.Stats()
 			st.UpperBytes = dirSize(filepath.Join(s.dir, "upper"))
 			_ = c.Send(agent.Response{ID: clientID, Stats: &st})
+			idle()
 			continue
 		case agent.OpSignal:
 			mu.Lock()
@@ -187,6 +202,7 @@ func (s *server) serveClient(c *agent.Conn) {
 		agent.CloseFds(fds)
 		if err != nil {
 			_ = c.Send(agent.Response{ID: clientID, Error: "the sandbox is not running: " + err.Error(), Kind: "setup"})
+			idle()
 			continue
 		}
 		if req.Op == agent.OpExec {
@@ -199,9 +215,11 @@ func (s *server) serveClient(c *agent.Conn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer idle()
 			for resp := range ch {
 				resp.ID = clientID
 				_ = c.Send(resp)
+				idle()
 				if resp.Exited || resp.Error != "" || !resp.Started {
 					mu.Lock()
 					delete(execs, clientID)

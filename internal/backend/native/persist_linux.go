@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/idletrim"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -279,6 +280,10 @@ func (s *initState) retireExecStage() error {
 	return nil
 }
 
+// idleTrimAfter is how long a persistent init waits without a request
+// before it trims its resident memory (package idletrim).
+const idleTrimAfter = 10 * time.Second
+
 // agentProc is one exec'd command.
 type agentProc struct {
 	id      uint64
@@ -328,6 +333,9 @@ func (s *initState) serve() int {
 			}
 		}
 	}()
+	// The agent idles between requests: give memory back meanwhile.
+	trim := idletrim.New(idleTrimAfter)
+	defer trim.Stop()
 	go func() {
 		for {
 			var req agent.Request
@@ -347,7 +355,11 @@ func (s *initState) serve() int {
 				}
 				continue
 			}
-			go a.handle(req, fds)
+			idle := trim.Busy()
+			go func() {
+				defer idle()
+				a.handle(req, fds)
+			}()
 		}
 	}()
 	if err := a.conn.Send(agent.Response{Ready: true}); err != nil {
