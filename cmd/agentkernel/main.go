@@ -1,5 +1,12 @@
 // Command agentkernel is the single binary of agentkernel: CLI, sandbox
-// init and (later) supervisor, API server and MCP server.
+// init, supervisor, daemon, API server and MCP server.
+//
+// GOMAXPROCS is not re-derived from the cgroup's CPU limit while a
+// process runs (Go 1.25's default re-checks it every second): an idle
+// supervisor or sandbox init would wake up for it and map pages that an
+// idle trim gave back. The limit at start still counts.
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -61,6 +61,7 @@ type runOptions struct {
 	backend   string
 	dryRun    bool
 	noDaemon  bool
+	daemon    *daemonClient // set by runRun when the daemon may serve the run
 }
 
 func newRunCmd(a *App) *cobra.Command {
@@ -98,6 +99,11 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// A run through the daemon gets ready while the spec resolves.
+	if dc := a.startDaemonRun(o); dc != nil {
+		defer dc.Close()
+		o.daemon = dc
+	}
 	spec, err := a.resolveRunSpec(&o.overrides, args)
 	if err != nil {
 		return err
@@ -111,7 +117,7 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if res, err, ok := a.runViaDaemon(ctx, mgr, o, spec); ok {
+	if res, err, ok := a.runViaDaemon(ctx, mgr, o.daemon, spec); ok {
 		return finishRun(res, err, spec)
 	}
 	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})

@@ -10,14 +10,31 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
+// daemonClient is a run through the daemon (daemon.Client).
+type daemonClient = daemon.Client
+
+// startDaemonRun returns a client of the running daemon, setting itself
+// up while the spec resolves, or nil when this run will not use one
+// (opted out, another backend, no daemon socket).
+func (a *App) startDaemonRun(o *runOptions) *daemonClient {
+	if o.noDaemon || o.dryRun || os.Getenv("AGENTKERNEL_NO_DAEMON") != "" && os.Getenv("AGENTKERNEL_NO_DAEMON") != "0" {
+		return nil
+	}
+	if b := strings.ToLower(o.backend); b != "" && b != "native" {
+		return nil
+	}
+	p := daemon.PathsFor(a.DataDir)
+	if _, err := os.Stat(p.Run); err != nil {
+		return nil
+	}
+	return daemon.NewClient(p.Run)
+}
+
 // runViaDaemon hands spec to a running daemon of this data directory
 // when one answers and the run can be served there; ok is false when the
 // caller must run spec itself (nothing ran).
-func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, o *runOptions, spec *sandbox.Spec) (sandbox.Result, error, bool) {
-	if o.noDaemon || os.Getenv("AGENTKERNEL_NO_DAEMON") != "" && os.Getenv("AGENTKERNEL_NO_DAEMON") != "0" {
-		return sandbox.Result{}, nil, false
-	}
-	if b := strings.ToLower(o.backend); b != "" && b != "native" {
+func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, dc *daemonClient, spec *sandbox.Spec) (sandbox.Result, error, bool) {
+	if dc == nil {
 		return sandbox.Result{}, nil, false
 	}
 	if spec.TTY || spec.Interactive || spec.Keep {
@@ -29,10 +46,6 @@ func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, o *runOpti
 	if !ok1 || !ok2 || !ok3 {
 		return sandbox.Result{}, nil, false
 	}
-	p := daemon.PathsFor(a.DataDir)
-	if _, err := os.Stat(p.Run); err != nil {
-		return sandbox.Result{}, nil, false
-	}
 	// The image is resolved here, so that its warnings (host fallback)
 	// and pull progress show as for a direct run.
 	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
@@ -40,7 +53,7 @@ func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, o *runOpti
 			return sandbox.Result{}, err, true
 		}
 	}
-	res, err := daemon.Run(p.Run, spec, in, out, errf)
+	res, err := dc.Run(spec, in, out, errf)
 	if errors.Is(err, daemon.ErrStale) {
 		a.Warnf("%v since it started; running without it (restart it: agentkernel daemon stop && agentkernel daemon start)", err)
 		return sandbox.Result{}, nil, false

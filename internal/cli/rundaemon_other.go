@@ -8,7 +8,13 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// runViaDaemon: the daemon runs on Linux only.
-func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, o *runOptions, spec *sandbox.Spec) (sandbox.Result, error, bool) {
+// daemonClient: the daemon runs on Linux only.
+type daemonClient struct{}
+
+func (*daemonClient) Close() {}
+
+func (a *App) startDaemonRun(o *runOptions) *daemonClient { return nil }
+
+func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, dc *daemonClient, spec *sandbox.Spec) (sandbox.Result, error, bool) {
 	return sandbox.Result{}, nil, false
 }

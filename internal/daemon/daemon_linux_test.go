@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -90,7 +91,7 @@ func TestRunSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, _, err := c.WriteMsgUnix(msg, oob, nil); err != nil {
+		if err := c.send(msg, oob); err != nil {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 4096)
@@ -140,7 +141,7 @@ func TestRunSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, _, err := c.WriteMsgUnix(good, unix.UnixRights(int(devnull.Fd()), int(out.Fd()), int(out.Fd())), nil); err != nil {
+	if err := c.send(good, unix.UnixRights(int(devnull.Fd()), int(out.Fd()), int(out.Fd()))); err != nil {
 		t.Fatal(err)
 	}
 	sig, _ := json.Marshal(control{Signal: 15})
@@ -170,5 +171,36 @@ func TestRunSocket(t *testing.T) {
 	missing, _ := json.Marshal(Request{Op: "run", Spec: &sandbox.Spec{Args: []string{"missing"}}, Build: BuildID()})
 	if r := raw(missing, unix.UnixRights(int(devnull.Fd()), int(out.Fd()), int(out.Fd()))); !errors.Is(r.err(), sandbox.ErrNotFound) || strings.Count(r.err().Error(), "command not found") != 1 {
 		t.Errorf("not found: %+v -> %v", r, r.err())
+	}
+}
+
+// TestClientUnusedPassesSignalsOn: a client that caught a signal while
+// its caller resolved a spec, and then was not used (the caller runs
+// the spec itself), raises the signal again on Close.
+func TestClientUnusedPassesSignalsOn(t *testing.T) {
+	c := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	<-c.ready
+	if err := unix.Kill(os.Getpid(), unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.sigCh) == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if len(c.sigCh) != 1 {
+		t.Fatal("the client did not catch SIGUSR1")
+	}
+	mine := make(chan os.Signal, 1)
+	signal.Notify(mine, unix.SIGUSR1)
+	defer signal.Stop(mine)
+	c.Close()
+	c.Close() // twice is harmless
+	select {
+	case <-mine:
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGUSR1 was not raised again after Close")
+	}
+	if _, err := c.Run(&sandbox.Spec{Args: []string{"true"}}, os.Stdin, os.Stdout, os.Stderr); err == nil {
+		t.Fatal("a closed client ran")
 	}
 }

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bufio"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -257,7 +256,7 @@ func CheckCommand(c config.Commands, args []string) error {
 // NewID returns a random 12-hex-digit sandbox ID.
 func NewID() string {
 	var b [6]byte
-	rand.Read(b[:]) // never fails since Go 1.24: it crashes the program instead
+	randomBytes(b[:])
 	return hex.EncodeToString(b[:])
 }
 
