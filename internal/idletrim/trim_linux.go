@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,11 +32,16 @@ type mapping struct {
 // Trim drops the page-table entries of the executable's read-only
 // mappings that hold no private page.
 func Trim() (Stats, error) {
-	data, err := os.ReadFile("/proc/self/smaps")
+	// Read with a small fixed buffer: whatever Trim allocates stays
+	// resident in a process that rarely collects garbage.
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return Stats{}, err
 	}
-	maps, err := parseSmaps(data)
+	var buf [4096]byte
+	var one [64]mapping
+	maps, err := parseSmaps(f, buf[:], one[:0])
+	f.Close()
 	if err != nil {
 		return Stats{}, err
 	}
@@ -78,43 +83,64 @@ func droppable(maps []mapping, pc uint64) []mapping {
 }
 
 // parseSmaps reads the header line and the Anonymous field of every
-// mapping in a /proc/PID/smaps text.
-func parseSmaps(data []byte) ([]mapping, error) {
-	var out []mapping
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+// mapping in a /proc/PID/smaps text, appending to maps.
+func parseSmaps(r io.Reader, buf []byte, maps []mapping) ([]mapping, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(buf, 1<<20)
+	anon := []byte("Anonymous:")
 	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) == 0 {
+		line := sc.Bytes()
+		if len(line) == 0 {
 			continue
 		}
-		if strings.HasSuffix(f[0], ":") {
-			if f[0] == "Anonymous:" && len(out) > 0 && len(f) >= 2 {
-				kb, err := strconv.ParseInt(f[1], 10, 64)
+		if bytes.HasPrefix(line, anon) {
+			if len(maps) > 0 {
+				kb, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(line[len(anon):]), []byte("kB")))), 10, 64)
 				if err != nil {
 					return nil, fmt.Errorf("smaps: %q: %w", line, err)
 				}
-				out[len(out)-1].anonKB = kb
+				maps[len(maps)-1].anonKB = kb
 			}
 			continue
 		}
-		// A mapping's header: START-END PERMS OFFSET DEV INODE [PATH].
-		if len(f) < 5 {
-			return nil, fmt.Errorf("smaps: unexpected line %q", line)
+		// A mapping's header starts with a hex address; field lines
+		// ("Rss:", "VmFlags:") with a letter and a colon.
+		first, _, _ := bytes.Cut(line, []byte(" "))
+		if bytes.HasSuffix(first, []byte(":")) {
+			continue
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
+		m, ok := parseHeader(line)
 		if !ok {
 			return nil, fmt.Errorf("smaps: unexpected line %q", line)
 		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		inode, err3 := strconv.ParseUint(f[4], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || end < start {
-			return nil, fmt.Errorf("smaps: unexpected line %q", line)
-		}
-		// Unknown until its Anonymous line: assume the worst.
-		out = append(out, mapping{start: start, end: end, perms: f[1], dev: f[3], inode: inode, anonKB: -1})
+		maps = append(maps, m)
 	}
-	return out, sc.Err()
+	return maps, sc.Err()
+}
+
+// parseHeader parses START-END PERMS OFFSET DEV INODE [PATH].
+func parseHeader(line []byte) (mapping, bool) {
+	var f [5][]byte
+	rest := line
+	for i := range f {
+		rest = bytes.TrimLeft(rest, " ")
+		var field []byte
+		field, rest, _ = bytes.Cut(rest, []byte(" "))
+		if len(field) == 0 {
+			return mapping{}, false
+		}
+		f[i] = field
+	}
+	lo, hi, ok := bytes.Cut(f[0], []byte("-"))
+	if !ok {
+		return mapping{}, false
+	}
+	start, err1 := strconv.ParseUint(string(lo), 16, 64)
+	end, err2 := strconv.ParseUint(string(hi), 16, 64)
+	inode, err3 := strconv.ParseUint(string(f[4]), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || end < start {
+		return mapping{}, false
+	}
+	// Unknown until its Anonymous line: assume the worst.
+	return mapping{start: start, end: end, perms: string(f[1]), dev: string(f[3]), inode: inode, anonKB: -1}, true
 }

@@ -83,7 +83,7 @@ Anonymous:             0 kB
 7ffd0000-7ffe0000 rw-p 00000000 00:00 0                                  [stack]
 Anonymous:            64 kB
 `
-	maps, err := parseSmaps([]byte(smaps))
+	maps, err := parseSmaps(strings.NewReader(smaps), make([]byte, 64), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ Anonymous:            64 kB
 	if got := droppable(maps, 0x7ffd0100); got != nil {
 		t.Fatalf("anonymous pc: %v", got)
 	}
-	if _, err := parseSmaps([]byte("zzz r-xp 0 fd:01 42 /x\n")); err == nil {
+	if _, err := parseSmaps(strings.NewReader("zzz r-xp 0 fd:01 42 /x\n"), make([]byte, 64), nil); err == nil {
 		t.Fatal("bad header accepted")
 	}
 }
