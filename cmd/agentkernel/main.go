@@ -1,11 +1,15 @@
 // Command agentkernel is the single binary of agentkernel: CLI, sandbox
 // init, supervisor, daemon, API server and MCP server.
 //
-// GOMAXPROCS is not re-derived from the cgroup's CPU limit while a
-// process runs (Go 1.25's default re-checks it every second): an idle
-// supervisor or sandbox init would wake up for it and map pages that an
-// idle trim gave back. The limit at start still counts.
+// GOMAXPROCS is the number of CPUs this process may run on, not derived
+// from the cgroup's CPU quota (Go 1.25's default, off here): the runtime
+// would keep two cgroup files open for the whole life of every process
+// and re-read them every second. agentkernel's processes hand exact
+// descriptor numbers to their children (the sandbox init, the stub, the
+// waiting supervisor) and close unknown ones, and an idle supervisor or
+// init must not wake up for nothing. Set GOMAXPROCS to limit it.
 //
+//go:debug containermaxprocs=0
 //go:debug updatemaxprocs=0
 package main
 

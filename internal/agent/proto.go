@@ -25,8 +25,15 @@ const (
 	// OpTarIn extracts the tar stream read from the attached descriptor
 	// into the directory Path (created if missing).
 	OpTarIn = "tar-in"
-	// OpStats reports resource usage (supervisor).
+	// OpStats reports resource usage as the sandbox sees it (uptime,
+	// its processes, the agent's resident set); the client adds what the
+	// host sees (cgroup memory and CPU).
 	OpStats = "stats"
+	// OpServe hands the agent the sandbox's listening socket and its
+	// host directory (two descriptors, in that order): from then on
+	// clients connect to the agent directly. Only the supervisor's
+	// connection may send it, once.
+	OpServe = "serve"
 	// OpStop stops the sandbox: SIGTERM to every process, SIGKILL after
 	// a grace period, then the agent exits.
 	OpStop = "stop"

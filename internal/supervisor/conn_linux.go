@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -16,12 +18,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Conn adapts a Client to sandbox.Conn: plain readers and writers become
 // pipes, agent errors become sandbox errors.
-type Conn struct{ C *Client }
+type Conn struct {
+	C *Client
+	// Dir is the sandbox's directory, for what the host sees of it
+	// (Usage); empty when unknown.
+	Dir string
+}
 
 var _ sandbox.Conn = Conn{}
 
@@ -169,14 +177,35 @@ func (c Conn) TarIn(ctx context.Context, p string, r io.Reader) error {
 	return pathErr(p, c.C.TarIn(ctx, p, r))
 }
 
-// Usage reports the sandbox's resource use.
+// Usage reports the sandbox's resource use: uptime, the agent's
+// resident set and (without a cgroup) the process count from the
+// sandbox, memory, CPU and processes from its cgroup on the host.
 func (c Conn) Usage(ctx context.Context) (sandbox.Usage, error) {
 	st, err := c.C.Stats(ctx)
 	if err != nil {
 		return sandbox.Usage{}, err
 	}
-	return sandbox.Usage{Status: sandbox.StatusRunning, CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, Pids: st.Pids,
-		UpperBytes: st.UpperBytes, UptimeSeconds: st.UptimeSeconds, SupervisorRSS: st.SupervisorRSS, InitRSS: st.InitRSS}, nil
+	u := sandbox.Usage{Status: sandbox.StatusRunning, CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, Pids: st.Pids,
+		UpperBytes: st.UpperBytes, UptimeSeconds: st.UptimeSeconds, SupervisorRSS: st.SupervisorRSS, InitRSS: st.InitRSS}
+	if c.Dir == "" {
+		return u, nil
+	}
+	var spec sandbox.Spec
+	if b, err := os.ReadFile(filepath.Join(c.Dir, "spec.json")); err == nil && json.Unmarshal(b, &spec) == nil && spec.ID != "" {
+		if mem, cpu, pids, ok := native.CgroupUsage(spec.ID); ok {
+			u.MemoryBytes, u.CPUSeconds = mem, cpu
+			if pids > 0 {
+				u.Pids = pids
+			}
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(c.Dir, "supervisor.pid")); err == nil {
+		var pid int
+		if _, err := fmt.Sscanf(string(b), "%d", &pid); err == nil && pid > 0 {
+			u.SupervisorRSS = native.ProcRSS(pid)
+		}
+	}
+	return u, nil
 }
 
 // Host reports the machine's CPU (sampled over 100 ms), memory and the

@@ -456,7 +456,7 @@ func (m *Manager) Connect(ctx context.Context, name string) (sandbox.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	return Conn{c}, nil
+	return Conn{C: c, Dir: m.Dir(name)}, nil
 }
 
 // DiskUsage is the size of the sandbox's writable layer.

@@ -2,26 +2,37 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
+	"runtime"
+	"slices"
+	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
-	"github.com/agentkernel/agentkernel/internal/idletrim"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Serve boots the sandbox described by spec with its writable layer in
-// dir, writes "ok" (or the error) to ready and closes it, then serves
-// clients on dir/sock until the sandbox stops.
-func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir string, ready *os.File) error {
+// dir, hands the sandbox's socket (dir/sock) to its init, which serves
+// clients itself from then on, writes "ok" (or the error) to ready, and
+// waits for the init to end. Where the exec stub exists it waits as the
+// stub (native.ExecWaiter): this process then holds a few KiB instead
+// of a Go runtime, and runs reap (its argv, plus the init's pid) once
+// the init exited; elsewhere it waits here. Either way Reap cleans up.
+//
+// Serve locks its OS thread for good: the init's Pdeathsig follows the
+// thread that forked it, which must be the one that execs the stub.
+func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir string, ready *os.File, reap []string) error {
+	runtime.LockOSThread()
+	waiter := native.ReserveWaiterFds(ready)
 	sockPath := filepath.Join(dir, "sock")
 	_ = os.Remove(sockPath)
 	_ = os.Remove(filepath.Join(dir, "exit-reason"))
@@ -36,12 +47,17 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	if err != nil {
 		return fail(err)
 	}
-	lfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
+	kill := func(err error) error {
 		inst.Kill()
 		inst.Close()
+		_ = os.Remove(sockPath)
 		return fail(err)
 	}
+	lfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return kill(err)
+	}
+	defer unix.Close(lfd)
 	old := unix.Umask(0o177)
 	err = unix.Bind(lfd, &unix.SockaddrUnix{Name: sockPath})
 	unix.Umask(old)
@@ -49,203 +65,97 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 		err = unix.Listen(lfd, 128)
 	}
 	if err != nil {
-		unix.Close(lfd)
-		inst.Kill()
-		inst.Close()
-		return fail(fmt.Errorf("listening on %s: %w", sockPath, err))
+		return kill(fmt.Errorf("listening on %s: %w", sockPath, err))
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return kill(err)
+	}
+	err = handOver(inst, lfd, dfd)
+	unix.Close(dfd)
+	if err != nil {
+		return kill(fmt.Errorf("handing the socket to the sandbox: %w", err))
 	}
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
 	// Who we are, for a starter that was killed before it could record
-	// us (Manager.adopt).
+	// us (Manager.adopt). The pid and start time stay ours as the stub.
 	if st, err := ProcStart(os.Getpid()); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
 	}
-	s := &server{inst: inst, dir: dir, pending: map[uint64]chan agent.Response{}, stopped: make(chan struct{}),
-		trim: idletrim.New(idleTrimAfter)}
-	defer s.trim.Stop()
-	go s.readAgent()
 	if ready != nil {
 		fmt.Fprint(ready, "ok")
+	}
+	// AGENTKERNEL_SUPERVISOR_NO_STUB=1 keeps the Go supervisor waiting
+	// (the path of architectures without the stub; tests use it).
+	if waiter && reap != nil && os.Getenv("AGENTKERNEL_SUPERVISOR_NO_STUB") != "1" {
+		// Replaces fd 3 (ready: the starter sees its end) and returns
+		// only when this process cannot become the stub.
+		err := native.ExecWaiter(inst.Pid(), append(slices.Clone(reap), strconv.Itoa(inst.Pid())), os.Environ())
+		if !errors.Is(err, sandbox.ErrUnsupported) {
+			fmt.Fprintf(os.Stderr, "agentkernel supervisor: %v; waiting as a Go process\n", err)
+		}
+	}
+	if ready != nil {
 		ready.Close()
 	}
-	go func() {
-		for {
-			nfd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
-			if err != nil {
-				if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
-					continue
-				}
-				return
-			}
-			go s.serveClient(agent.NewConn(os.NewFile(uintptr(nfd), "client")))
-		}
-	}()
 	<-inst.Done()
-	_ = os.Remove(sockPath)
-	unix.Close(lfd)
-	if reason := inst.ExitReason(); reason != "" && !s.stopRequested() {
-		_ = os.WriteFile(filepath.Join(dir, "exit-reason"), []byte(reason), 0o600)
-	}
+	finish(dir, spec.ID, inst.ExitReason())
 	inst.Close()
-	close(s.stopped)
-	// Let the stop reply go out.
-	time.Sleep(20 * time.Millisecond)
 	return nil
 }
 
-type server struct {
-	inst *native.Instance
-	dir  string
-
-	mu       sync.Mutex
-	nextID   uint64
-	pending  map[uint64]chan agent.Response
-	stopping bool
-	stopped  chan struct{}
-
-	// trim gives memory back while no request is being handled.
-	trim *idletrim.Trimmer
+// handOver sends the init the listening socket and the sandbox's
+// directory (agent.OpServe) and waits for its answer.
+func handOver(inst *native.Instance, lfd, dfd int) error {
+	if err := inst.Conn().Send(agent.Request{ID: 1, Op: agent.OpServe}, lfd, dfd); err != nil {
+		return err
+	}
+	var resp agent.Response
+	fds, err := inst.Conn().Recv(&resp)
+	agent.CloseFds(fds)
+	if err != nil {
+		return err
+	}
+	if resp.Error != "" {
+		return errors.New(resp.Error)
+	}
+	return nil
 }
 
-// idleTrimAfter is how long a supervisor waits without a request before
-// it trims its resident memory (package idletrim).
-const idleTrimAfter = 10 * time.Second
-
-func (s *server) stopRequested() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopping
-}
-
-// readAgent dispatches the agent's responses to the waiting requests.
-func (s *server) readAgent() {
+// Reap is the end of a waiting supervisor (`sandbox reap NAME PID`, run
+// by the stub once the init exited): it collects the init's status and
+// cleans up after it.
+func Reap(dir string, pid int) error {
+	var ws unix.WaitStatus
 	for {
-		var resp agent.Response
-		fds, err := s.inst.Conn().Recv(&resp)
-		agent.CloseFds(fds)
-		if err != nil {
-			s.mu.Lock()
-			for id, ch := range s.pending {
-				ch <- agent.Response{ID: id, Error: "the sandbox stopped", Kind: "setup"}
-				delete(s.pending, id)
-			}
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Lock()
-		ch := s.pending[resp.ID]
-		if ch != nil && (resp.Exited || resp.Error != "" || !resp.Started) {
-			delete(s.pending, resp.ID)
-		}
-		s.mu.Unlock()
-		if ch != nil {
-			ch <- resp
-		}
-	}
-}
-
-// forward sends req to the agent under a fresh ID and returns the
-// channel its responses arrive on.
-func (s *server) forward(req agent.Request, fds []int) (uint64, chan agent.Response, error) {
-	ch := make(chan agent.Response, 4)
-	s.mu.Lock()
-	s.nextID++
-	id := s.nextID
-	s.pending[id] = ch
-	s.mu.Unlock()
-	req.ID = id
-	if err := s.inst.Conn().Send(req, fds...); err != nil {
-		s.mu.Lock()
-		delete(s.pending, id)
-		s.mu.Unlock()
-		return 0, nil, err
-	}
-	return id, ch, nil
-}
-
-func (s *server) serveClient(c *agent.Conn) {
-	defer c.Close()
-	var mu sync.Mutex
-	execs := map[uint64]uint64{} // client's exec ID → agent's
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		var req agent.Request
-		fds, err := c.Recv(&req)
-		if err != nil {
-			return
-		}
-		// Busy until the request's first answer: a long command keeps
-		// the sandbox working, not its supervisor.
-		idle := s.trim.Busy()
-		clientID := req.ID
-		switch req.Op {
-		case agent.OpStop:
-			agent.CloseFds(fds)
-			idle()
-			wg.Add(1)
-			go func() { defer wg.Done(); s.stop(c, clientID) }()
-			continue
-		case agent.OpStats:
-			agent.CloseFds(fds)
-			st := s.inst.Stats()
-			st.UpperBytes = dirSize(filepath.Join(s.dir, "upper"))
-			_ = c.Send(agent.Response{ID: clientID, Stats: &st})
-			idle()
-			continue
-		case agent.OpSignal:
-			mu.Lock()
-			req.Target = execs[req.Target]
-			mu.Unlock()
-		}
-		id, ch, err := s.forward(req, fds)
-		agent.CloseFds(fds)
-		if err != nil {
-			_ = c.Send(agent.Response{ID: clientID, Error: "the sandbox is not running: " + err.Error(), Kind: "setup"})
-			idle()
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err == unix.EINTR {
 			continue
 		}
-		if req.Op == agent.OpExec {
-			now := time.Now()
-			_ = os.Chtimes(filepath.Join(s.dir, "activity"), now, now)
-			mu.Lock()
-			execs[clientID] = id
-			mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("waiting for the sandbox init (pid %d): %w", pid, err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer idle()
-			for resp := range ch {
-				resp.ID = clientID
-				_ = c.Send(resp)
-				idle()
-				if resp.Exited || resp.Error != "" || !resp.Started {
-					mu.Lock()
-					delete(execs, clientID)
-					mu.Unlock()
-					return
-				}
-			}
-		}()
+		break
 	}
+	var spec sandbox.Spec
+	if b, err := os.ReadFile(filepath.Join(dir, "spec.json")); err == nil {
+		_ = json.Unmarshal(b, &spec)
+	}
+	finish(dir, spec.ID, native.ExitReason(syscall.WaitStatus(ws), nil))
+	return nil
 }
 
-// stop asks the agent to stop the sandbox, kills it if it takes too
-// long, and answers once the init is gone.
-func (s *server) stop(c *agent.Conn, id uint64) {
-	s.mu.Lock()
-	s.stopping = true
-	s.mu.Unlock()
-	_, _, _ = s.forward(agent.Request{Op: agent.OpStop}, nil)
-	select {
-	case <-s.inst.Done():
-	case <-time.After(10 * time.Second):
-		s.inst.Kill()
-		<-s.inst.Done()
+// finish cleans up after the init: its socket and cgroup go, and an end
+// the sandbox was not asked for (status other than 0) is recorded in
+// exit-reason for `sandbox list`.
+func finish(dir, id, reason string) {
+	_ = os.Remove(filepath.Join(dir, "sock"))
+	if id != "" {
+		native.RemoveCgroups(id)
 	}
-	<-s.stopped
-	_ = c.Send(agent.Response{ID: id, Exited: true})
+	if reason != "" {
+		_ = os.WriteFile(filepath.Join(dir, "exit-reason"), []byte(reason), 0o600)
+	}
 }
 
 // dirSize is the disk usage of dir in bytes (best effort).

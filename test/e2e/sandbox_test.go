@@ -148,12 +148,19 @@ func TestSandboxSupervisorKilled(t *testing.T) {
 	if sup <= 0 {
 		t.Fatal("no supervisor pid")
 	}
+	_, ini, err := sandboxPids(a.dataDir, "crashy")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for syscall.Kill(sup, 0) == nil && time.Now().Before(deadline) {
+	for (running(sup) || running(ini)) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+	}
+	if running(ini) {
+		t.Fatalf("the init (pid %d) outlived its killed supervisor", ini)
 	}
 	i := a.info("crashy")
 	if i.Status != "stopped" || !strings.Contains(i.StopReason, "exited unexpectedly") {
@@ -308,4 +315,10 @@ func reportMedian(b *testing.B, took []time.Duration) {
 	}
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "ms-median")
+}
+
+// running reports whether pid is a live process (not gone, not a zombie).
+func running(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil && !strings.Contains(string(st), ") Z ")
 }

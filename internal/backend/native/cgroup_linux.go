@@ -228,3 +228,48 @@ func removeCgroupDir(d string) error {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// CgroupUsage reads the memory in use, the CPU time and the process
+// count of the sandbox with the given id from its cgroup, as the host
+// sees it; ok is false when it has no cgroup (no limits, or rootless
+// without delegation).
+func CgroupUsage(id string) (memory int64, cpuSeconds float64, pids int, ok bool) {
+	readInt := func(path string) (int64, bool) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil
+	}
+	for _, parent := range cgroupParents() {
+		d := filepath.Join(parent, cgroupPrefix+id)
+		if _, err := os.Stat(d); err != nil {
+			continue
+		}
+		// v2: memory.current, pids.current, cpu.stat usage_usec.
+		// v1: one directory per controller.
+		if n, found := readInt(filepath.Join(d, "memory.current")); found {
+			memory, ok = n, true
+		}
+		if n, found := readInt(filepath.Join(d, "memory.usage_in_bytes")); found {
+			memory, ok = n, true
+		}
+		if n, found := readInt(filepath.Join(d, "pids.current")); found {
+			pids, ok = int(n), true
+		}
+		if n, found := readInt(filepath.Join(d, "cpuacct.usage")); found {
+			cpuSeconds, ok = float64(n)/1e9, true
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.stat")); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, found := strings.CutPrefix(line, "usage_usec "); found {
+					if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+						cpuSeconds, ok = float64(n)/1e6, true
+					}
+				}
+			}
+		}
+	}
+	return memory, cpuSeconds, pids, ok
+}

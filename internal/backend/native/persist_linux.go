@@ -25,8 +25,10 @@ import (
 // Persistent sandboxes. Start boots the same three-stage sandbox as Run,
 // with one difference in the init: once the root is ready it does not
 // release an exec stage with a command and wait for it; it stays PID 1 as
-// the sandbox's agent and serves requests (package agent) on the config
-// socket, fd 3. Each exec forks a fresh exec stage exactly as a run does
+// the sandbox's agent and serves requests (package agent): first on the
+// config socket, fd 3, where the supervisor hands it the sandbox's
+// listening socket (OpServe); from then on on every client connection
+// accepted there, each with its own request IDs. Each exec forks a fresh exec stage exactly as a run does
 // (stub or Go, own user namespace, bounding set, ids, no_new_privs,
 // Landlock, the same seccomp program, inside the init's cgroup), with the
 // caller's descriptors as its fds 0-2. File operations run in the agent
@@ -145,15 +147,21 @@ func (i *Instance) Conn() *agent.Conn { return i.conn }
 // Done is closed when the init has exited.
 func (i *Instance) Done() <-chan struct{} { return i.done }
 
-// ExitReason describes how the init ended (after Done).
-func (i *Instance) ExitReason() string {
+// ExitReason describes how the init ended (after Done): "" for a stop
+// it was asked for.
+func (i *Instance) ExitReason() string { return ExitReason(i.ws, i.initErr) }
+
+// ExitReason describes how a persistent sandbox's init ended, from its
+// wait status and the error it reported (nil when none): "" when it
+// stopped because it was asked to (exit status 0).
+func ExitReason(ws syscall.WaitStatus, initErr error) string {
 	switch {
-	case i.initErr != nil:
-		return "sandbox init failed: " + i.initErr.Error()
-	case i.ws.Signaled():
-		return "sandbox init killed by signal " + strconv.Itoa(int(i.ws.Signal()))
-	case i.ws.ExitStatus() != 0:
-		return "sandbox init exited with status " + strconv.Itoa(i.ws.ExitStatus())
+	case initErr != nil:
+		return "sandbox init failed: " + initErr.Error()
+	case ws.Signaled():
+		return "sandbox init killed by signal " + strconv.Itoa(int(ws.Signal()))
+	case ws.ExitStatus() != 0:
+		return "sandbox init exited with status " + strconv.Itoa(ws.ExitStatus())
 	}
 	return ""
 }
@@ -174,21 +182,8 @@ func (i *Instance) Close() {
 	i.r.cleanup()
 }
 
-// Stats reports the sandbox's resource usage as the host sees it.
-func (i *Instance) Stats() agent.Stats {
-	st := agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: procRSS(i.pid), SupervisorRSS: procRSS(os.Getpid())}
-	if i.r.cg != nil {
-		if s, err := i.r.cg.mgr.GetStats(); err == nil {
-			st.MemoryBytes = int64(s.MemoryStats.Usage.Usage)
-			st.CPUSeconds = float64(s.CpuStats.CpuUsage.TotalUsage) / 1e9
-			st.Pids = int(s.PidsStats.Current)
-		}
-	}
-	if st.Pids == 0 {
-		st.Pids = countDescendants(i.pid)
-	}
-	return st
-}
+// ProcRSS is a process's resident set in bytes (0 if unknown).
+func ProcRSS(pid int) int64 { return procRSS(pid) }
 
 // procRSS is a process's resident set in bytes (0 if unknown).
 func procRSS(pid int) int64 {
@@ -202,39 +197,6 @@ func procRSS(pid int) int64 {
 	}
 	n, _ := strconv.ParseInt(f[1], 10, 64)
 	return n * int64(os.Getpagesize())
-}
-
-// countDescendants counts pid and the processes below it.
-func countDescendants(pid int) int {
-	ents, _ := os.ReadDir("/proc")
-	parent := map[int]int{}
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		if k := strings.LastIndexByte(s, ')'); k > 0 {
-			f := strings.Fields(s[k+1:])
-			if len(f) > 1 {
-				parent[p], _ = strconv.Atoi(f[1])
-			}
-		}
-	}
-	n := 0
-	for p := range parent {
-		for q := p; q > 1; q = parent[q] {
-			if q == pid {
-				n++
-				break
-			}
-		}
-	}
-	return n
 }
 
 // RemoveCgroups removes the (empty or not) cgroups of the sandbox with
@@ -288,92 +250,199 @@ const idleTrimAfter = 10 * time.Second
 type agentProc struct {
 	id      uint64
 	pid     int
+	owner   *agentState // the connection that started it
 	started bool
 	failed  bool
 	exited  bool
 	ws      unix.WaitStatus
 }
 
-type agentState struct {
-	s    *initState
-	conn *agent.Conn
-	fs   *agent.FS
+// agentShared is the persistent init's state common to all its
+// connections: the processes it started and the stop request.
+type agentShared struct {
+	s     *initState
+	fs    *agent.FS
+	start time.Time
+	trim  *idletrim.Trimmer
 
 	mu    sync.Mutex
 	procs map[int]*agentProc
-	byID  map[uint64]*agentProc
 	early map[int]unix.WaitStatus
+	// dirFd is the sandbox's host directory (sandboxes/NAME) once the
+	// supervisor handed the socket over (OpServe); -1 before.
+	dirFd   int
+	serving bool
+
+	stop chan stopRequest
+}
+
+// stopRequest is who asked the sandbox to stop (conn nil: a signal, or
+// the supervisor gone before it handed the socket over).
+type stopRequest struct {
+	conn *agent.Conn
+	id   uint64
+}
+
+// agentState is one connection to the agent: the supervisor's (fd 3)
+// or a client's, accepted on the sandbox's socket. Request IDs are the
+// connection's own.
+type agentState struct {
+	*agentShared
+	conn *agent.Conn
+	byID map[uint64]*agentProc // guarded by agentShared.mu
 }
 
 // serve is the persistent init's life: answer requests until told to
-// stop (OpStop, SIGTERM, or the supervisor's end of the socket closing).
+// stop (OpStop, SIGTERM, or the supervisor's end of the socket closing
+// before it handed the sandbox's socket over). Once the supervisor sent
+// OpServe with the listening socket, clients connect to the init
+// directly and the supervisor may go (it becomes a waiting stub,
+// ExecWaiter).
 func (s *initState) serve() int {
 	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 125
 	}
-	a := &agentState{s: s, conn: agent.NewConn(s.sock),
+	sh := &agentShared{s: s, start: time.Now(),
 		fs:    &agent.FS{Root: root, InSandbox: true, UID: s.cfg.RootUID, GID: s.cfg.RootGID},
-		procs: map[int]*agentProc{}, byID: map[uint64]*agentProc{}, early: map[int]unix.WaitStatus{}}
+		procs: map[int]*agentProc{}, early: map[int]unix.WaitStatus{}, dirFd: -1,
+		stop: make(chan stopRequest, 1)}
+	// The agent idles between requests: give memory back meanwhile.
+	sh.trim = idletrim.New(idleTrimAfter)
+	defer sh.trim.Stop()
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go func() {
 		for range chld {
-			a.reap()
+			sh.reap()
 		}
 	}()
-	stop := make(chan uint64, 1)
 	go func() {
 		for sig := range s.sigs {
 			if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
-				select {
-				case stop <- 0:
-				default:
-				}
+				sh.requestStop(stopRequest{})
 			}
 		}
 	}()
-	// The agent idles between requests: give memory back meanwhile.
-	trim := idletrim.New(idleTrimAfter)
-	defer trim.Stop()
-	go func() {
-		for {
-			var req agent.Request
-			fds, err := a.conn.Recv(&req)
-			if err != nil {
-				select {
-				case stop <- 0:
-				default:
-				}
-				return
+	parent := sh.newConn(agent.NewConn(s.sock))
+	go parent.serveConn(true)
+	if err := parent.conn.Send(agent.Response{Ready: true}); err != nil {
+		return 125
+	}
+	req := <-sh.stop
+	sh.shutdown()
+	if req.conn != nil {
+		_ = req.conn.Send(agent.Response{ID: req.id, Exited: true})
+	}
+	sh.mu.Lock()
+	if sh.dirFd >= 0 {
+		// New clients find no socket rather than a dead one.
+		_ = unix.Unlinkat(sh.dirFd, "sock", 0)
+	}
+	sh.mu.Unlock()
+	return 0
+}
+
+func (sh *agentShared) newConn(c *agent.Conn) *agentState {
+	return &agentState{agentShared: sh, conn: c, byID: map[uint64]*agentProc{}}
+}
+
+func (sh *agentShared) requestStop(r stopRequest) {
+	select {
+	case sh.stop <- r:
+	default:
+	}
+}
+
+// serveConn reads one connection's requests until it closes.
+func (a *agentState) serveConn(fromSupervisor bool) {
+	for {
+		var req agent.Request
+		fds, err := a.conn.Recv(&req)
+		if err != nil {
+			a.mu.Lock()
+			serving := a.serving
+			a.mu.Unlock()
+			if fromSupervisor && !serving {
+				a.requestStop(stopRequest{})
 			}
-			if req.Op == agent.OpStop {
-				agent.CloseFds(fds)
-				select {
-				case stop <- req.ID:
-				default:
+			return
+		}
+		switch req.Op {
+		case agent.OpStop:
+			agent.CloseFds(fds)
+			a.requestStop(stopRequest{conn: a.conn, id: req.ID})
+		case agent.OpServe:
+			a.startServing(fromSupervisor, req, fds)
+		case agent.OpStats:
+			agent.CloseFds(fds)
+			st := agent.Stats{UptimeSeconds: time.Since(a.start).Seconds(), InitRSS: procRSS(os.Getpid()), Pids: countProcs("/proc")}
+			_ = a.conn.Send(agent.Response{ID: req.ID, Stats: &st})
+		default:
+			if req.Op == agent.OpExec {
+				a.mu.Lock()
+				if a.dirFd >= 0 {
+					// The last exec's time, for TTLs (no database write).
+					_ = unix.UtimesNanoAt(a.dirFd, "activity", nil, 0)
 				}
-				continue
+				a.mu.Unlock()
 			}
-			idle := trim.Busy()
+			idle := a.trim.Busy()
 			go func() {
 				defer idle()
 				a.handle(req, fds)
 			}()
 		}
-	}()
-	if err := a.conn.Send(agent.Response{Ready: true}); err != nil {
-		return 125
 	}
-	id := <-stop
-	a.shutdown()
-	_ = a.conn.Send(agent.Response{ID: id, Exited: true})
-	return 0
+}
+
+// startServing takes over the sandbox's socket from the supervisor: fds
+// are the listening socket and the sandbox's host directory.
+func (a *agentState) startServing(fromSupervisor bool, req agent.Request, fds []int) {
+	a.mu.Lock()
+	ok := fromSupervisor && !a.serving && len(fds) == 2
+	if ok {
+		a.serving, a.dirFd = true, fds[1]
+	}
+	a.mu.Unlock()
+	if !ok {
+		agent.CloseFds(fds)
+		_ = a.conn.Send(agent.Response{ID: req.ID, Error: "serve: refused", Kind: "setup"})
+		return
+	}
+	go a.accept(fds[0])
+	_ = a.conn.Send(agent.Response{ID: req.ID})
+}
+
+// accept serves every client that connects to the sandbox's socket.
+func (sh *agentShared) accept(lfd int) {
+	for {
+		nfd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+				continue
+			}
+			return
+		}
+		go sh.newConn(agent.NewConn(os.NewFile(uintptr(nfd), "client"))).serveConn(false)
+	}
+}
+
+// countProcs counts the processes a /proc shows.
+func countProcs(proc string) int {
+	ents, _ := os.ReadDir(proc)
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // shutdown sends SIGTERM to every process of the sandbox, waits up to
 // termGrace for them to end, then kills what is left.
-func (a *agentState) shutdown() {
+func (a *agentShared) shutdown() {
 	_ = unix.Kill(-1, unix.SIGTERM)
 	deadline := time.Now().Add(termGrace)
 	for time.Now().Before(deadline) {
@@ -387,7 +456,7 @@ func (a *agentState) shutdown() {
 
 // reap collects every exited child and reports the commands' statuses.
 // It returns whether children remain.
-func (a *agentState) reap() bool {
+func (a *agentShared) reap() bool {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -409,8 +478,8 @@ func (a *agentState) reap() bool {
 			delete(a.procs, pid)
 		case p.started:
 			delete(a.procs, pid)
-			delete(a.byID, p.id)
-			_ = a.conn.Send(agent.Response{ID: p.id, Exited: true, Status: int(ws)})
+			delete(p.owner.byID, p.id)
+			_ = p.owner.conn.Send(agent.Response{ID: p.id, Exited: true, Status: int(ws)})
 		default:
 			p.exited, p.ws = true, ws
 		}
@@ -600,7 +669,7 @@ func (a *agentState) exec(req agent.Request, fds []int) {
 		_ = a.conn.Send(agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"})
 		return
 	}
-	p := &agentProc{id: req.ID, pid: es.execPid}
+	p := &agentProc{id: req.ID, pid: es.execPid, owner: a}
 	a.mu.Lock()
 	a.procs[p.pid] = p
 	a.byID[p.id] = p

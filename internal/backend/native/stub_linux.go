@@ -47,6 +47,17 @@ type stubRecord struct {
 type stubScript struct {
 	recs []stubRecord
 	data []byte
+	// dataOff is where the data starts (stubDataOff when 0). A script
+	// of a few records sets it low so that it stays small (it must fit
+	// a pipe's buffer when written before the stub runs).
+	dataOff int
+}
+
+func (s *stubScript) off() int {
+	if s.dataOff > 0 {
+		return s.dataOff
+	}
+	return stubDataOff
 }
 
 // ref marks an argument as "the result of record i".
@@ -79,7 +90,7 @@ func (s *stubScript) bytes(b []byte) uint64 {
 	for len(s.data)%8 != 0 {
 		s.data = append(s.data, 0)
 	}
-	addr := uint64(stubBase + stubDataOff + len(s.data))
+	addr := uint64(stubBase + s.off() + len(s.data))
 	s.data = append(s.data, b...)
 	return addr
 }
@@ -105,10 +116,10 @@ func u64s(v ...uint64) []byte {
 
 // encode lays the script out as the stub expects it.
 func (s *stubScript) encode() ([]byte, error) {
-	if len(s.recs) > stubMaxRecs || stubDataOff+len(s.data) > stubMaxBytes {
+	if len(s.recs) > (s.off()-stubHeader)/stubRecSize || s.off()+len(s.data) > stubMaxBytes {
 		return nil, errors.New("exec stage script too large")
 	}
-	size := stubDataOff + len(s.data)
+	size := s.off() + len(s.data)
 	if len(s.data) == 0 {
 		size = stubHeader + stubRecSize*len(s.recs)
 	}
@@ -124,7 +135,7 @@ func (s *stubScript) encode() ([]byte, error) {
 		}
 	}
 	if len(s.data) > 0 {
-		copy(out[stubDataOff:], s.data)
+		copy(out[s.off():], s.data)
 	}
 	return out, nil
 }
