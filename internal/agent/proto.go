@@ -29,10 +29,9 @@ const (
 	// its processes, the agent's resident set); the client adds what the
 	// host sees (cgroup memory and CPU).
 	OpStats = "stats"
-	// OpServe hands the agent the sandbox's listening socket and its
-	// host directory (two descriptors, in that order): from then on
-	// clients connect to the agent directly. Only the supervisor's
-	// connection may send it, once.
+	// OpServe hands the agent the sandbox's listening socket (the one
+	// descriptor attached): from then on clients connect to the agent
+	// directly. Only the supervisor's connection may send it, once.
 	OpServe = "serve"
 	// OpStop stops the sandbox: SIGTERM to every process, SIGKILL after
 	// a grace period, then the agent exits.

@@ -39,6 +39,11 @@ func (c Conn) Close() error { return c.C.Close() }
 // Exec runs req with stdio; an *os.File is handed to the command as is,
 // anything else through a pipe.
 func (c Conn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sandbox.Stdio, sigs <-chan os.Signal) (sandbox.Result, error) {
+	if c.Dir != "" {
+		// The last exec's time, for TTLs and `list` (no database write).
+		now := time.Now()
+		_ = os.Chtimes(filepath.Join(c.Dir, "activity"), now, now)
+	}
 	var closers []io.Closer
 	var waits []func()
 	defer func() {

@@ -217,7 +217,7 @@ func alive(sb *store.Sandbox) bool {
 }
 
 func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) (*store.Sandbox, error) {
-	// Execs are recorded by the supervisor as the mtime of "activity"
+	// Execs are recorded by their clients as the mtime of "activity"
 	// (no database write on the exec path).
 	if fi, err := os.Stat(filepath.Join(m.Dir(sb.Name), "activity")); err == nil && fi.ModTime().After(sb.LastActivityAt) {
 		sb.LastActivityAt = fi.ModTime().UTC()

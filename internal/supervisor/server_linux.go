@@ -67,13 +67,7 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	if err != nil {
 		return kill(fmt.Errorf("listening on %s: %w", sockPath, err))
 	}
-	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return kill(err)
-	}
-	err = handOver(inst, lfd, dfd)
-	unix.Close(dfd)
-	if err != nil {
+	if err := handOver(inst, lfd); err != nil {
 		return kill(fmt.Errorf("handing the socket to the sandbox: %w", err))
 	}
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
@@ -104,10 +98,12 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	return nil
 }
 
-// handOver sends the init the listening socket and the sandbox's
-// directory (agent.OpServe) and waits for its answer.
-func handOver(inst *native.Instance, lfd, dfd int) error {
-	if err := inst.Conn().Send(agent.Request{ID: 1, Op: agent.OpServe}, lfd, dfd); err != nil {
+// handOver sends the init the listening socket (agent.OpServe) and
+// waits for its answer. Nothing else of the host goes in: the init runs
+// in the sandbox's namespaces, and a descriptor of a host directory
+// there would be one step from the host's files.
+func handOver(inst *native.Instance, lfd int) error {
+	if err := inst.Conn().Send(agent.Request{ID: 1, Op: agent.OpServe}, lfd); err != nil {
 		return err
 	}
 	var resp agent.Response

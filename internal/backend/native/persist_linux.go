@@ -268,9 +268,9 @@ type agentShared struct {
 	mu    sync.Mutex
 	procs map[int]*agentProc
 	early map[int]unix.WaitStatus
-	// dirFd is the sandbox's host directory (sandboxes/NAME) once the
-	// supervisor handed the socket over (OpServe); -1 before.
-	dirFd   int
+	// serving: the supervisor handed the sandbox's socket over
+	// (OpServe). The agent holds no descriptor of a host path for it:
+	// the client marks activity, the reaper removes the socket.
 	serving bool
 
 	stop chan stopRequest
@@ -305,7 +305,7 @@ func (s *initState) serve() int {
 	}
 	sh := &agentShared{s: s, start: time.Now(),
 		fs:    &agent.FS{Root: root, InSandbox: true, UID: s.cfg.RootUID, GID: s.cfg.RootGID},
-		procs: map[int]*agentProc{}, early: map[int]unix.WaitStatus{}, dirFd: -1,
+		procs: map[int]*agentProc{}, early: map[int]unix.WaitStatus{},
 		stop: make(chan stopRequest, 1)}
 	// The agent idles between requests: give memory back meanwhile.
 	sh.trim = idletrim.New(idleTrimAfter)
@@ -334,12 +334,6 @@ func (s *initState) serve() int {
 	if req.conn != nil {
 		_ = req.conn.Send(agent.Response{ID: req.id, Exited: true})
 	}
-	sh.mu.Lock()
-	if sh.dirFd >= 0 {
-		// New clients find no socket rather than a dead one.
-		_ = unix.Unlinkat(sh.dirFd, "sock", 0)
-	}
-	sh.mu.Unlock()
 	return 0
 }
 
@@ -379,14 +373,6 @@ func (a *agentState) serveConn(fromSupervisor bool) {
 			st := agent.Stats{UptimeSeconds: time.Since(a.start).Seconds(), InitRSS: procRSS(os.Getpid()), Pids: countProcs("/proc")}
 			_ = a.conn.Send(agent.Response{ID: req.ID, Stats: &st})
 		default:
-			if req.Op == agent.OpExec {
-				a.mu.Lock()
-				if a.dirFd >= 0 {
-					// The last exec's time, for TTLs (no database write).
-					_ = unix.UtimesNanoAt(a.dirFd, "activity", nil, 0)
-				}
-				a.mu.Unlock()
-			}
 			idle := a.trim.Busy()
 			go func() {
 				defer idle()
@@ -396,13 +382,13 @@ func (a *agentState) serveConn(fromSupervisor bool) {
 	}
 }
 
-// startServing takes over the sandbox's socket from the supervisor: fds
-// are the listening socket and the sandbox's host directory.
+// startServing takes over the sandbox's listening socket (the one
+// descriptor attached) from the supervisor.
 func (a *agentState) startServing(fromSupervisor bool, req agent.Request, fds []int) {
 	a.mu.Lock()
-	ok := fromSupervisor && !a.serving && len(fds) == 2
+	ok := fromSupervisor && !a.serving && len(fds) == 1
 	if ok {
-		a.serving, a.dirFd = true, fds[1]
+		a.serving = true
 	}
 	a.mu.Unlock()
 	if !ok {

@@ -30,7 +30,6 @@ const (
 	stubChain    = 2 << 32
 	stubIgnore   = 1 << 8
 	stubRecSize  = 64
-	stubMaxRecs  = (stubDataOff - stubHeader) / stubRecSize
 	stubMaxBytes = stubRes - stubBase
 )
 
@@ -168,11 +167,25 @@ func buildStubScript(c *execConfig, path string) (*stubScript, error) {
 	return s, nil
 }
 
+// stubCompactOff is where a script's data starts when its records fit
+// below (nearly always): the script then weighs a few KiB instead of
+// the 64 KiB record area plus data, and its write to the stub completes
+// at once instead of waiting for the stub to drain a full pipe.
+const stubCompactOff = stubHeader + 160*stubRecSize
+
 // buildStubPrefix is the script up to its final execve, which depends on
 // nothing but the exec config: a prepared sandbox builds it before its
-// command is known.
+// command is known. It leaves room for one more record (the execve).
 func buildStubPrefix(c *execConfig) (*stubScript, error) {
-	s := &stubScript{}
+	s, err := buildStubPrefixAt(c, stubCompactOff)
+	if err != nil || len(s.recs)+1 <= (stubCompactOff-stubHeader)/stubRecSize {
+		return s, err
+	}
+	return buildStubPrefixAt(c, 0) // many volumes: many Landlock rules
+}
+
+func buildStubPrefixAt(c *execConfig, dataOff int) (*stubScript, error) {
+	s := &stubScript{dataOff: dataOff}
 	if c.RecvStdio {
 		stubRecvStdio(s)
 	}
