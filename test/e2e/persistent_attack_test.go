@@ -86,4 +86,3 @@ func TestPersistentSandboxAttacks(t *testing.T) {
 		t.Errorf("the host victim process ended")
 	}
 }
-
