@@ -52,10 +52,6 @@ const (
 	maxFilling = 2
 )
 
-// refillDelay is how long a taken sandbox's replacement waits for the
-// command to end at most.
-const refillDelay = 100 * time.Millisecond
-
 // poolIdle is how long an unpinned pool lives without a request;
 // idleCheck how often that is checked.
 var (
@@ -80,7 +76,6 @@ type warmPool struct {
 	tmpl    *sandbox.Spec
 	ready   []sandbox.Prepared
 	filling int // preparations in flight
-	taken   int // taken sandboxes whose commands still run (refilled after)
 	target  int
 	failed  time.Time // last preparation failure (back off)
 
@@ -206,28 +201,24 @@ func poolKey(spec *sandbox.Spec) (string, error) {
 
 // take returns a prepared sandbox for spec, or nil when the caller must
 // run spec ephemerally. why is "hit", "miss" (pool empty) or
-// "unpoolable". The caller calls done once its command has ended: only
-// then (or after refillDelay) is the taken sandbox replaced, so that
-// building its successor does not compete for the CPU with the command
-// being served.
-func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done func()) {
-	done = func() {}
+// "unpoolable".
+func (p *pools) take(spec *sandbox.Spec) (sandbox.Prepared, string) {
 	if !poolable(spec) {
-		return nil, "unpoolable", done
+		return nil, "unpoolable"
 	}
 	key, err := poolKey(spec)
 	if err != nil {
-		return nil, "unpoolable", done
+		return nil, "unpoolable"
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, "unpoolable", done
+		return nil, "unpoolable"
 	}
 	wp := p.byKey[key]
 	if wp == nil {
 		if !p.makeRoomLocked() {
-			return nil, "unpoolable", done
+			return nil, "unpoolable"
 		}
 		wp = p.newPoolLocked(key, spec)
 	}
@@ -240,23 +231,12 @@ func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done 
 			wp.target++
 		}
 		p.refillLocked(wp)
-		return nil, "miss", done
+		return nil, "miss"
 	}
-	sb = wp.ready[0]
+	sb := wp.ready[0]
 	wp.ready = slices.Delete(wp.ready, 0, 1)
-	wp.taken++
-	var once sync.Once
-	done = func() {
-		once.Do(func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			wp.taken--
-			p.refillLocked(wp)
-		})
-	}
-	// A long command does not hold its replacement back for long.
-	time.AfterFunc(refillDelay, done)
-	return sb, "hit", done
+	p.refillLocked(wp)
+	return sb, "hit"
 }
 
 func (p *pools) newPoolLocked(key string, spec *sandbox.Spec) *warmPool {
@@ -272,7 +252,7 @@ func (p *pools) refillLocked(wp *warmPool) {
 	if p.closed || time.Since(wp.failed) < time.Second {
 		return
 	}
-	for len(wp.ready)+wp.filling+wp.taken < wp.target && p.filling < maxFilling {
+	for len(wp.ready)+wp.filling < wp.target && p.filling < maxFilling {
 		wp.filling++
 		p.filling++
 		p.bg.Add(1)
