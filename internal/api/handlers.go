@@ -161,7 +161,7 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 // forwarding sigs: in a warm sandbox from the pool when there is one
 // ("hit"), else in a sandbox prepared for it ("prepared"). Specs the
 // pools cannot take fail with sandbox.ErrUnsupported, and nothing runs.
-func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal) (sandbox.Result, string, error) {
+func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal, warn func(string)) (sandbox.Result, string, error) {
 	start := time.Now()
 	defer func() { s.metrics.run(time.Since(start)) }()
 	if !poolable(spec) {
@@ -176,6 +176,11 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 			return sandbox.Result{}, "", err
 		}
 		served = "prepared"
+	}
+	if warn != nil {
+		for _, w := range sb.Warnings() {
+			warn(w)
+		}
 	}
 	res, err := sb.Run(ctx, spec.Args, stdio, sigs)
 	return res, served, err

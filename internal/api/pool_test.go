@@ -89,6 +89,8 @@ func (s *standInSandbox) Run(context.Context, []string, sandbox.Stdio, <-chan os
 	s.Close()
 	return sandbox.Result{}, nil
 }
+func (s *standInSandbox) Warnings() []string { return nil }
+
 func (s *standInSandbox) Close() { s.once.Do(func() { s.b.live.Add(-1) }) }
 
 func TestPoolEviction(t *testing.T) {

@@ -27,7 +27,9 @@ func (a *App) startDaemonRun(o *runOptions) *daemonClient {
 	if _, err := os.Stat(p.Run); err != nil {
 		return nil
 	}
-	return daemon.NewClient(p.Run)
+	c := daemon.NewClient(p.Run)
+	c.Quiet = a.Quiet
+	return c
 }
 
 // runViaDaemon hands spec to a running daemon of this data directory

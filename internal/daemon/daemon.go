@@ -93,6 +93,8 @@ type Request struct {
 	Build string        `json:"build"`
 	Spec  *sandbox.Spec `json:"spec"`
 	Count int           `json:"count,omitempty"` // prewarm: sandboxes to keep ready
+	// Quiet: the client runs with --quiet (no warnings on its stderr).
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // control is a later client message.

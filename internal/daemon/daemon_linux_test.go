@@ -63,8 +63,9 @@ func TestRunSocket(t *testing.T) {
 	gotSig := make(chan os.Signal, 1)
 	h := Handler{
 		Build: BuildID(),
-		Run: func(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal) (sandbox.Result, string, error) {
+		Run: func(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal, warn func(string)) (sandbox.Result, string, error) {
 			ran.Add(1)
+			warn("no cgroup limits")
 			if len(spec.Args) > 0 && spec.Args[0] == "missing" {
 				return sandbox.Result{}, "", fmt.Errorf("missing: %w", sandbox.ErrNotFound)
 			}
@@ -164,13 +165,20 @@ func TestRunSocket(t *testing.T) {
 	default:
 		t.Errorf("the signal did not reach Run")
 	}
-	if b, _ := os.ReadFile(out.Name()); string(b) != "to the client's stdout" {
-		t.Errorf("client's stdout holds %q", b)
+	// A warning reaches the client's stderr (here the same file) ahead
+	// of the command's output, as a direct run prints it.
+	const want = "agentkernel: warning: no cgroup limits\nto the client's stdout"
+	if b, _ := os.ReadFile(out.Name()); string(b) != want {
+		t.Errorf("client's stdout holds %q, want %q", b, want)
 	}
-	// Errors keep their kind across the socket (exit 127 in the CLI).
-	missing, _ := json.Marshal(Request{Op: "run", Spec: &sandbox.Spec{Args: []string{"missing"}}, Build: BuildID()})
+	// Errors keep their kind across the socket (exit 127 in the CLI);
+	// a quiet client gets no warning.
+	missing, _ := json.Marshal(Request{Op: "run", Spec: &sandbox.Spec{Args: []string{"missing"}}, Build: BuildID(), Quiet: true})
 	if r := raw(missing, unix.UnixRights(int(devnull.Fd()), int(out.Fd()), int(out.Fd()))); !errors.Is(r.err(), sandbox.ErrNotFound) || strings.Count(r.err().Error(), "command not found") != 1 {
 		t.Errorf("not found: %+v -> %v", r, r.err())
+	}
+	if b, _ := os.ReadFile(out.Name()); string(b) != want {
+		t.Errorf("a quiet client got a warning: %q", b)
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 // Handler is what the run socket serves.
 type Handler struct {
 	// Run runs spec to completion with stdio, forwarding sigs; served
-	// is how ("hit", "prepared").
-	Run func(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal) (res sandbox.Result, served string, err error)
+	// is how ("hit", "prepared"). It calls warn, before the command
+	// starts, with what a direct run would have warned about.
+	Run func(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal, warn func(string)) (res sandbox.Result, served string, err error)
 	// Prewarm keeps count sandboxes of spec ready.
 	Prewarm func(spec *sandbox.Spec, count int) error
 	Logger  *slog.Logger
@@ -180,7 +181,14 @@ func (h Handler) serveConn(c *net.UnixConn) {
 				}
 			}
 		}()
-		res, served, err := h.Run(ctx, req.Spec, sandbox.Stdio{Stdin: files[0], Stdout: files[1], Stderr: files[2]}, sigs)
+		// Warnings go to the client's stderr as its own would, ahead
+		// of the command's output.
+		warn := func(msg string) {
+			if !req.Quiet {
+				fmt.Fprintf(files[2], "agentkernel: warning: %s\n", msg)
+			}
+		}
+		res, served, err := h.Run(ctx, req.Spec, sandbox.Stdio{Stdin: files[0], Stdout: files[1], Stderr: files[2]}, sigs, warn)
 		if err != nil {
 			reply(errorReply(err))
 			return
@@ -260,6 +268,9 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 // was not called, stops that and raises again any that arrived, so they
 // reach whatever the caller does instead.
 type Client struct {
+	// Quiet: the daemon writes no warnings to the client's stderr.
+	Quiet bool
+
 	path  string
 	sigCh chan os.Signal
 	ready chan struct{}
@@ -327,7 +338,7 @@ func (cl *Client) Run(spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandb
 		return sandbox.Result{}, errors.New("daemon client: one run per client")
 	}
 	cl.mu.Unlock()
-	b, err := encode(Request{Op: "run", Spec: spec, Build: BuildID()})
+	b, err := encode(Request{Op: "run", Spec: spec, Build: BuildID(), Quiet: cl.Quiet})
 	if err != nil || len(b) > maxRequest {
 		return sandbox.Result{}, ErrNotServed
 	}

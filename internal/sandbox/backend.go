@@ -53,4 +53,7 @@ type Prepared interface {
 	Run(ctx context.Context, args []string, stdio Stdio, sigs <-chan os.Signal) (Result, error)
 	// Close discards a sandbox that was not run.
 	Close()
+	// Warnings are what a direct run would have warned about while
+	// building the same sandbox (for example: no cgroup limits).
+	Warnings() []string
 }

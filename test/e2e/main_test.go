@@ -39,6 +39,10 @@ type ak struct {
 	dir     string
 	stdin   string
 	env     []string
+	// bin replaces the built binary and wrap is put before it (setpriv
+	// for another user), when set.
+	bin  string
+	wrap []string
 }
 
 func newAK(t *testing.T) *ak {
@@ -48,7 +52,15 @@ func newAK(t *testing.T) *ak {
 
 func (a *ak) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	full := append([]string{"--data-dir", a.dataDir}, args...)
-	c := exec.CommandContext(ctx, binary, full...)
+	bin := binary
+	if a.bin != "" {
+		bin = a.bin
+	}
+	if len(a.wrap) > 0 {
+		full = append(append(append([]string{}, a.wrap[1:]...), bin), full...)
+		bin = a.wrap[0]
+	}
+	c := exec.CommandContext(ctx, bin, full...)
 	c.Dir = a.dir
 	c.Env = append([]string{"HOME=" + a.home, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + filepath.Join(a.home, ".config")}, a.env...)
 	if a.stdin != "" {

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -81,4 +83,167 @@ func TestSandboxSupervisorIsStub(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRootlessPersistentSandbox runs the persistent sandbox life as an
+// unprivileged user the test creates: the supervisor becomes the stub
+// as that user, exec, cp, stats, stop, start and remove work, and
+// nothing of the sandbox is left running.
+// rootlessAK returns an ak that runs agentkernel as an unprivileged user
+// the test creates (setpriv), with a world-readable copy of the binary
+// and data, home and working directories of the user's; uid is the
+// user's. It skips where that cannot be arranged.
+func rootlessAK(t *testing.T) (a *ak, uid int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("creates a user: needs root")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv")
+	}
+	const name = "aktestuser"
+	if _, err := user.Lookup(name); err != nil {
+		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/bin/false", name).CombinedOutput(); err != nil {
+			t.Skipf("cannot create a test user: %v %s", err, out)
+		}
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	top, err := os.MkdirTemp("", "ak-rootless-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(top, 0o755))
+	self, err := os.ReadFile(binary)
+	must(err)
+	bin := filepath.Join(top, "agentkernel")
+	must(os.WriteFile(bin, self, 0o755))
+	a = &ak{t: t, bin: bin, wrap: []string{setpriv, "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups"}}
+	for _, d := range []*string{&a.dataDir, &a.home, &a.dir} {
+		p, err := os.MkdirTemp(top, "d")
+		must(err)
+		must(os.Chown(p, uid, gid))
+		*d = p
+	}
+	return a, uid
+}
+
+func TestRootlessPersistentSandbox(t *testing.T) {
+	a, uid := rootlessAK(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.must("sandbox", "create", "rl", "--image", "host", "--start")
+	t.Cleanup(func() { a.run("sandbox", "rm", "--force", "rl") })
+	sup, ini, err := sandboxPids(a.dataDir, "rl")
+	must(err)
+	for _, pid := range []int{sup, ini} {
+		st, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		must(err)
+		if owner := st.Sys().(*syscall.Stat_t).Uid; int(owner) != uid {
+			t.Errorf("pid %d runs as uid %d, not the user's %d", pid, owner, uid)
+		}
+	}
+	if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(sup) + "/cmdline"); runtime.GOARCH == "amd64" && strings.TrimRight(string(cmd), "\x00") != "agentkernel:supervise" {
+		t.Errorf("supervisor is %q, not the stub", cmd)
+	}
+	if r := a.run("exec", "rl", "--", "sh", "-c", "id -u; echo data > /tmp/f; exit 4"); r.code != 4 || r.stdout != "0\n" {
+		t.Errorf("exec: %v", r)
+	}
+	out := filepath.Join(a.dir, "f")
+	a.must("cp", "rl:/tmp/f", out)
+	if b, err := os.ReadFile(out); err != nil || string(b) != "data\n" {
+		t.Errorf("cp: %q %v", b, err)
+	}
+	if r := a.must("stats", "rl"); !strings.Contains(r.stdout, "running") {
+		t.Errorf("stats: %v", r)
+	}
+	a.must("sandbox", "stop", "rl")
+	if running(sup) || running(ini) {
+		t.Errorf("supervisor or init still running after stop")
+	}
+	a.must("sandbox", "start", "rl")
+	if r := a.must("exec", "rl", "--", "echo", "again"); r.stdout != "again\n" {
+		t.Errorf("exec after restart: %v", r)
+	}
+	sup2, ini2, err := sandboxPids(a.dataDir, "rl")
+	must(err)
+	a.must("sandbox", "rm", "--force", "rl")
+	deadline := time.Now().Add(5 * time.Second)
+	for (running(sup2) || running(ini2)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if running(sup2) || running(ini2) {
+		t.Errorf("processes left after rm: %d %d", sup2, ini2)
+	}
+}
+
+// TestRootlessDaemon: the daemon as an unprivileged user serves that
+// user's runs with the same output and exit codes as direct runs, and
+// stops leaving nothing of the user's running.
+func TestRootlessDaemon(t *testing.T) {
+	a, uid := rootlessAK(t)
+	if r := a.run("daemon", "start"); r.code != 0 {
+		t.Fatalf("start: %v", r)
+	}
+	t.Cleanup(func() { a.run("daemon", "stop") })
+	for _, args := range [][]string{
+		{"sh", "-c", "echo out; echo err >&2; exit 42"},
+		{"sh", "-c", "id -u; pwd"},
+		{"no-such-command"},
+	} {
+		direct := a.run(append([]string{"run", "--no-daemon", "--image", "host"}, args...)...)
+		for i := 0; i < 2; i++ {
+			got := a.run(append([]string{"run", "--image", "host"}, args...)...)
+			if got.stdout != direct.stdout || got.stderr != direct.stderr || got.code != direct.code {
+				t.Errorf("%q (daemon run %d):\n daemon: %d %q %q\n direct: %d %q %q", args, i, got.code, got.stdout, got.stderr, direct.code, direct.stdout, direct.stderr)
+			}
+		}
+	}
+	r := a.must("daemon", "status", "--json")
+	if !strings.Contains(r.stdout, `"hit"`) || strings.Contains(r.stdout, `"hit": 0`) {
+		t.Errorf("no run was served from the pool: %s", r.stdout)
+	}
+	a.must("daemon", "stop")
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && len(userProcs(uid)) > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := userProcs(uid); len(left) > 0 {
+		t.Errorf("processes of the user left after daemon stop: %v", left)
+	}
+}
+
+// userProcs lists the live processes of uid (pid and command line).
+func userProcs(uid int) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !running(pid) {
+			continue
+		}
+		st, err := os.Stat("/proc/" + e.Name())
+		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return out
 }

@@ -170,6 +170,11 @@ func (p *Prepared) Run(ctx context.Context, args []string, stdio sandbox.Stdio, 
 	return p.r.wait(ctx, p.l, sigs, nil, io3.wait)
 }
 
+// Warnings are what a direct run of the same spec would have warned
+// about while building it (no cgroup limits, rootless without
+// delegation): the runner shows them to the command's user.
+func (p *Prepared) Warnings() []string { return p.r.warnings }
+
 // kill ends the init (and with it the sandbox).
 func (p *Prepared) kill() {
 	_ = unix.Kill(p.l.pid, unix.SIGKILL)

@@ -72,6 +72,19 @@ type runState struct {
 	// prepared: Prepare, not Run (the command comes later; prepare_linux.go).
 	prepared bool
 	trace    bool
+	// warnings of a prepared sandbox, told when its command comes
+	// (Prepared.Warnings): whoever prepared it is not who runs it.
+	warnings []string
+}
+
+// warn tells the caller about a weaker sandbox than asked for (no
+// cgroup limits): at once, or with the command for a prepared sandbox.
+func (r *runState) warn(msg string) {
+	if r.prepared {
+		r.warnings = append(r.warnings, msg)
+		return
+	}
+	r.b.opts.Warn(msg)
 }
 
 func randomID() string {
@@ -195,7 +208,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 			r.cg = cg
 			cfg.Cgroups = cg.procsDirs()
 		case errors.Is(err, errNoCgroups):
-			r.b.opts.Warn(err.Error())
+			r.warn(err.Error())
 		default:
 			return nil, err
 		}
