@@ -216,7 +216,10 @@ func sandboxProcs() []string {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.HasPrefix(b, []byte("agentkernel:")) {
+		// Inits and exec stages only: a persistent sandbox's waiting
+		// supervisor (argv0Wait, a child of pid 1 once its starter has
+		// gone) belongs to whoever started that sandbox.
+		if err != nil || !bytes.HasPrefix(b, []byte(argv0Init)) && !bytes.HasPrefix(b, []byte(argv0Exec)) {
 			continue
 		}
 		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
