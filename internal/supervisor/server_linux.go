@@ -81,6 +81,12 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	}
 	// AGENTKERNEL_SUPERVISOR_NO_STUB=1 keeps the Go supervisor waiting
 	// (the path of architectures without the stub; tests use it).
+	select {
+	case <-inst.Done():
+		// Already over (its status is collected here): no stub.
+		waiter = false
+	default:
+	}
 	if waiter && reap != nil && os.Getenv("AGENTKERNEL_SUPERVISOR_NO_STUB") != "1" {
 		// Replaces fd 3 (ready: the starter sees its end) and returns
 		// only when this process cannot become the stub.
