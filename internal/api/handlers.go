@@ -148,9 +148,10 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	start := time.Now()
 	defer func() { s.metrics.run(time.Since(start)) }()
 	if fast {
-		sb, why := s.pools.take(spec)
+		sb, why, done := s.pools.take(spec)
 		s.metrics.poolRun(why)
 		if sb != nil {
+			defer done()
 			return sb.Run(ctx, spec.Args, stdio, nil)
 		}
 	}
@@ -167,7 +168,8 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 	if !poolable(spec) {
 		return sandbox.Result{}, "", fmt.Errorf("this run cannot use a prepared sandbox: %w", sandbox.ErrUnsupported)
 	}
-	sb, why := s.pools.take(spec)
+	sb, why, done := s.pools.take(spec)
+	defer done()
 	s.metrics.poolRun(why)
 	served := "hit"
 	if sb == nil {

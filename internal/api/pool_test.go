@@ -122,7 +122,7 @@ func TestPoolEviction(t *testing.T) {
 	}
 
 	// An idle pool goes, and its sandboxes with it; a pinned one stays.
-	if sb, why := p.take(spec(0)); sb != nil || why != "miss" {
+	if sb, why, _ := p.take(spec(0)); sb != nil || why != "miss" {
 		t.Fatalf("first take: %v %s", sb, why)
 	}
 	if err := p.prewarm(spec(1), 1); err != nil {
