@@ -368,11 +368,14 @@ func (s *initState) releaseExecStage() error {
 				return err
 			}
 			s.cfg.Exec.RecvStdio = true
-			p, err := buildStubPrefix(&s.cfg.Exec)
+			setup, rest, err := buildStubPrepared(&s.cfg.Exec)
 			if err != nil {
 				return err
 			}
-			s.prefix = p
+			if err := s.runStubSetup(setup); err != nil {
+				return err
+			}
+			s.prefix = rest
 		}
 		if err := s.awaitCommand(buf); err != nil {
 			return err
@@ -394,6 +397,26 @@ func (s *initState) releaseExecStage() error {
 		unix.Close(s.usernsFd)
 	}
 	return err
+}
+
+// runStubSetup has the stub run a prepared sandbox's set-up script (the
+// exec stage's steps that do not need the command) and waits until it
+// reports done, or reports which step failed.
+func (s *initState) runStubSetup(setup *stubScript) error {
+	b, err := setup.encode()
+	if err != nil {
+		return err
+	}
+	if _, err := s.execCfgW.Write(b); err != nil {
+		return err
+	}
+	var done [1]byte
+	if n, err := s.execCfgW.Read(done[:]); err != nil || n != 1 {
+		var report [16]byte
+		n, _ := io.ReadFull(s.stubErrR, report[:])
+		return reportedError(stubError(setup, report[:n]))
+	}
+	return nil
 }
 
 // awaitCommand is a prepared sandbox's wait: everything is built, the

@@ -189,11 +189,63 @@ func buildStubPrefixAt(c *execConfig, dataOff int) (*stubScript, error) {
 	if c.RecvStdio {
 		stubRecvStdio(s)
 	}
+	if err := stubSetup(s, c); err != nil {
+		return nil, err
+	}
+	stubSeccomp(s, c)
+	return s, nil
+}
+
+// buildStubPrepared splits a prepared sandbox's exec stage in two. The
+// first script, run while the sandbox is prepared, does every step that
+// does not need the command (identity, capabilities, working directory,
+// no_new_privs, Landlock), reports done on fd 3 and waits for the next
+// script. The second, sent with the command, takes the stdio, loads the
+// seccomp filter (last, since it may not allow what the steps before
+// need) and ends in the execve that addStubExec appends.
+func buildStubPrepared(c *execConfig) (setup, rest *stubScript, err error) {
+	build := func(dataOff int) (*stubScript, error) {
+		s := &stubScript{dataOff: dataOff}
+		if err := stubSetup(s, c); err != nil {
+			return nil, err
+		}
+		s.add("reporting set-up done", unix.SYS_WRITE, 3, uint64(stubBase), 1)
+		s.add("reading script", stubChain)
+		return s, nil
+	}
+	if setup, err = build(stubCompactOff); err != nil {
+		return nil, nil, err
+	}
+	if len(setup.recs) > (stubCompactOff-stubHeader)/stubRecSize {
+		if setup, err = build(0); err != nil { // many volumes: many Landlock rules
+			return nil, nil, err
+		}
+	}
+	rest = &stubScript{dataOff: stubCompactOff}
+	stubRecvStdio(rest)
+	stubSeccomp(rest, c)
+	return setup, rest, nil
+}
+
+// stubSeccomp loads the seccomp filter (the last step before execve).
+func stubSeccomp(s *stubScript, c *execConfig) {
+	if len(c.Filter) > 0 {
+		filter := s.bytes(c.Filter)
+		fprog := s.bytes(u64s(uint64(len(c.Filter)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
+		s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
+	}
+}
+
+// stubSetup adds the exec stage's steps between its stdio and its
+// seccomp filter: descriptor flags, bounding set, ambient capabilities,
+// groups and ids, capset, working directory, RLIMIT_NOFILE,
+// no_new_privs, Landlock.
+func stubSetup(s *stubScript, c *execConfig) error {
 	s.add("fd flags", unix.SYS_FCNTL, 3, unix.F_SETFD, unix.FD_CLOEXEC)
 	s.add("fd flags", unix.SYS_FCNTL, 4, unix.F_SETFD, unix.FD_CLOEXEC)
 	keep, err := capMask(c.Caps)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	last := 40
 	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
@@ -255,12 +307,7 @@ func buildStubPrefixAt(c *execConfig, dataOff int) (*stubScript, error) {
 			s.add("landlock_restrict_self", unix.SYS_LANDLOCK_RESTRICT_SELF, ref(rs), 0)
 		}
 	}
-	if len(c.Filter) > 0 {
-		filter := s.bytes(c.Filter)
-		fprog := s.bytes(u64s(uint64(len(c.Filter)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
-		s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
-	}
-	return s, nil
+	return nil
 }
 
 // addStubExec ends the script with the execve of the command.

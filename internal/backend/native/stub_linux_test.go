@@ -43,3 +43,42 @@ func TestStubScriptLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestStubPreparedSplit: a prepared sandbox's set-up script ends by
+// reporting done and waiting for the next script; the rest takes the
+// stdio and loads the seccomp filter, and never repeats a set-up step.
+func TestStubPreparedSplit(t *testing.T) {
+	cfg := execConfig{Args: []string{"/bin/true"}, Workdir: "/", Landlock: true, NoFile: 1024, Filter: make([]byte, 8*4)}
+	setup, rest, err := buildStubPrepared(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(setup.recs)
+	if n < 3 || setup.recs[n-1].nr != stubChain || setup.recs[n-2].desc != "reporting set-up done" {
+		t.Fatalf("set-up script does not end in report + chain: %+v", setup.recs[max(0, n-2):])
+	}
+	descs := func(s *stubScript) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range s.recs {
+			m[r.desc] = true
+		}
+		return m
+	}
+	sd, rd := descs(setup), descs(rest)
+	for _, want := range []string{"no_new_privs", "workdir /", "RLIMIT_NOFILE"} {
+		if !sd[want] || rd[want] {
+			t.Errorf("%q: in set-up %v, in rest %v", want, sd[want], rd[want])
+		}
+	}
+	for _, want := range []string{"receiving stdio", "loading seccomp filter"} {
+		if sd[want] || !rd[want] {
+			t.Errorf("%q: in set-up %v, in rest %v", want, sd[want], rd[want])
+		}
+	}
+	addStubExec(rest, &cfg, "/bin/true")
+	for _, s := range []*stubScript{setup, rest} {
+		if _, err := s.encode(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
