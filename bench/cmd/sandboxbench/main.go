@@ -122,6 +122,15 @@ func bench(n int, ak, img string) error {
 		}
 		defer exec.Command(ak, "--data-dir", akData, "daemon", "stop").Run()
 		cases = append(cases, harness.Case{Name: "agentkernel run (CLI, daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--image", "host", "--", "/bin/true"}})
+		// The same busybox root filesystem bwrap gets, as an image of the
+		// CLI's store (imported from a tarball, as a user would).
+		if ref, err := importBusybox(ak, akData, work); err != nil {
+			fmt.Fprintln(os.Stderr, "no busybox image for the CLI:", err)
+		} else {
+			cases = append(cases,
+				harness.Case{Name: "agentkernel run --image busybox (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--image", ref, "--", "/bin/true"}},
+				harness.Case{Name: "agentkernel run --image busybox (daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--image", ref, "--", "/bin/true"}})
+		}
 	}
 	if p, err := exec.LookPath("bwrap"); err == nil {
 		cases = append(cases, harness.Case{Name: "bwrap --unshare-all", Argv: []string{p, "--unshare-all", "--ro-bind", img, "/", "--proc", "/proc", "--dev", "/dev", "/bin/true"}})
@@ -270,4 +279,22 @@ func buildBusybox(root string, shift int) error {
 		}
 		return os.Lchown(p, shift, shift)
 	})
+}
+
+// importBusybox builds an unshifted busybox root filesystem, tars it and
+// imports it into the CLI's image store; it returns the image's name.
+func importBusybox(ak, dataDir, work string) (string, error) {
+	dir := filepath.Join(work, "busybox-import")
+	if err := buildBusybox(dir, 0); err != nil {
+		return "", err
+	}
+	tarball := filepath.Join(work, "busybox.tar")
+	if out, err := exec.Command("tar", "-C", dir, "-cf", tarball, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("tar: %v: %s", err, out)
+	}
+	const ref = "sandboxbench-busybox:1"
+	if out, err := exec.Command(ak, "--data-dir", dataDir, "images", "import", tarball, ref).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("images import: %v: %s", err, out)
+	}
+	return ref, nil
 }
