@@ -1,8 +1,9 @@
-// Package agent is the protocol between a sandbox's host side and the
-// agent inside it (the init, PID 1), and between the CLI (or any other
-// client) and a sandbox's supervisor. Both hops speak it:
+// Package agent is the protocol between the CLI (or any other client)
+// and the agent inside a sandbox (the init, PID 1), and between the
+// sandbox's supervisor and that agent while the sandbox starts:
 //
-//	client ──unix socket──▶ supervisor ──socketpair──▶ agent (PID 1) ──fork──▶ exec stage ──▶ command
+//	supervisor ──socketpair──▶ agent (PID 1): Ready, then OpServe hands over the listening socket
+//	client ──unix socket (sandboxes/NAME/sock)──▶ agent (PID 1) ──fork──▶ exec stage ──▶ command
 //
 // # Why a small framed protocol of our own
 //
@@ -16,9 +17,8 @@
 // cannot pass descriptors.
 //
 // Passing descriptors is what makes exec cheap: the client hands its own
-// stdin, stdout and stderr (or pipes, or a pty slave) to the supervisor,
-// which hands them to the agent, which gives them to the command as fds
-// 0-2. Nothing copies bytes; a command's output reaches the client's
+// stdin, stdout and stderr (or pipes, or a pty slave) to the agent, which
+// gives them to the command as fds 0-2. Nothing copies bytes; a command's output reaches the client's
 // terminal or pipe directly, and the exit status is one more datagram. File
 // reads, writes and tar streams travel the same way: the client passes one
 // end of a pipe and the agent reads or writes it.
@@ -35,8 +35,8 @@
 //
 // Nothing here is specific to Linux namespaces. A gVisor sandbox runs the
 // same agent as its init inside runsc and a microVM runs it as the guest's
-// init; the supervisor then reaches it over a socket that runsc exposes or
-// over virtio-vsock. Those transports carry no descriptors, so for them
+// init; clients then reach it over a socket that runsc exposes or over
+// virtio-vsock. Those transports carry no descriptors, so for them
 // the Stream op (reserved) will carry stdio as Data frames tagged with the
 // request ID and a stream number, in the same JSON messages over a
 // length-prefixed stream; the request and response types stay the same.

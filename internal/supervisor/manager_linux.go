@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -591,4 +592,18 @@ func spawn(argv []string, logPath string) (int, uint64, error) {
 	// The supervisor outlives us; the system's init reaps it.
 	_ = cmd.Process.Release()
 	return pid, start, nil
+}
+
+// dirSize is the disk usage of dir in bytes (best effort).
+func dirSize(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

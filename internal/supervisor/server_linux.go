@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -158,18 +157,4 @@ func finish(dir, id, reason string) {
 	if reason != "" {
 		_ = os.WriteFile(filepath.Join(dir, "exit-reason"), []byte(reason), 0o600)
 	}
-}
-
-// dirSize is the disk usage of dir in bytes (best effort).
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
