@@ -37,7 +37,8 @@ import (
 // Sizing: each key keeps at least [daemon] min_warm sandboxes (1 when
 // unset) and at most [daemon] max_warm (8 when unset); a request that
 // finds its pool empty raises that key's target by one (up to max_warm),
-// so the pool grows to the load it sees. At most maxFilling sandboxes are
+// so the pool grows to the load it sees, and a minute without such a
+// miss lowers it by one again (not below min_warm or the prewarm count). At most maxFilling sandboxes are
 // prepared at once, all pools together.
 //
 // Eviction: a pool no request took from for poolIdle is discarded, and a
@@ -57,10 +58,14 @@ const (
 const refillDelay = 100 * time.Millisecond
 
 // poolIdle is how long an unpinned pool lives without a request;
-// idleCheck how often that is checked.
+// idleCheck how often that is checked; poolShrink how long a pool must
+// go without a miss before its target steps down by one (per check)
+// towards its floor, so that a burst does not keep max_warm sandboxes
+// warm for good.
 var (
-	poolIdle  = 10 * time.Minute
-	idleCheck = time.Minute
+	poolIdle   = 10 * time.Minute
+	idleCheck  = time.Minute
+	poolShrink = time.Minute
 )
 
 // PoolOptions configures the warm pools.
@@ -82,6 +87,10 @@ type warmPool struct {
 	filling int // preparations in flight
 	taken   int // taken sandboxes whose commands still run (refilled after)
 	target  int
+	// floor is what target shrinks back to: min_warm, or the prewarm
+	// count; lastGrown is the last miss (or prewarm) that raised it.
+	floor     int
+	lastGrown time.Time
 	failed  time.Time // last preparation failure (back off)
 
 	lastUsed time.Time // last take (or creation)
@@ -135,13 +144,24 @@ func newPools(m *sandbox.Manager, o PoolOptions, log func(string, ...any)) *pool
 	return p
 }
 
-// evictIdle discards the unpinned pools no request used for poolIdle.
+// evictIdle discards the unpinned pools no request used for poolIdle,
+// and lets the others' targets step down towards their floors.
 func (p *pools) evictIdle() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, wp := range p.byKey {
-		if !wp.pinned && time.Since(wp.lastUsed) > poolIdle {
+		switch {
+		case !wp.pinned && time.Since(wp.lastUsed) > poolIdle:
 			p.evictLocked(wp)
+		case wp.target > wp.floor && time.Since(wp.lastGrown) > poolShrink:
+			wp.target--
+			wp.lastGrown = time.Now()
+			if n := len(wp.ready); n > 0 && n+wp.filling+wp.taken > wp.target {
+				sb := wp.ready[n-1]
+				wp.ready = wp.ready[:n-1]
+				p.bg.Add(1)
+				go func() { defer p.bg.Done(); sb.Close() }()
+			}
 		}
 	}
 }
@@ -241,6 +261,7 @@ func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done 
 		if wp.target < p.opts.MaxWarm {
 			wp.target++
 		}
+		wp.lastGrown = time.Now()
 		p.refillLocked(wp)
 		return nil, "miss", done
 	}
@@ -269,7 +290,7 @@ func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done 
 func (p *pools) newPoolLocked(key string, spec *sandbox.Spec) *warmPool {
 	tmpl := *spec
 	tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
-	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm, lastUsed: time.Now()}
+	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm, floor: p.opts.MinWarm, lastUsed: time.Now()}
 	p.byKey[key] = wp
 	return wp
 }
@@ -367,6 +388,7 @@ func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
 	wp.pinned = true
 	if count > 0 {
 		wp.target = max(wp.target, min(count, p.opts.MaxWarm))
+		wp.floor = max(wp.floor, min(count, p.opts.MaxWarm))
 	}
 	wp.failed = time.Time{}
 	p.refillLocked(wp)

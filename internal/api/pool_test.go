@@ -152,3 +152,48 @@ func TestPoolEviction(t *testing.T) {
 		t.Errorf("%d prepared sandboxes left after close", l)
 	}
 }
+
+// TestPoolShrinks: a pool grown by misses steps back down to min_warm
+// once misses stop, discarding the sandboxes it no longer needs; a
+// prewarm count is a floor it keeps. (Stand-in backend, as above.)
+func TestPoolShrinks(t *testing.T) {
+	oldIdle, oldCheck, oldShrink := poolIdle, idleCheck, poolShrink
+	poolIdle, idleCheck, poolShrink = time.Hour, 5*time.Millisecond, 30*time.Millisecond
+	defer func() { poolIdle, idleCheck, poolShrink = oldIdle, oldCheck, oldShrink }()
+	b := &standIn{}
+	m := sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{b}, Default: "standin"})
+	p := newPools(m, PoolOptions{MinWarm: 1, MaxWarm: 3}, func(string, ...any) {})
+	defer p.close()
+	spec := &sandbox.Spec{Args: []string{"true"}, Rootfs: image.Rootfs{Host: true}}
+	ready := func() int {
+		n := 0
+		for _, s := range p.sizes() {
+			n += s.ready
+		}
+		return n
+	}
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !f() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (ready %d, live %d)", what, ready(), b.live.Load())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	// Two misses in a row: the target goes 1 → 3.
+	p.take(spec)
+	p.take(spec)
+	waitFor("the pool to grow to 3", func() bool { return ready() == 3 })
+	waitFor("the pool to shrink back to min_warm", func() bool { return ready() == 1 && b.live.Load() == 1 })
+	// A prewarm count is a floor.
+	if err := p.prewarm(spec, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the prewarmed 2", func() bool { return ready() == 2 })
+	time.Sleep(10 * poolShrink)
+	if n := ready(); n != 2 {
+		t.Errorf("a prewarmed pool shrank to %d", n)
+	}
+}
