@@ -91,7 +91,7 @@ type warmPool struct {
 	// count; lastGrown is the last miss (or prewarm) that raised it.
 	floor     int
 	lastGrown time.Time
-	failed  time.Time // last preparation failure (back off)
+	failed    time.Time // last preparation failure (back off)
 
 	lastUsed time.Time // last take (or creation)
 	pinned   bool      // prewarmed: never evicted

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/idletrim"
 )
 
 // IsInit reports whether this process is agentkernel re-executed as a
@@ -426,8 +428,12 @@ func (s *initState) awaitCommand(buf []byte) error {
 	if _, err := s.sock.Write([]byte{'R'}); err != nil {
 		return err
 	}
+	// A warm sandbox may wait long for its command: give memory back
+	// meanwhile, as an idle persistent sandbox does.
+	trim := idletrim.New(idleTrimAfter)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := unix.Recvmsg(int(s.sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	trim.Stop()
 	if err != nil || n == 0 {
 		return fmt.Errorf("prepared sandbox discarded")
 	}
