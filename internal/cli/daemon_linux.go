@@ -45,7 +45,12 @@ and keeps it. Other pools go after 10 minutes without a run.
 
 The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
 socket under the data directory, and on TCP with --tcp. Its log is
-daemon/daemon.log under the data directory.`
+daemon/daemon.log under the data directory; a log over 10 MiB when the
+daemon starts is kept as daemon.log.1 and a new one begun. Pools shrink
+back towards min_warm after a minute without a run they could not serve.`
+
+// daemonLogMax is the size past which 'daemon start' rotates the log.
+var daemonLogMax int64 = 10 << 20
 
 // daemonCommands is 'agentkernel daemon start|stop|status|prewarm'.
 func daemonCommands(a *App) []*cobra.Command {
@@ -95,6 +100,11 @@ func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
 	}
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	// One generation of log is kept: a log past daemonLogMax at start
+	// becomes daemon.log.1 (replacing the previous one).
+	if fi, err := os.Stat(p.Log); err == nil && fi.Size() > daemonLogMax {
+		_ = os.Rename(p.Log, p.Log+".1")
 	}
 	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

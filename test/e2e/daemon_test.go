@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -181,5 +182,27 @@ func TestDaemonStale(t *testing.T) {
 	}
 	if r := a.run("daemon", "prewarm"); r.code != 125 || !strings.Contains(r.stderr, "restart it") {
 		t.Errorf("prewarm with a stale daemon: %v", r)
+	}
+}
+
+// TestDaemonLogRotation: a log past 10 MiB when the daemon starts is kept
+// as daemon.log.1 and a new one begun.
+func TestDaemonLogRotation(t *testing.T) {
+	a := newAK(t)
+	dir := filepath.Join(a.dataDir, "daemon")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.Repeat([]byte("old log line\n"), (10<<20)/13+1)
+	if err := os.WriteFile(filepath.Join(dir, "daemon.log"), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.must("daemon", "start")
+	defer a.run("daemon", "stop")
+	if fi, err := os.Stat(filepath.Join(dir, "daemon.log.1")); err != nil || fi.Size() != int64(len(old)) {
+		t.Errorf("daemon.log.1: %v %v", fi, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "daemon.log")); err != nil || fi.Size() >= int64(len(old)) {
+		t.Errorf("daemon.log not begun anew: %v %v", fi, err)
 	}
 }
