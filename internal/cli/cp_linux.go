@@ -25,7 +25,9 @@ func newCpCmd(a *App) *cobra.Command {
 		Short: "Copy files or directories between a running sandbox and the host",
 		Long: `Copy a file or directory tree into or out of a running sandbox; one side
 is NAME:/path. Like docker cp: when DEST is an existing directory the source
-is copied into it, otherwise it is copied to DEST. Paths in the sandbox are
+is copied into it, otherwise it is copied to DEST, whose parent directory
+must exist (DEST/ with a trailing slash must be an existing directory).
+Paths in the sandbox are
 resolved inside it (its symlinks never reach host files); set-id bits are
 dropped and symlinks are copied as symlinks.`,
 		Example: `  agentkernel cp ./src dev:/work/src
@@ -165,7 +167,15 @@ func cpIn(ctx context.Context, c sandbox.Conn, src, dPath string) error {
 		if err != nil && !(errors.As(err, &pe) && pe.NotExist) {
 			return cpError(dPath, err)
 		}
+		// Like docker cp: DEST/ names a directory that must exist, and
+		// a new DEST is created only in an existing directory.
+		if strings.HasSuffix(dPath, "/") {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("cp: %s: no such directory in the sandbox", dPath)}
+		}
 		into, newName = path.Dir(path.Clean("/"+dPath)), path.Base(path.Clean("/"+dPath))
+		if st, err := c.Stat(ctx, into); err != nil || !st.Mode.IsDir() {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("cp: %s: no such directory in the sandbox", into)}
+		}
 	}
 	hostFS := &agent.FS{Root: dfd, UID: -1, GID: -1}
 	pr, pw := io.Pipe()

@@ -106,6 +106,19 @@ func TestSandboxLifecycle(t *testing.T) {
 	if r := a.must("exec", "life", "--", "sh", "-c", "cat /root/data/tree/sub/f.txt /root/data/tree/link; stat -c %u /root/data/tree/sub/f.txt"); r.stdout != "in\nin\n0\n" {
 		t.Errorf("cp in: %v", r)
 	}
+	// Like docker cp: no directory is made up on the way.
+	for _, d := range []string{"life:/root/nodir/", "life:/root/nodir/f.txt"} {
+		if r := a.run("cp", filepath.Join(src, "sub", "f.txt"), d); r.code != 125 || !strings.Contains(r.stderr, "no such directory") {
+			t.Errorf("cp into %s: %v", d, r)
+		}
+	}
+	if r := a.run("exec", "life", "--", "test", "-e", "/root/nodir"); r.code == 0 {
+		t.Errorf("cp created /root/nodir")
+	}
+	a.must("cp", filepath.Join(src, "sub", "f.txt"), "life:/root/data/renamed.txt")
+	if r := a.must("exec", "life", "--", "cat", "/root/data/renamed.txt"); r.stdout != "in\n" {
+		t.Errorf("cp to a new name: %v", r)
+	}
 	a.must("cp", "life:/root/data/tree", filepath.Join(host, "back"))
 	if b, _ := os.ReadFile(filepath.Join(host, "back", "sub", "f.txt")); string(b) != "in\n" {
 		t.Errorf("cp dir out: %q", b)
