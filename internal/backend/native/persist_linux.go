@@ -348,8 +348,13 @@ func (sh *agentShared) requestStop(r stopRequest) {
 	}
 }
 
-// serveConn reads one connection's requests until it closes.
+// serveConn reads one connection's requests until it closes. A client's
+// connection is closed then: commands it started run on, and their
+// exit reports go nowhere.
 func (a *agentState) serveConn(fromSupervisor bool) {
+	if !fromSupervisor {
+		defer a.conn.Close()
+	}
 	for {
 		var req agent.Request
 		fds, err := a.conn.Recv(&req)
