@@ -103,23 +103,7 @@ func TestPoolEviction(t *testing.T) {
 	spec := func(i int) *sandbox.Spec {
 		return &sandbox.Spec{Args: []string{"true"}, Env: []string{"K=" + strconv.Itoa(i)}, Rootfs: image.Rootfs{Host: true}}
 	}
-	ready := func() int {
-		n := 0
-		for _, s := range p.sizes() {
-			n += s.ready
-		}
-		return n
-	}
-	waitFor := func(what string, f func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !f() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	ready := func() int { return readyIn(p) }
 
 	// An idle pool goes, and its sandboxes with it; a pinned one stays.
 	if sb, why, _ := p.take(spec(0)); sb != nil || why != "miss" {
@@ -128,8 +112,8 @@ func TestPoolEviction(t *testing.T) {
 	if err := p.prewarm(spec(1), 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("three warm sandboxes", func() bool { return ready() == 3 }) // 2 (grown by the miss) + 1
-	waitFor("the idle pool's eviction", func() bool { return ready() == 1 && b.live.Load() == 1 })
+	waitFor(t, "three warm sandboxes", func() bool { return ready() == 3 }) // 2 (grown by the miss) + 1
+	waitFor(t, "the idle pool's eviction", func() bool { return ready() == 1 && b.live.Load() == 1 })
 	time.Sleep(3 * poolIdle)
 	if ready() != 1 {
 		t.Errorf("the pinned pool was evicted")
@@ -165,35 +149,40 @@ func TestPoolShrinks(t *testing.T) {
 	p := newPools(m, PoolOptions{MinWarm: 1, MaxWarm: 3}, func(string, ...any) {})
 	defer p.close()
 	spec := &sandbox.Spec{Args: []string{"true"}, Rootfs: image.Rootfs{Host: true}}
-	ready := func() int {
-		n := 0
-		for _, s := range p.sizes() {
-			n += s.ready
-		}
-		return n
-	}
-	waitFor := func(what string, f func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !f() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s (ready %d, live %d)", what, ready(), b.live.Load())
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
+	ready := func() int { return readyIn(p) }
 	// Two misses in a row: the target goes 1 → 3.
 	p.take(spec)
 	p.take(spec)
-	waitFor("the pool to grow to 3", func() bool { return ready() == 3 })
-	waitFor("the pool to shrink back to min_warm", func() bool { return ready() == 1 && b.live.Load() == 1 })
+	waitFor(t, "the pool to grow to 3", func() bool { return ready() == 3 })
+	waitFor(t, "the pool to shrink back to min_warm", func() bool { return ready() == 1 && b.live.Load() == 1 })
 	// A prewarm count is a floor.
 	if err := p.prewarm(spec, 2); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the prewarmed 2", func() bool { return ready() == 2 })
+	waitFor(t, "the prewarmed 2", func() bool { return ready() == 2 })
 	time.Sleep(10 * poolShrink)
 	if n := ready(); n != 2 {
 		t.Errorf("a prewarmed pool shrank to %d", n)
+	}
+}
+
+// readyIn counts the ready sandboxes of every pool.
+func readyIn(p *pools) int {
+	n := 0
+	for _, s := range p.sizes() {
+		n += s.ready
+	}
+	return n
+}
+
+// waitFor polls f until it holds, failing the test after 5 s.
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
