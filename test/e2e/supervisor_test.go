@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"os/user"
@@ -13,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/supervisor"
 )
 
 // TestSandboxSupervisorIsStub: on amd64 a running sandbox's supervisor
@@ -51,6 +55,17 @@ func TestSandboxSupervisorIsStub(t *testing.T) {
 			if r := a.run("exec", name, "--", "sh", "-c", "echo ok; exit 7"); r.stdout != "ok\n" || r.code != 7 {
 				t.Errorf("exec: %v", r)
 			}
+			// Only the supervisor may hand the agent a socket to serve.
+			c, err := supervisor.Dial(filepath.Join(a.dataDir, "sandboxes", name, "sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			devnull, _ := os.Open(os.DevNull)
+			if _, err := c.Call(context.Background(), agent.Request{Op: agent.OpServe}, int(devnull.Fd())); err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Errorf("a client's OpServe: %v", err)
+			}
+			devnull.Close()
+			c.Close()
 			// The init dies on its own: recorded, cleaned up, supervisor gone.
 			if err := syscall.Kill(ini, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
