@@ -318,18 +318,10 @@ func (c *Client) Close() {
 	}
 }
 
-// Run asks the daemon at path to run spec with the given stdin, stdout
-// and stderr, forwarding this process's signals, and returns the result.
+// Run asks the daemon to run spec with the given stdin, stdout and
+// stderr, forwarding this process's signals, and returns the result.
 // ErrNoDaemon or ErrNotServed mean nothing ran and the caller should run
-// spec itself.
-func Run(path string, spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandbox.Result, error) {
-	c := NewClient(path)
-	defer c.Close()
-	return c.Run(spec, stdin, stdout, stderr)
-}
-
-// Run runs spec through the daemon (see the function Run). A Client
-// runs one spec.
+// spec itself. A Client runs one spec.
 func (cl *Client) Run(spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandbox.Result, error) {
 	<-cl.ready
 	cl.mu.Lock()

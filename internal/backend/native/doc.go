@@ -95,6 +95,15 @@
 // process were chrooted. On other architectures (and in tests, to keep it
 // covered) the exec stage is agentkernel re-executed (execMain / fence in
 // exec_linux.go), cloned into its user namespace by Go.
+// A prepared sandbox (prepare_linux.go) splits that second script: the
+// steps that do not need the command run while it is prepared, and its
+// command brings only the stdio, the seccomp filter and the execve
+// (buildStubPrepared).
+//
+// The same stub outlives a persistent sandbox's init as its supervisor
+// (waiter_linux.go, ExecWaiter): a script of waitid then execveat of
+// agentkernel's `sandbox reap`, so an idle sandbox keeps no second Go
+// runtime resident.
 //
 // # Seccomp and Landlock without their helper libraries' hot paths
 //

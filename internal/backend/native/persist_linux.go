@@ -183,10 +183,7 @@ func (i *Instance) Close() {
 }
 
 // ProcRSS is a process's resident set in bytes (0 if unknown).
-func ProcRSS(pid int) int64 { return procRSS(pid) }
-
-// procRSS is a process's resident set in bytes (0 if unknown).
-func procRSS(pid int) int64 {
+func ProcRSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
 	if err != nil {
 		return 0
@@ -375,7 +372,7 @@ func (a *agentState) serveConn(fromSupervisor bool) {
 			a.startServing(fromSupervisor, req, fds)
 		case agent.OpStats:
 			agent.CloseFds(fds)
-			st := agent.Stats{UptimeSeconds: time.Since(a.start).Seconds(), InitRSS: procRSS(os.Getpid()), Pids: countProcs("/proc")}
+			st := agent.Stats{UptimeSeconds: time.Since(a.start).Seconds(), InitRSS: ProcRSS(os.Getpid()), Pids: countProcs("/proc")}
 			_ = a.conn.Send(agent.Response{ID: req.ID, Stats: &st})
 		default:
 			idle := a.trim.Busy()
