@@ -63,6 +63,13 @@ type initState struct {
 	cmdStdio []int
 	// prefix is a prepared sandbox's stub script up to its execve.
 	prefix *stubScript
+
+	// thread is set when these stages run on a thread of agentkernel
+	// itself rather than in a re-executed init (thread_linux.go).
+	thread *threadInit
+	// cgroupFD is the v2 cgroup the exec stage is cloned into, or -1
+	// (it inherits the init's).
+	cgroupFD int
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -72,6 +79,7 @@ func initMain() int {
 		sock:     os.NewFile(fdConfig, "config"),
 		errW:     os.NewFile(fdErr, "errors"),
 		usernsFd: -1,
+		cgroupFD: -1,
 		proc:     "/proc",
 		sigs:     make(chan os.Signal, 8),
 		stdio:    [3]uintptr{0, 1, 2},
@@ -274,6 +282,12 @@ func (s *initState) startExecStage() error {
 		s.stubErrR = er
 		stubSys := *sys
 		stubSys.Cloneflags, stubSys.UidMappings, stubSys.GidMappings, stubSys.Credential = 0, nil, nil, nil
+		if s.cgroupFD >= 0 {
+			stubSys.UseCgroupFD, stubSys.CgroupFD = true, s.cgroupFD
+		}
+		if s.thread != nil {
+			stubSys.Pdeathsig = 0 // its script sets it (stubEnterScript)
+		}
 		pid, err = startStub([]uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}, &stubSys)
 		s.stub = err == nil
 		if s.stub {
@@ -397,6 +411,7 @@ func (s *initState) releaseExecStage() error {
 	s.execCfgW.Close()
 	if s.usernsFd >= 0 {
 		unix.Close(s.usernsFd)
+		s.usernsFd = -1
 	}
 	return err
 }
@@ -473,6 +488,9 @@ func (s *initState) releaseStub() error {
 		}
 		return reportedError(fmt.Sprintf("exec %d %v", errno, err))
 	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s init: path found\n", monotonic())
+	}
 	script := s.prefix
 	if script != nil {
 		addStubExec(script, c, path)
@@ -496,6 +514,7 @@ func (s *initState) releaseStub() error {
 	s.execCfgW.Close()
 	if s.usernsFd >= 0 {
 		unix.Close(s.usernsFd)
+		s.usernsFd = -1
 	}
 	if err != nil {
 		return err

@@ -268,10 +268,21 @@ func (s *initState) moveProc() error {
 	if err := os.MkdirAll(dst, 0o555); err != nil {
 		return err
 	}
-	if err := mount("/proc", dst, "", unix.MS_MOVE, ""); err != nil {
+	src := "/proc"
+	if s.thread != nil {
+		// The stub init mounted it on the scratch space; /proc stays the
+		// host's, whose pids the thread knows its stages by.
+		if err := s.thread.procMounted(); err != nil {
+			return err
+		}
+		src = s.scratch + "/proc"
+	}
+	if err := mount(src, dst, "", unix.MS_MOVE, ""); err != nil {
 		return err
 	}
-	s.proc = dst
+	if s.thread == nil {
+		s.proc = dst
+	}
 	for _, p := range maskedPaths {
 		if strings.HasPrefix(p, "/proc/") {
 			if err := s.mask(s.root + p); err != nil {

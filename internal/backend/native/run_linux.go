@@ -292,7 +292,12 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		}
 	}
 	defer io3.closeChild()
-	l, err := r.launch(cfg, io3)
+	var l *launched
+	if r.threadable(cfg) {
+		l, err = r.launchThread(cfg, io3)
+	} else {
+		l, err = r.launch(cfg, io3)
+	}
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -324,6 +329,11 @@ type launched struct {
 	// reaped, when set, runs once the init has been reaped; a wait that
 	// returns early (on result) leaves it to a goroutine.
 	reaped func()
+	// direct: the sandbox was built on a thread (thread_linux.go), pid
+	// is the command's own process, and waitCh delivers its status once
+	// initPid, the sandbox's PID 1, is gone too.
+	direct  bool
+	initPid int
 }
 
 type initExit struct {
@@ -472,6 +482,9 @@ func (r *runState) wait(ctx context.Context, l *launched, sigCh <-chan os.Signal
 		if !killed {
 			killed = true
 			_ = unix.Kill(pid, unix.SIGKILL)
+			if l.initPid > 0 {
+				_ = unix.Kill(l.initPid, unix.SIGKILL)
+			}
 			if r.cg != nil {
 				r.cg.kill()
 			}
@@ -531,9 +544,12 @@ wait:
 				return sandbox.Result{}, e
 			}
 		}
-		if l.result != nil {
+		switch {
+		case l.direct:
+			st, ok = ex.ws, true
+		case l.result != nil:
 			st, ok = <-l.result
-		} else {
+		default:
 			st, ok = readResult(l.sock)
 		}
 	}

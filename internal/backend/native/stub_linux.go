@@ -146,6 +146,16 @@ func (s *stubScript) encode() ([]byte, error) {
 // between.
 func stubEnterScript(nest bool) *stubScript {
 	s := &stubScript{}
+	// Set here too, not only by the fork: Go's fork checks that the
+	// parent is alive by comparing parent pids, which a stub forked into
+	// a PID namespace the parent's thread unshared (thread_linux.go)
+	// fails — its parent is outside — so that stub is forked without.
+	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
+	// Whatever agentkernel's caller left open without close-on-exec
+	// (runc CVE-2024-21626): a re-executed init closed it already, a
+	// thread-built sandbox's stub inherits it from agentkernel.
+	i := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
+	s.recs[i].flags |= stubIgnore
 	flags := unix.CLONE_NEWCGROUP
 	if nest {
 		flags |= unix.CLONE_NEWUSER
@@ -368,7 +378,13 @@ func startStub(files []uintptr, sys *syscall.SysProcAttr) (int, error) {
 		return 0, err
 	}
 	_, _ = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
-	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(fd), []string{argv0Exec}, &syscall.ProcAttr{Env: []string{}, Files: files, Sys: sys})
+	// The memfd goes in as one of the child's files, and is exec'd under
+	// that number: ForkExec moves its own status pipe to the first number
+	// above every file it was given, which may be where the memfd is in a
+	// process with many descriptors coming and going. The stub's first
+	// script closes it (close_range).
+	n := len(files)
+	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(n), []string{argv0Exec}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
 }
 
 // stubError turns the stub's {index, errno} report into the parent's
@@ -388,4 +404,30 @@ func stubError(s *stubScript, report []byte) string {
 		kind = "exec"
 	}
 	return fmt.Sprintf("%s %d %s: %v", kind, int(errno), r.desc, errno)
+}
+
+// stubInitScript is the whole life of a sandbox's PID 1 when the parent
+// builds the sandbox on a thread of its own (thread_linux.go): mount the
+// PID namespace's proc at procDir (only a process inside the namespace
+// can), say so on fd 3, then idle until the parent kills it or goes away
+// (fd 3 reaches end of file). SIGCHLD ignored makes the kernel reap the
+// orphans it inherits, so none stays a zombie; the command itself is the
+// parent's child and the parent collects its status.
+func stubInitScript(procDir string) *stubScript {
+	s := &stubScript{dataOff: stubHeader + 16*stubRecSize}
+	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
+	i := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
+	s.recs[i].flags |= stubIgnore
+	s.add("not dumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	s.add("naming", unix.SYS_PRCTL, unix.PR_SET_NAME, s.cstr("agentkernel-ini"), 0, 0, 0) // ps shows 15 bytes
+	s.add("mounting /proc", unix.SYS_MOUNT, s.cstr("proc"), s.cstr(procDir), s.cstr("proc"), unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, 0)
+	s.add("reporting /proc", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
+	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
+	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
+	// restorer, mask.
+	s.add("ignoring SIGCHLD", unix.SYS_RT_SIGACTION, int(unix.SIGCHLD), s.bytes(u64s(1, 0, 0, 0)), 0, 8)
+	i = s.add("waiting", unix.SYS_READ, fdConfig, s.bytes(make([]byte, 8)), 8)
+	s.recs[i].flags |= stubIgnore
+	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
+	return s
 }

@@ -1,0 +1,294 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// An ephemeral run as root builds its sandbox on a thread of agentkernel
+// itself instead of in a re-executed init: a second Go runtime start (the
+// binary's page faults, every linked package's init, its exit) costs more
+// than everything the init does. The thread is locked and never unlocked,
+// so it ends, namespaces and all, when its goroutine returns; the rest of
+// the process never sees its namespaces or its root.
+//
+//	thread   unshare mount/PID/net/IPC/UTS namespaces; scratch tmpfs;
+//	         fork PID 1 and PID 2 of the new PID namespace, both the
+//	         assembly stub; lo up; overlay root, /proc (mounted by PID 1:
+//	         only a process inside the namespace can), /dev, /sys, /tmp,
+//	         volumes; pivot_root; the exec stage's script
+//	PID 1    stubInitScript: mounts proc, then idles with SIGCHLD
+//	         ignored, so the kernel reaps the orphans it inherits
+//	PID 2    the exec stage as in the re-executed design: own user and
+//	         cgroup namespaces, capabilities, ids, Landlock, seccomp,
+//	         execve; a child of agentkernel, which collects its status
+//	         directly and forwards signals to it
+//
+// When the command ends, agentkernel kills PID 1, and the PID namespace's
+// teardown kills whatever the command left behind. The thread stays
+// alive until then: the stubs' Pdeathsig follows the thread that forked
+// them. Rootless runs (a multi-threaded process cannot enter a new user
+// namespace), persistent and prepared sandboxes, and architectures
+// without the stub keep the re-executed init.
+
+// threadInit is the thread's handle on the sandbox's PID 1.
+type threadInit struct {
+	pid    int
+	sock   *os.File // its fd 3: script in, "proc mounted" out
+	errR   *os.File // its {index, errno} report
+	script *stubScript
+	acked  bool
+}
+
+// threadable reports whether this run builds its sandbox on a thread.
+// AGENTKERNEL_REEXEC_INIT=1 keeps the re-executed init (for comparison).
+func (r *runState) threadable(cfg *initConfig) bool {
+	return execStub != "" && !cfg.Rootless && !cfg.GoExecStage && !cfg.Persistent && !cfg.Deferred &&
+		!r.persistent && !r.prepared && os.Getenv("AGENTKERNEL_REEXEC_INIT") == ""
+}
+
+// launchThread starts building the sandbox on a locked thread and returns
+// once its command's process exists (or the build failed before that).
+func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
+	l := &launched{waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1), direct: true}
+	filter := make(chan []byte, 1)
+	go func() { filter <- r.filterMessage(&cfg.Exec) }()
+	var joined chan error
+	if r.cg != nil && !r.cg.v2 {
+		joined = make(chan error, 1)
+	}
+	started := make(chan error, 1)
+	go r.buildOnThread(cfg, io3, l, filter, joined, started)
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// buildOnThread is the locked thread's life; see the top of this file.
+func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, filter <-chan []byte, joined chan error, started chan<- error) {
+	runtime.LockOSThread() // for good: the thread dies with this goroutine
+	if unix.Gettid() == unix.Getpid() {
+		// The main thread is never terminated, and /proc/self shows its
+		// namespaces: hold it (so that it is not picked) while another
+		// thread does the work.
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			r.buildOnThread(cfg, io3, l, filter, joined, started)
+		}()
+		<-held
+		runtime.UnlockOSThread()
+		return
+	}
+	t := &threadInit{}
+	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t,
+		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
+	stopped := func() {
+		for _, pid := range []int{s.execPid, t.pid} {
+			if pid > 0 {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, 0, nil)
+			}
+		}
+	}
+	defer s.closeThreadFiles()
+	early := func(err error) {
+		stopped()
+		io3.closeChild()
+		started <- err
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+		early(fmt.Errorf("creating the sandbox's namespaces: %w", err))
+		return
+	}
+	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		early(err)
+		return
+	}
+	if r.cg != nil {
+		if fd := r.cg.openDir(); fd >= 0 {
+			defer unix.Close(fd)
+			s.cgroupFD = fd
+		}
+	}
+	for _, st := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"opening cgroup", s.openCgroups},
+		{"preparing scratch space", s.prepareScratch},
+		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
+		{"starting init", s.startInitStub},
+		{"starting exec stage", s.startExecStage},
+	} {
+		if err := st.fn(); err != nil {
+			early(fmt.Errorf("%s: %w", st.name, err))
+			return
+		}
+	}
+	if !s.stub {
+		early(errors.New("starting sandbox: the exec stage did not start"))
+		return
+	}
+	io3.closeChild()
+	if joined != nil {
+		go func() { joined <- r.cg.join(t.pid, false) }()
+	}
+	l.pid, l.initPid = s.execPid, t.pid
+	done := make(chan struct{})
+	go func() {
+		// The command is our child: its status is the result. Then PID 1
+		// goes, and with it everything else in the namespace.
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(s.execPid, &ws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		_ = unix.Kill(t.pid, unix.SIGKILL)
+		var iws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(t.pid, &iws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		close(done)
+		l.waitCh <- initExit{ws: ws}
+	}()
+	started <- nil
+
+	stages := []struct {
+		name string
+		fn   func() error
+	}{
+		{"setting up network", s.setupNetwork},
+		{"mounting root filesystem", s.mountRootfs},
+		{"mounting /proc", s.moveProc},
+		{"mounting /dev", s.mountDev},
+		{"mounting /sys", s.mountSys},
+		{"mounting /tmp and /run", s.mountTmp},
+		{"mounting volumes", s.mountVolumes},
+		{"preparing process", s.prepareProcess},
+		{"pivoting root", s.pivotRoot},
+		{"starting command", func() error { return s.releaseFromThread(filter, joined) }},
+	}
+	for _, st := range stages {
+		err := st.fn()
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s thread: %s done\n", monotonic(), st.name)
+		}
+		if err != nil {
+			_ = unix.Kill(s.execPid, unix.SIGKILL)
+			var rep reportedError
+			if errors.As(err, &rep) {
+				l.errCh <- []byte(rep)
+			} else {
+				l.errCh <- []byte(fmt.Sprintf("setup 0 %s: %v", st.name, err))
+			}
+			<-done
+			return
+		}
+	}
+	l.errCh <- nil
+	<-done
+}
+
+// startInitStub forks the sandbox's PID 1 (the first process the thread
+// forks after unsharing the PID namespace) and hands it its script.
+func (s *initState) startInitStub() error {
+	t := s.thread
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	child := os.NewFile(uintptr(sp[1]), "init-child")
+	defer child.Close()
+	t.sock = os.NewFile(uintptr(sp[0]), "init")
+	er, ew, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer ew.Close()
+	t.errR = er
+	// No Pdeathsig here: the script sets it (see stubEnterScript).
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if s.cgroupFD >= 0 {
+		sys.UseCgroupFD, sys.CgroupFD = true, s.cgroupFD
+	}
+	closed := ^uintptr(0)
+	t.pid, err = startStub([]uintptr{closed, closed, closed, child.Fd(), ew.Fd()}, sys)
+	if err != nil {
+		return err
+	}
+	t.script = stubInitScript(s.scratch + "/proc")
+	b, err := t.script.encode()
+	if err != nil {
+		return err
+	}
+	_, err = t.sock.Write(b)
+	return err
+}
+
+// procMounted waits until PID 1 has mounted the namespace's proc.
+func (t *threadInit) procMounted() error {
+	if t.acked {
+		return nil
+	}
+	t.acked = true
+	var b [1]byte
+	if n, err := t.sock.Read(b[:]); n == 1 && err == nil {
+		return nil
+	}
+	var report [16]byte
+	n, _ := io.ReadFull(t.errR, report[:])
+	return reportedError(stubError(t.script, report[:n]))
+}
+
+// releaseFromThread is releaseExecStage for a thread-built sandbox: the
+// filter and PID 1's v1 cgroup move come from the parent's goroutines.
+func (s *initState) releaseFromThread(filter <-chan []byte, joined <-chan error) error {
+	m := <-filter
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: filter in\n", monotonic())
+	}
+	if len(m) == 0 || m[0] != 'F' {
+		return fmt.Errorf("seccomp filter: %s", m[min(len(m), 1):])
+	}
+	s.cfg.Exec.Filter = m[1:]
+	if joined != nil {
+		if err := <-joined; err != nil {
+			return err
+		}
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: init in cgroup\n", monotonic())
+	}
+	if err := s.joinExecStage(); err != nil {
+		return err
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: exec stage in cgroup\n", monotonic())
+	}
+	return s.releaseStub()
+}
+
+// closeThreadFiles closes what the stages left open; the thread's
+// process lives on, unlike a re-executed init.
+func (s *initState) closeThreadFiles() {
+	for _, f := range append([]*os.File{s.thread.sock, s.thread.errR, s.execCfgW, s.stubErrR}, s.cgroupProcs...) {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if s.usernsFd >= 0 {
+		unix.Close(s.usernsFd)
+	}
+}
