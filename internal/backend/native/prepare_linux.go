@@ -37,6 +37,9 @@ const maxPreparedArgs = 60 << 10
 type Prepared struct {
 	r *runState
 	l *launched
+	// tl is set when the sandbox was built on a thread that now waits
+	// for the command (thread_linux.go).
+	tl *threadLaunch
 
 	mu   sync.Mutex
 	used bool
@@ -77,6 +80,13 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 		return nil, err
 	}
 	p := &Prepared{r: r}
+	if r.threadable(cfg) {
+		if err := p.prepareOnThread(ctx, cfg, io3); err != nil {
+			return nil, err
+		}
+		ok = true
+		return p, nil
+	}
 	l, err := r.launch(cfg, io3)
 	io3.closeChild()
 	if err != nil {
@@ -158,7 +168,11 @@ func (p *Prepared) Run(ctx context.Context, args []string, stdio sandbox.Stdio, 
 		return sandbox.Result{}, err
 	}
 	fds := []int{int(io3.child[0].Fd()), int(io3.child[1].Fd()), int(io3.child[2].Fd())}
-	err = unix.Sendmsg(int(p.l.sock.Fd()), append([]byte{'A'}, msg...), unix.UnixRights(fds...), nil, 0)
+	if p.tl != nil {
+		err = p.tl.send(args, fds)
+	} else {
+		err = unix.Sendmsg(int(p.l.sock.Fd()), append([]byte{'A'}, msg...), unix.UnixRights(fds...), nil, 0)
+	}
 	io3.closeChild()
 	if err != nil {
 		p.kill()
@@ -177,7 +191,14 @@ func (p *Prepared) Warnings() []string { return p.r.warnings }
 
 // kill ends the init (and with it the sandbox).
 func (p *Prepared) kill() {
+	if p.tl != nil && !p.tl.sent {
+		close(p.tl.cmd) // the thread kills its stages and ends
+		p.tl.sent = true
+	}
 	_ = unix.Kill(p.l.pid, unix.SIGKILL)
+	if p.l.initPid > 0 {
+		_ = unix.Kill(p.l.initPid, unix.SIGKILL)
+	}
 	if p.r.cg != nil {
 		p.r.cg.kill()
 	}
@@ -207,3 +228,47 @@ func (p *Prepared) discard() {
 // Drain waits until every sandbox whose Run has returned is gone (their
 // teardown, cgroup included, finishes in the background).
 func (b *Backend) Drain() { b.bg.Wait() }
+
+// prepareOnThread builds the sandbox on a thread (thread_linux.go) that
+// then waits for the command.
+func (p *Prepared) prepareOnThread(ctx context.Context, cfg *initConfig, io3 *stdioFiles) error {
+	tl, err := p.r.launchThread(cfg, io3)
+	if err != nil {
+		return err
+	}
+	p.tl, p.l = tl, tl.l
+	select {
+	case <-tl.ready:
+		return nil
+	case <-p.l.waitCh:
+		// The exec stage died while the sandbox was built.
+		if e := parseInitError(<-p.l.errCh); e != nil {
+			return e
+		}
+		return errors.New("the sandbox ended before it was ready")
+	case <-ctx.Done():
+		p.kill()
+		<-p.l.waitCh
+		<-p.l.errCh
+		return ctx.Err()
+	}
+}
+
+// send hands the waiting thread the command with its own copies of the
+// three descriptors.
+func (tl *threadLaunch) send(args []string, fds []int) error {
+	var own []int
+	for _, fd := range fds {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			for _, o := range own {
+				unix.Close(o)
+			}
+			return err
+		}
+		own = append(own, d)
+	}
+	tl.sent = true
+	tl.cmd <- threadCmd{args: args, stdio: own}
+	return nil
+}

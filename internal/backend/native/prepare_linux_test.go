@@ -39,9 +39,18 @@ func prepare(t testing.TB, b *Backend, spec *sandbox.Spec) sandbox.Prepared {
 // TestPrepared: a prepared sandbox runs the command it is given later with
 // the same results as Run (output, stdin, exit codes, exec errors, the
 // isolation of the spec), and leaves nothing behind, whether run or
-// discarded.
+// discarded. Both ways of building it: on a thread of the caller, and
+// in a re-executed init.
 func TestPrepared(t *testing.T) {
 	requireRoot(t)
+	t.Run("thread", testPrepared)
+	t.Run("reexec", func(t *testing.T) {
+		t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+		testPrepared(t)
+	})
+}
+
+func testPrepared(t *testing.T) {
 	b := New(Options{DataDir: t.TempDir()})
 	defer b.Drain()
 	spec := newSpec()

@@ -294,7 +294,10 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	defer io3.closeChild()
 	var l *launched
 	if r.threadable(cfg) {
-		l, err = r.launchThread(cfg, io3)
+		var tl *threadLaunch
+		if tl, err = r.launchThread(cfg, io3); err == nil {
+			l = tl.l
+		}
 	} else {
 		l, err = r.launch(cfg, io3)
 	}

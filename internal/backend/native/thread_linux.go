@@ -46,33 +46,61 @@ type threadInit struct {
 	acked  bool
 }
 
+// threadLaunch is what the parent and the thread share while it builds.
+type threadLaunch struct {
+	l       *launched
+	io3     *stdioFiles
+	filter  chan []byte // the seccomp filter message, computed meanwhile
+	joined  chan error  // PID 1's v1 cgroup move (nil on v2 or no cgroup)
+	started chan error  // the command's process exists, or why not
+	// prepared sandboxes: ready is closed once the sandbox waits for its
+	// command, which comes on cmd (closed: discarded).
+	ready chan struct{}
+	cmd   chan threadCmd
+	sent  bool // cmd was sent on or closed (guarded by Prepared.mu's used)
+}
+
+// threadCmd is a prepared sandbox's command: its argv and stdio (the
+// thread owns and closes the descriptors).
+type threadCmd struct {
+	args  []string
+	stdio []int
+}
+
 // threadable reports whether this run builds its sandbox on a thread.
 // AGENTKERNEL_REEXEC_INIT=1 keeps the re-executed init (for comparison).
 func (r *runState) threadable(cfg *initConfig) bool {
-	return execStub != "" && !cfg.Rootless && !cfg.GoExecStage && !cfg.Persistent && !cfg.Deferred &&
-		!r.persistent && !r.prepared && os.Getenv("AGENTKERNEL_REEXEC_INIT") == ""
+	return execStub != "" && !cfg.Rootless && !cfg.GoExecStage && !cfg.Persistent &&
+		!r.persistent && os.Getenv("AGENTKERNEL_REEXEC_INIT") == ""
 }
 
 // launchThread starts building the sandbox on a locked thread and returns
 // once its command's process exists (or the build failed before that).
-func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
-	l := &launched{waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1), direct: true}
-	filter := make(chan []byte, 1)
-	go func() { filter <- r.filterMessage(&cfg.Exec) }()
-	var joined chan error
-	if r.cg != nil && !r.cg.v2 {
-		joined = make(chan error, 1)
+func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch, error) {
+	tl := &threadLaunch{
+		l:       &launched{waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1), direct: true},
+		io3:     io3,
+		filter:  make(chan []byte, 1),
+		started: make(chan error, 1),
 	}
-	started := make(chan error, 1)
-	go r.buildOnThread(cfg, io3, l, filter, joined, started)
-	if err := <-started; err != nil {
+	if cfg.Deferred {
+		tl.ready, tl.cmd = make(chan struct{}), make(chan threadCmd, 1)
+		tl.l.result = make(chan syscall.WaitStatus, 1)
+	}
+	go func() { tl.filter <- r.filterMessage(&cfg.Exec) }()
+	if r.cg != nil && !r.cg.v2 {
+		tl.joined = make(chan error, 1)
+	}
+	go r.buildOnThread(cfg, tl)
+	if err := <-tl.started; err != nil {
 		return nil, err
 	}
-	return l, nil
+	return tl, nil
 }
 
 // buildOnThread is the locked thread's life; see the top of this file.
-func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, filter <-chan []byte, joined chan error, started chan<- error) {
+func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
+	io3, l := tl.io3, tl.l
 	runtime.LockOSThread() // for good: the thread dies with this goroutine
 	if unix.Gettid() == unix.Getpid() {
 		// The main thread is never terminated, and /proc/self shows its
@@ -81,7 +109,7 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			r.buildOnThread(cfg, io3, l, filter, joined, started)
+			r.buildOnThread(cfg, tl)
 		}()
 		<-held
 		runtime.UnlockOSThread()
@@ -103,7 +131,7 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 	early := func(err error) {
 		stopped()
 		io3.closeChild()
-		started <- err
+		tl.started <- err
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
 		early(fmt.Errorf("creating the sandbox's namespaces: %w", err))
@@ -139,11 +167,12 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 		return
 	}
 	io3.closeChild()
-	if joined != nil {
-		go func() { joined <- r.cg.join(t.pid, false) }()
+	if tl.joined != nil {
+		go func() { tl.joined <- r.cg.join(t.pid, false) }()
 	}
 	l.pid, l.initPid = s.execPid, t.pid
 	done := make(chan struct{})
+	outcome := make(chan []byte, 1) // the stages' error report, nil when the command started
 	go func() {
 		// The command is our child: its status is the result. Then PID 1
 		// goes, and with it everything else in the namespace.
@@ -153,6 +182,13 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 				break
 			}
 		}
+		msg := <-outcome
+		if l.result != nil {
+			if msg == nil {
+				l.result <- ws // before the teardown (prepared sandboxes)
+			}
+			close(l.result)
+		}
 		_ = unix.Kill(t.pid, unix.SIGKILL)
 		var iws syscall.WaitStatus
 		for {
@@ -161,9 +197,10 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 			}
 		}
 		close(done)
+		l.errCh <- msg
 		l.waitCh <- initExit{ws: ws}
 	}()
-	started <- nil
+	tl.started <- nil
 
 	stages := []struct {
 		name string
@@ -178,7 +215,7 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 		{"mounting volumes", s.mountVolumes},
 		{"preparing process", s.prepareProcess},
 		{"pivoting root", s.pivotRoot},
-		{"starting command", func() error { return s.releaseFromThread(filter, joined) }},
+		{"starting command", func() error { return s.releaseFromThread(tl) }},
 	}
 	for _, st := range stages {
 		err := st.fn()
@@ -189,15 +226,15 @@ func (r *runState) buildOnThread(cfg *initConfig, io3 *stdioFiles, l *launched, 
 			_ = unix.Kill(s.execPid, unix.SIGKILL)
 			var rep reportedError
 			if errors.As(err, &rep) {
-				l.errCh <- []byte(rep)
+				outcome <- []byte(rep)
 			} else {
-				l.errCh <- []byte(fmt.Sprintf("setup 0 %s: %v", st.name, err))
+				outcome <- []byte(fmt.Sprintf("setup 0 %s: %v", st.name, err))
 			}
 			<-done
 			return
 		}
 	}
-	l.errCh <- nil
+	outcome <- nil
 	<-done
 }
 
@@ -253,9 +290,10 @@ func (t *threadInit) procMounted() error {
 }
 
 // releaseFromThread is releaseExecStage for a thread-built sandbox: the
-// filter and PID 1's v1 cgroup move come from the parent's goroutines.
-func (s *initState) releaseFromThread(filter <-chan []byte, joined <-chan error) error {
-	m := <-filter
+// filter and PID 1's v1 cgroup move come from the parent's goroutines,
+// and a prepared sandbox's command from Prepared.Run.
+func (s *initState) releaseFromThread(tl *threadLaunch) error {
+	m := <-tl.filter
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s thread: filter in\n", monotonic())
 	}
@@ -263,8 +301,8 @@ func (s *initState) releaseFromThread(filter <-chan []byte, joined <-chan error)
 		return fmt.Errorf("seccomp filter: %s", m[min(len(m), 1):])
 	}
 	s.cfg.Exec.Filter = m[1:]
-	if joined != nil {
-		if err := <-joined; err != nil {
+	if tl.joined != nil {
+		if err := <-tl.joined; err != nil {
 			return err
 		}
 	}
@@ -276,6 +314,28 @@ func (s *initState) releaseFromThread(filter <-chan []byte, joined <-chan error)
 	}
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s thread: exec stage in cgroup\n", monotonic())
+	}
+	if s.cfg.Deferred {
+		// As releaseExecStage: the exec stage's set-up runs now, the
+		// rest of its script with the command.
+		if err := s.stubEntered(); err != nil {
+			return err
+		}
+		s.cfg.Exec.RecvStdio = true
+		setup, rest, err := buildStubPrepared(&s.cfg.Exec)
+		if err != nil {
+			return err
+		}
+		if err := s.runStubSetup(setup); err != nil {
+			return err
+		}
+		s.prefix = rest
+		close(tl.ready)
+		c, ok := <-tl.cmd
+		if !ok {
+			return errors.New("prepared sandbox discarded")
+		}
+		s.cfg.Exec.Args, s.cmdStdio = c.args, c.stdio
 	}
 	return s.releaseStub()
 }
@@ -290,5 +350,8 @@ func (s *initState) closeThreadFiles() {
 	}
 	if s.usernsFd >= 0 {
 		unix.Close(s.usernsFd)
+	}
+	for _, fd := range s.cmdStdio {
+		unix.Close(fd)
 	}
 }

@@ -1,9 +1,15 @@
 package native
 
 import (
+	"context"
+	"io"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // TestThreadBuiltSandbox: a run as root builds its sandbox on a thread of
@@ -58,5 +64,37 @@ func TestThreadBuiltSandbox(t *testing.T) {
 	o = mustRun(t, newSpec("sh", "-c", "cat /proc/1/cmdline; echo; exit 5"), 5)
 	if !strings.HasPrefix(o.stdout, argv0Init) {
 		t.Errorf("AGENTKERNEL_REEXEC_INIT=1: PID 1 is %q, want the re-executed init", o.stdout)
+	}
+}
+
+// TestPreparedThreadsEnd: a prepared sandbox's thread waits for its
+// command and ends with it, and so does a discarded one's: no goroutine
+// (and so no locked thread) stays behind in a long-lived process.
+func TestPreparedThreadsEnd(t *testing.T) {
+	requireRoot(t)
+	if execStub == "" {
+		t.Skip("no stub on this architecture")
+	}
+	b := New(Options{DataDir: t.TempDir()})
+	before := runtime.NumGoroutine()
+	for i := 0; i < 6; i++ {
+		p := prepare(t, b, newSpec())
+		if i%2 == 0 {
+			p.Close()
+			continue
+		}
+		res, err := p.Run(context.Background(), []string{"true"}, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard}, nil)
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("run: %v %+v", err, res)
+		}
+	}
+	b.Drain()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
