@@ -416,11 +416,16 @@ func exeOf(pid int) string {
 	return s
 }
 
-// initOf returns the pid of agentkernel's sandbox init (its child running
-// the agentkernel binary), or 0.
+// initOf returns the pid of agentkernel's sandbox init, or 0: its child
+// running the agentkernel binary (a re-executed init), or the stub named
+// agentkernel:init (a sandbox built on a thread of agentkernel, whose
+// exec stage is then agentkernel's child too).
 func initOf(pid int) int {
 	for _, c := range children(pid) {
 		if exeOf(c) == binary {
+			return c
+		}
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); bytes.HasPrefix(b, []byte("agentkernel:init\x00")) {
 			return c
 		}
 	}
@@ -434,6 +439,11 @@ func stageOf(pid int) stage {
 		return stageStarting
 	}
 	kids := children(in)
+	for _, c := range children(pid) {
+		if c != in {
+			kids = append(kids, c)
+		}
+	}
 	if len(kids) == 0 {
 		return stageInit
 	}

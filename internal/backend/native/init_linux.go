@@ -288,7 +288,7 @@ func (s *initState) startExecStage() error {
 		if s.thread != nil {
 			stubSys.Pdeathsig = 0 // its script sets it (stubEnterScript)
 		}
-		pid, err = startStub([]uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}, &stubSys)
+		pid, err = startStub(argv0Exec, []uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}, &stubSys)
 		s.stub = err == nil
 		if s.stub {
 			b, err := stubEnterScript(s.cfg.NestUserNS).encode()

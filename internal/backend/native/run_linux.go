@@ -402,18 +402,59 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: forking init\n", monotonic())
 	}
-	pid, err := syscall.ForkExec("/proc/self/exe", []string{argv0Init}, &syscall.ProcAttr{
-		Env:   []string{},
-		Files: []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()},
-		Sys:   sys,
-	})
+	l := &launched{sock: parentSock, waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1)}
+	fork := func() error {
+		pid, err := syscall.ForkExec("/proc/self/exe", []string{argv0Init}, &syscall.ProcAttr{
+			Env:   []string{},
+			Files: []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()},
+			Sys:   sys,
+		})
+		l.pid = pid
+		return err
+	}
+	reap := func() {
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(l.pid, &ws, 0, nil)
+			if err != syscall.EINTR {
+				l.waitCh <- initExit{ws, err}
+				return
+			}
+		}
+	}
+	if r.persistent {
+		// The supervisor locked its thread for good (supervisor.Serve).
+		err = fork()
+		if err == nil {
+			go reap()
+		}
+	} else {
+		// Pdeathsig follows the thread that forks, not the process, and
+		// a thread-built sandbox (thread_linux.go) ends the thread it
+		// locked: fork from a thread of our own that stays locked until
+		// the init is reaped, so that no other sandbox's end takes it
+		// down.
+		forked := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			err := fork()
+			forked <- err
+			if err == nil {
+				reap()
+			}
+			if err != nil || unix.Gettid() == unix.Getpid() {
+				runtime.UnlockOSThread() // no child, or the main thread (never ended)
+			}
+		}()
+		err = <-forked
+	}
 	io3.closeChild()
 	if err != nil {
 		parentSock.Close()
 		errR.Close()
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
-	l := &launched{pid: pid, sock: parentSock, waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1)}
+	pid := l.pid
 	// Compile the seccomp filter while the init boots, and send it as the
 	// second config message; the init passes it on to the exec stage.
 	// The second config message says "you are in your cgroup, here is
@@ -433,17 +474,6 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 			fmt.Fprintf(os.Stderr, "%s parent: filter compiled\n", monotonic())
 		}
 		_, _ = parentSock.Write(m)
-	}()
-	go func() {
-		var ws syscall.WaitStatus
-		for {
-			_, err := syscall.Wait4(pid, &ws, 0, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			l.waitCh <- initExit{ws, err}
-			return
-		}
 	}()
 	go func() { b, _ := io.ReadAll(errR); errR.Close(); l.errCh <- b }()
 	return l, nil

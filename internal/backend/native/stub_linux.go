@@ -368,7 +368,7 @@ func landlockRules(c *execConfig) []landlockRule {
 // startStub forks the stub exec stage from a sealed memfd, with the same
 // process attributes the Go exec stage gets except the namespaces, which
 // the stub enters itself (stubEnterScript).
-func startStub(files []uintptr, sys *syscall.SysProcAttr) (int, error) {
+func startStub(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
 	fd, err := unix.MemfdCreate("agentkernel-exec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return 0, err
@@ -384,7 +384,7 @@ func startStub(files []uintptr, sys *syscall.SysProcAttr) (int, error) {
 	// process with many descriptors coming and going. The stub's first
 	// script closes it (close_range).
 	n := len(files)
-	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(n), []string{argv0Exec}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
+	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(n), []string{argv0}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
 }
 
 // stubError turns the stub's {index, errno} report into the parent's

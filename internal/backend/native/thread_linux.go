@@ -261,7 +261,7 @@ func (s *initState) startInitStub() error {
 		sys.UseCgroupFD, sys.CgroupFD = true, s.cgroupFD
 	}
 	closed := ^uintptr(0)
-	t.pid, err = startStub([]uintptr{closed, closed, closed, child.Fd(), ew.Fd()}, sys)
+	t.pid, err = startStub(argv0Init, []uintptr{closed, closed, closed, child.Fd(), ew.Fd()}, sys)
 	if err != nil {
 		return err
 	}
