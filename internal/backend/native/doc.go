@@ -10,12 +10,29 @@
 // images, overlay root, /proc /dev /sys, nested user namespace (root
 // inside = host 100000), idmapped volumes, cgroups v1 (v2 code path
 // untested here), seccomp default / no-ptrace / allowlist, capabilities,
-// Landlock, tty, timeouts, signals, keep, GC, concurrency. Speed: 2.3-2.4×
-// bwrap, below crun (bench/README.md, "run /bin/true"). Left: see the end.
+// Landlock, tty, timeouts, signals, keep, GC, concurrency. Speed: see
+// bench/README.md ("run /bin/true"). Left: see the end.
+//
+// # Two ways to build a sandbox
+//
+// An ephemeral run or a prepared sandbox (warm pools) as root builds the
+// sandbox on a locked thread of agentkernel itself (thread_linux.go):
+// the thread unshares the namespaces and runs the init's stages below
+// (prepareScratch through pivotRoot) itself, the sandbox's PID 1 is the
+// assembly stub running stubInitScript (mount the namespace's proc,
+// then idle with SIGCHLD ignored so that orphans are reaped), and the
+// exec stage is the same stub as in the re-executed design but a child
+// of agentkernel, which collects the command's status directly. That
+// saves the init's Go runtime start and exit, about half of a run.
+// Rootless callers (a multi-threaded process cannot enter a new user
+// namespace), persistent sandboxes, arguments too large for the stub and
+// architectures without it use the re-executed init described next;
+// AGENTKERNEL_REEXEC_INIT=1 forces it.
 //
 // # Three processes, three stages
 //
-// A run involves three processes, each a stage with one job:
+// A run with the re-executed init involves three processes, each a stage
+// with one job:
 //
 //  1. The parent (Backend.Run, run_linux.go) is agentkernel itself. It
 //     turns the Spec into an initConfig, creates the cgroup only when a
