@@ -84,7 +84,9 @@ func TestCPULimitAndCgroupRemoved(t *testing.T) {
 		for _, d := range agentkernelCgroups() {
 			if filepath.Base(d) == cgroupPrefix+spec.ID {
 				if b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); err == nil {
-					quota = strings.TrimSpace(string(b))
+					quota = strings.TrimSpace(string(b)) // v1
+				} else if b, err := os.ReadFile(filepath.Join(d, "cpu.max")); err == nil {
+					quota, _, _ = strings.Cut(strings.TrimSpace(string(b)), " ") // v2: "quota period"
 				}
 				if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil && len(b) > 0 {
 					procs = string(b)
@@ -98,7 +100,7 @@ func TestCPULimitAndCgroupRemoved(t *testing.T) {
 	cancel()
 	<-done
 	if quota != "50000" {
-		t.Errorf("cpu.cfs_quota_us = %q, want 50000", quota)
+		t.Errorf("CPU quota (cpu.cfs_quota_us or cpu.max) = %q, want 50000", quota)
 	}
 	if len(strings.Fields(procs)) < 2 {
 		t.Errorf("cgroup.procs = %q, want the init and the command", procs)
