@@ -380,18 +380,9 @@ func (s *initState) releaseExecStage() error {
 		// cgroup move (that write can wait for an RCU grace period),
 		// the stub's namespaces and the script up to its execve.
 		if s.stub {
-			if err := s.stubEntered(); err != nil {
+			if err := s.setUpPreparedStub(); err != nil {
 				return err
 			}
-			s.cfg.Exec.RecvStdio = true
-			setup, rest, err := buildStubPrepared(&s.cfg.Exec)
-			if err != nil {
-				return err
-			}
-			if err := s.runStubSetup(setup); err != nil {
-				return err
-			}
-			s.prefix = rest
 		}
 		if err := s.awaitCommand(buf); err != nil {
 			return err
@@ -414,6 +405,25 @@ func (s *initState) releaseExecStage() error {
 		s.usernsFd = -1
 	}
 	return err
+}
+
+// setUpPreparedStub has a prepared sandbox's stub run the part of its
+// script that does not need the command (buildStubPrepared) and keeps
+// the rest for releaseStub.
+func (s *initState) setUpPreparedStub() error {
+	if err := s.stubEntered(); err != nil {
+		return err
+	}
+	s.cfg.Exec.RecvStdio = true
+	setup, rest, err := buildStubPrepared(&s.cfg.Exec)
+	if err != nil {
+		return err
+	}
+	if err := s.runStubSetup(setup); err != nil {
+		return err
+	}
+	s.prefix = rest
+	return nil
 }
 
 // runStubSetup has the stub run a prepared sandbox's set-up script (the

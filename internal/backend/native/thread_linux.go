@@ -316,20 +316,9 @@ func (s *initState) releaseFromThread(tl *threadLaunch) error {
 		fmt.Fprintf(os.Stderr, "%s thread: exec stage in cgroup\n", monotonic())
 	}
 	if s.cfg.Deferred {
-		// As releaseExecStage: the exec stage's set-up runs now, the
-		// rest of its script with the command.
-		if err := s.stubEntered(); err != nil {
+		if err := s.setUpPreparedStub(); err != nil {
 			return err
 		}
-		s.cfg.Exec.RecvStdio = true
-		setup, rest, err := buildStubPrepared(&s.cfg.Exec)
-		if err != nil {
-			return err
-		}
-		if err := s.runStubSetup(setup); err != nil {
-			return err
-		}
-		s.prefix = rest
 		close(tl.ready)
 		c, ok := <-tl.cmd
 		if !ok {
