@@ -73,6 +73,9 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	if err != nil {
 		return nil, err
 	}
+	if err := r.makeCgroup(cfg); err != nil {
+		return nil, err
+	}
 	cfg.Persistent = true
 	if !cfg.Host {
 		for _, d := range []string{"upper", "work"} {

@@ -87,6 +87,10 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 		ok = true
 		return p, nil
 	}
+	if err := r.makeCgroup(cfg); err != nil {
+		io3.closeChild()
+		return nil, err
+	}
 	l, err := r.launch(cfg, io3)
 	io3.closeChild()
 	if err != nil {

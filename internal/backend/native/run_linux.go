@@ -55,6 +55,14 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	if !r.threadable(cfg) {
+		if err := r.makeCgroup(cfg); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: config ready\n", monotonic())
+	}
 	return r.start(ctx, cfg, stdio)
 }
 
@@ -201,19 +209,27 @@ func (r *runState) buildConfig() (*initConfig, error) {
 			return nil, err
 		}
 	}
-	if spec.Resources.MemoryMB > 0 || spec.Resources.PIDs > 0 || spec.Resources.CPUPercent > 0 {
-		cg, err := newCgroup(r.id, spec.Resources, rootless)
-		switch {
-		case err == nil:
-			r.cg = cg
-			cfg.Cgroups = cg.procsDirs()
-		case errors.Is(err, errNoCgroups):
-			r.warn(err.Error())
-		default:
-			return nil, err
-		}
-	}
 	return cfg, nil
+}
+
+// makeCgroup creates the cgroup when the spec sets a limit. A sandbox
+// built on a thread has it made while the thread creates namespaces.
+func (r *runState) makeCgroup(cfg *initConfig) error {
+	res := r.spec.Resources
+	if res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0 {
+		return nil
+	}
+	cg, err := newCgroup(r.id, res, cfg.Rootless)
+	switch {
+	case err == nil:
+		r.cg = cg
+		cfg.Cgroups = cg.procsDirs()
+	case errors.Is(err, errNoCgroups):
+		r.warn(err.Error())
+	default:
+		return err
+	}
+	return nil
 }
 
 // makeRunDir creates DataDir/runs/<id> with upper/ and work/ for --keep,

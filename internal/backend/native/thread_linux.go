@@ -51,6 +51,7 @@ type threadLaunch struct {
 	l       *launched
 	io3     *stdioFiles
 	filter  chan []byte // the seccomp filter message, computed meanwhile
+	cgroup  chan error  // the cgroup made meanwhile (runState.makeCgroup)
 	joined  chan error  // PID 1's v1 cgroup move (nil on v2 or no cgroup)
 	started chan error  // the command's process exists, or why not
 	// prepared sandboxes: ready is closed once the sandbox waits for its
@@ -88,9 +89,8 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 		tl.l.result = make(chan syscall.WaitStatus, 1)
 	}
 	go func() { tl.filter <- r.filterMessage(&cfg.Exec) }()
-	if r.cg != nil && !r.cg.v2 {
-		tl.joined = make(chan error, 1)
-	}
+	tl.cgroup = make(chan error, 1)
+	go func() { tl.cgroup <- r.makeCgroup(cfg) }()
 	go r.buildOnThread(cfg, tl)
 	if err := <-tl.started; err != nil {
 		return nil, err
@@ -128,9 +128,13 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 		}
 	}
 	defer s.closeThreadFiles()
+	cgroupMade := false
 	early := func(err error) {
 		stopped()
 		io3.closeChild()
+		if !cgroupMade {
+			<-tl.cgroup // r.cg is set (or not) before the caller cleans up
+		}
 		tl.started <- err
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
@@ -141,10 +145,21 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 		early(err)
 		return
 	}
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: namespaces created\n", monotonic())
+	}
+	cgroupMade = true
+	if err := <-tl.cgroup; err != nil {
+		early(err)
+		return
+	}
 	if r.cg != nil {
 		if fd := r.cg.openDir(); fd >= 0 {
 			defer unix.Close(fd)
 			s.cgroupFD = fd
+		}
+		if !r.cg.v2 {
+			tl.joined = make(chan error, 1)
 		}
 	}
 	for _, st := range []struct {
@@ -165,6 +180,9 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 	if !s.stub {
 		early(errors.New("starting sandbox: the exec stage did not start"))
 		return
+	}
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: init and exec stage forked\n", monotonic())
 	}
 	io3.closeChild()
 	if tl.joined != nil {
