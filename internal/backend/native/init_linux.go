@@ -94,26 +94,15 @@ func initMain() int {
 	// ptrace and from /proc/1/fd, /proc/1/root of its PID 1.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
-	stages := []struct {
-		name string
-		fn   func() error
-	}{
+	stages := append([]initStage{
 		{"reading config", s.readConfig},
 		{"opening cgroup", s.openCgroups},
 		{"mounting /proc", s.mountFreshProc},
 		{"starting exec stage", s.startExecStage},
 		{"setting up network", s.setupNetwork},
 		{"preparing scratch space", s.prepareScratch},
-		{"mounting root filesystem", s.mountRootfs},
-		{"mounting /proc", s.moveProc},
-		{"mounting /dev", s.mountDev},
-		{"mounting /sys", s.mountSys},
-		{"mounting /tmp and /run", s.mountTmp},
-		{"mounting volumes", s.mountVolumes},
-		{"preparing process", s.prepareProcess},
-		{"pivoting root", s.pivotRoot},
-		{"starting command", s.releaseExecStage},
-	}
+	}, s.rootStages()...)
+	stages = append(stages, initStage{"starting command", s.releaseExecStage})
 	if s.readConfig() == nil && s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: started\n", monotonic())
 	}
@@ -130,12 +119,7 @@ func initMain() int {
 			if s.execPid > 0 {
 				_ = unix.Kill(s.execPid, unix.SIGKILL)
 			}
-			var rep reportedError
-			if errors.As(err, &rep) {
-				fmt.Fprint(s.errW, string(rep))
-			} else {
-				fmt.Fprintf(s.errW, "setup 0 %s: %v", st.name, err)
-			}
+			fmt.Fprint(s.errW, st.report(err))
 			return 125
 		}
 	}
@@ -144,6 +128,38 @@ func initMain() int {
 		return s.serve()
 	}
 	return s.supervise()
+}
+
+// initStage is one named step of building a sandbox; the name is what a
+// failure report and a stage trace say.
+type initStage struct {
+	name string
+	fn   func() error
+}
+
+// report is the parent's error line for the stage's failure
+// ("exec|setup <errno> <message>").
+func (st initStage) report(err error) string {
+	var rep reportedError
+	if errors.As(err, &rep) {
+		return string(rep)
+	}
+	return fmt.Sprintf("setup 0 %s: %v", st.name, err)
+}
+
+// rootStages assemble the new root and pivot into it: the same in a
+// re-executed init and on a thread (thread_linux.go).
+func (s *initState) rootStages() []initStage {
+	return []initStage{
+		{"mounting root filesystem", s.mountRootfs},
+		{"mounting /proc", s.moveProc},
+		{"mounting /dev", s.mountDev},
+		{"mounting /sys", s.mountSys},
+		{"mounting /tmp and /run", s.mountTmp},
+		{"mounting volumes", s.mountVolumes},
+		{"preparing process", s.prepareProcess},
+		{"pivoting root", s.pivotRoot},
+	}
 }
 
 // closeInherited closes every descriptor above fdErr that agentkernel's

@@ -162,10 +162,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 			tl.joined = make(chan error, 1)
 		}
 	}
-	for _, st := range []struct {
-		name string
-		fn   func() error
-	}{
+	for _, st := range []initStage{
 		{"opening cgroup", s.openCgroups},
 		{"preparing scratch space", s.prepareScratch},
 		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
@@ -220,21 +217,8 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 	}()
 	tl.started <- nil
 
-	stages := []struct {
-		name string
-		fn   func() error
-	}{
-		{"setting up network", s.setupNetwork},
-		{"mounting root filesystem", s.mountRootfs},
-		{"mounting /proc", s.moveProc},
-		{"mounting /dev", s.mountDev},
-		{"mounting /sys", s.mountSys},
-		{"mounting /tmp and /run", s.mountTmp},
-		{"mounting volumes", s.mountVolumes},
-		{"preparing process", s.prepareProcess},
-		{"pivoting root", s.pivotRoot},
-		{"starting command", func() error { return s.releaseFromThread(tl) }},
-	}
+	stages := append([]initStage{{"setting up network", s.setupNetwork}}, s.rootStages()...)
+	stages = append(stages, initStage{"starting command", func() error { return s.releaseFromThread(tl) }})
 	for _, st := range stages {
 		err := st.fn()
 		if cfg.Trace {
@@ -242,12 +226,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 		}
 		if err != nil {
 			_ = unix.Kill(s.execPid, unix.SIGKILL)
-			var rep reportedError
-			if errors.As(err, &rep) {
-				outcome <- []byte(rep)
-			} else {
-				outcome <- []byte(fmt.Sprintf("setup 0 %s: %v", st.name, err))
-			}
+			outcome <- []byte(st.report(err))
 			<-done
 			return
 		}
