@@ -115,6 +115,18 @@ type seccompRule struct {
 // and its arch package builds maps of five architectures in an init
 // function, which every sandbox stage would pay for at start-up.
 func compileSeccomp(profile string, caps []string, extra bool) ([]unix.SockFilter, error) {
+	rules, err := seccompRules(profile, caps, extra)
+	if err != nil {
+		return nil, err
+	}
+	return assemble(rules, seccompDefault)
+}
+
+// seccompDefault is what the profiles do with a syscall no rule allows.
+const seccompDefault = retErrno | uint32(unix.EPERM)
+
+// seccompRules are the rules compileSeccomp assembles, in order.
+func seccompRules(profile string, caps []string, extra bool) ([]seccompRule, error) {
 	if auditArch == 0 {
 		return nil, fmt.Errorf("seccomp filters are not built for %s", runtime.GOARCH)
 	}
@@ -134,7 +146,7 @@ func compileSeccomp(profile string, caps []string, extra bool) ([]unix.SockFilte
 	default:
 		return nil, fmt.Errorf("unknown seccomp profile %q", profile)
 	}
-	return assemble(rules, retErrno|uint32(unix.EPERM))
+	return rules, nil
 }
 
 // allowlistRules is the allowlist profile: allowlistSyscalls plus clone
@@ -308,15 +320,26 @@ const (
 )
 
 // assemble emits the program: check the architecture, refuse x32, then
-// one short block per rule:
+// one short block for each syscall whose rules have conditions or an
+// action other than allow:
 //
 //	jeq nr ? next : skip-block
 //	<argument checks, each jumping to fail when false>
 //	ret action
 //	fail: ld nr        (the checks clobbered the accumulator)
 //
-// and the default action at the end. Every jump stays inside its block,
-// so the 8-bit jump offsets of classic BPF always suffice.
+// then the syscalls allowed outright, as ascending ranges of numbers
+// (docker's profile allows 306 syscalls in 32 ranges):
+//
+//	jgt hi ? next-range : next
+//	jge lo ? allow : default
+//
+// and the default action at the end. Every jump stays within 255
+// instructions, the reach of classic BPF's 8-bit jump offsets. Ranges
+// keep the program short (about 110 instructions for docker's profile
+// instead of 690): the kernel converts, JIT-compiles and, to build its
+// per-syscall cache, runs the program for every syscall number when it
+// is loaded, and every syscall the sandbox makes runs it again.
 func assemble(rules []seccompRule, def uint32) ([]unix.SockFilter, error) {
 	prog := []unix.SockFilter{
 		{Code: bpfLdAbs, K: offArch},
@@ -329,9 +352,19 @@ func assemble(rules []seccompRule, def uint32) ([]unix.SockFilter, error) {
 			unix.SockFilter{Code: bpfJge, Jf: 1, K: x32Bit},
 			unix.SockFilter{Code: bpfRet, K: retErrno | uint32(unix.ENOSYS)})
 	}
+	// A syscall whose first rule allows it unconditionally is decided by
+	// that rule: the rules after it are never reached.
+	allowed := map[uint32]bool{}
+	seen := map[uint32]bool{}
+	for _, r := range rules {
+		if !seen[r.nr] {
+			seen[r.nr] = true
+			allowed[r.nr] = len(r.conds) == 0 && r.action == retAllow
+		}
+	}
 	seenUncond := map[uint32]bool{}
 	for _, r := range rules {
-		if seenUncond[r.nr] {
+		if allowed[r.nr] || seenUncond[r.nr] {
 			continue
 		}
 		if len(r.conds) == 0 {
@@ -346,6 +379,45 @@ func assemble(rules []seccompRule, def uint32) ([]unix.SockFilter, error) {
 			return nil, err
 		}
 		prog = append(prog, block...)
+	}
+	var nrs []uint32
+	for nr, ok := range allowed {
+		if ok {
+			nrs = append(nrs, nr)
+		}
+	}
+	slices.Sort(nrs)
+	type span struct{ lo, hi uint32 }
+	var spans []span
+	for _, nr := range nrs {
+		if n := len(spans); n > 0 && spans[n-1].hi+1 == nr {
+			spans[n-1].hi = nr
+		} else {
+			spans = append(spans, span{nr, nr})
+		}
+	}
+	if 2*len(spans) > 255 {
+		// Too scattered for the ranges' jumps: one block per syscall.
+		for _, nr := range nrs {
+			prog = append(prog,
+				unix.SockFilter{Code: bpfJeq, Jf: 1, K: nr},
+				unix.SockFilter{Code: bpfRet, K: retAllow})
+		}
+		spans = nil
+	}
+	allowAt := 2 * len(spans) // the "ret allow" after the ranges, relative to their start
+	for i, sp := range spans {
+		at := 2 * i
+		toNext := uint8(1) // the next range's first instruction
+		if i == len(spans)-1 {
+			toNext = uint8(allowAt + 1 - at - 1) // past the last: default
+		}
+		prog = append(prog,
+			unix.SockFilter{Code: bpfJgt, Jt: toNext, K: sp.hi},
+			unix.SockFilter{Code: bpfJge, Jt: uint8(allowAt - at - 2), Jf: uint8(allowAt + 1 - at - 2), K: sp.lo})
+	}
+	if len(spans) > 0 {
+		prog = append(prog, unix.SockFilter{Code: bpfRet, K: retAllow})
 	}
 	prog = append(prog, unix.SockFilter{Code: bpfRet, K: def})
 	if len(prog) > 4096 {
