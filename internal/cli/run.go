@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/detect"
 	"github.com/agentkernel/agentkernel/internal/image"
@@ -103,6 +104,7 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	if dc := a.startDaemonRun(o); dc != nil {
 		defer dc.Close()
 		o.daemon = dc
+		prestart.Discard() // the daemon builds the sandbox
 	}
 	spec, err := a.resolveRunSpec(&o.overrides, args)
 	if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,6 +161,28 @@ func TestRunIsolation(t *testing.T) {
 	}
 	if n := lines[3]; n == "" || len(n) > 1 {
 		t.Errorf("the sandbox must see only its own few processes, saw %s", n)
+	}
+}
+
+// TestRunPrestartedThread: as root, run builds its sandbox on the thread
+// whose namespaces were made while agentkernel started up, and that
+// sandbox is as isolated as any: its own network (lo only), hostname and
+// PID namespace.
+func TestRunPrestartedThread(t *testing.T) {
+	if os.Geteuid() != 0 || runtime.GOARCH != "amd64" {
+		t.Skip("the thread is prestarted for root on amd64")
+	}
+	a, ref := withRegistry(t)
+	a.env = append(a.env, "AGENTKERNEL_TRACE_STAGES=1")
+	r := a.run("-q", "run", "--image", ref, "--", "sh", "-c", "hostname; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; tr -d '\\000' < /proc/1/cmdline; echo; echo $$")
+	if r.code != 0 {
+		t.Fatalf("run: %v", r)
+	}
+	if !strings.Contains(r.stderr, "thread: prestarted") {
+		t.Errorf("the sandbox was not built on the prestarted thread; stages:\n%s", r.stderr)
+	}
+	if want := "agentkernel\nlo\nagentkernel:init\n2\n"; r.stdout != want {
+		t.Errorf("inside: %q, want %q", r.stdout, want)
 	}
 }
 

@@ -37,6 +37,7 @@ var v1Controllers = []string{"memory", "pids", "cpu"}
 type cgroup struct {
 	mgr  cgroups.Manager
 	dirs []string // one per v1 controller, or the unified directory
+	home []string // v1: agentkernel's own cgroup, one per controller in dirs
 	v2   bool
 }
 
@@ -93,7 +94,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 		return nil, err
 	}
 	paths := map[string]string{}
-	var dirs []string
+	var dirs, home []string
 	for _, c := range v1Controllers {
 		mnt := filepath.Join(cgroupRoot, c)
 		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
@@ -102,6 +103,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 		dir := filepath.Join(mnt, own[c], cgroupParent, name)
 		paths[c] = dir
 		dirs = append(dirs, dir)
+		home = append(home, filepath.Join(mnt, own[c]))
 	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no cgroup v1 memory/pids/cpu hierarchy", errNoCgroups)
@@ -110,7 +112,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	cg := &cgroup{mgr: m, dirs: dirs}
+	cg := &cgroup{mgr: m, dirs: dirs, home: home}
 	if err := m.Apply(-1); err != nil {
 		_ = cg.destroy()
 		if rootless || errors.Is(err, os.ErrPermission) {
@@ -175,6 +177,26 @@ func (c *cgroup) join(pid int, cloned bool) error {
 	for _, d := range c.dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("joining cgroup %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// enterThread moves the calling thread alone into the v1 cgroup, and
+// leaveThread moves it back, so that the processes it forks meanwhile
+// start in the cgroup and none has to be migrated later. Writing "0" to a
+// tasks file moves only the writer, and for that one case the kernel
+// skips its global threadgroup lock, whose first writer after a quiet
+// spell waits for an RCU grace period: a process migration took 0.1 ms
+// in most runs here and 3 to 9 ms in one run out of five.
+func (c *cgroup) enterThread() error { return moveThread(c.dirs) }
+
+func (c *cgroup) leaveThread() error { return moveThread(c.home) }
+
+func moveThread(dirs []string) error {
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
+			return fmt.Errorf("moving a thread into cgroup %s: %w", d, err)
 		}
 	}
 	return nil

@@ -67,6 +67,9 @@ type initState struct {
 	// thread is set when these stages run on a thread of agentkernel
 	// itself rather than in a re-executed init (thread_linux.go).
 	thread *threadInit
+	// loUp: the thread was prestarted with lo up already (package
+	// prestart).
+	loUp bool
 	// cgroupFD is the v2 cgroup the exec stage is cloned into, or -1
 	// (it inherits the init's).
 	cgroupFD int

@@ -9,6 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
+
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -67,18 +69,10 @@ func (s *initState) mountFreshProc() error {
 // setupNetwork brings up loopback (the only interface of the new network
 // namespace) and sets the hostname.
 func (s *initState) setupNetwork() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("lo up: %w", err)
+	if !s.loUp {
+		if err := prestart.LoopbackUp(); err != nil {
+			return fmt.Errorf("lo up: %w", err)
+		}
 	}
 	return unix.Sethostname([]byte(s.cfg.Hostname))
 }

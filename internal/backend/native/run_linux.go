@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -56,6 +57,7 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 		return sandbox.Result{}, err
 	}
 	if !r.threadable(cfg) {
+		prestart.Discard()
 		if err := r.makeCgroup(cfg); err != nil {
 			return sandbox.Result{}, err
 		}

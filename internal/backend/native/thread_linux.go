@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 )
 
 // An ephemeral run as root builds its sandbox on a thread of agentkernel
@@ -88,10 +90,27 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 		tl.ready, tl.cmd = make(chan struct{}), make(chan threadCmd, 1)
 		tl.l.result = make(chan syscall.WaitStatus, 1)
 	}
-	go func() { tl.filter <- r.filterMessage(&cfg.Exec) }()
 	tl.cgroup = make(chan error, 1)
-	go func() { tl.cgroup <- r.makeCgroup(cfg) }()
-	go r.buildOnThread(cfg, tl)
+	if th := prestart.Take(); th != nil {
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
+		}
+		th.Run(func() { r.buildOnThread(cfg, tl, true) })
+	} else {
+		go r.buildOnThread(cfg, tl, false)
+	}
+	// Meanwhile, here: the cgroup, which the thread needs first, then the
+	// seccomp filter, which it needs last. (Goroutines of their own would
+	// start later: waking another thread costs a few hundred microseconds
+	// on a small VM.)
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
+	}
+	tl.cgroup <- r.makeCgroup(cfg)
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
+	}
+	tl.filter <- r.filterMessage(&cfg.Exec)
 	if err := <-tl.started; err != nil {
 		return nil, err
 	}
@@ -99,24 +118,28 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 }
 
 // buildOnThread is the locked thread's life; see the top of this file.
-func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
+// prestarted: the thread is package prestart's, already locked, in its
+// namespaces, with lo up.
+func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, prestarted bool) {
 	io3, l := tl.io3, tl.l
-	runtime.LockOSThread() // for good: the thread dies with this goroutine
-	if unix.Gettid() == unix.Getpid() {
+	if !prestarted {
+		runtime.LockOSThread() // for good: the thread dies with this goroutine
+	}
+	if !prestarted && unix.Gettid() == unix.Getpid() {
 		// The main thread is never terminated, and /proc/self shows its
 		// namespaces: hold it (so that it is not picked) while another
 		// thread does the work.
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			r.buildOnThread(cfg, tl)
+			r.buildOnThread(cfg, tl, false)
 		}()
 		<-held
 		runtime.UnlockOSThread()
 		return
 	}
 	t := &threadInit{}
-	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t,
+	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
 	stopped := func() {
 		for _, pid := range []int{s.execPid, t.pid} {
@@ -128,8 +151,16 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 		}
 	}
 	defer s.closeThreadFiles()
-	cgroupMade := false
+	cgroupMade, entered := false, false
+	leave := func() error {
+		if !entered {
+			return nil
+		}
+		entered = false
+		return r.cg.leaveThread()
+	}
 	early := func(err error) {
+		_ = leave()
 		stopped()
 		io3.closeChild()
 		if !cgroupMade {
@@ -137,41 +168,61 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 		}
 		tl.started <- err
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
-		early(fmt.Errorf("creating the sandbox's namespaces: %w", err))
-		return
-	}
-	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		early(err)
-		return
+	if !prestarted {
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+			early(fmt.Errorf("creating the sandbox's namespaces: %w", err))
+			return
+		}
+		if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			early(err)
+			return
+		}
 	}
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s thread: namespaces created\n", monotonic())
 	}
-	cgroupMade = true
-	if err := <-tl.cgroup; err != nil {
-		early(err)
-		return
-	}
-	if r.cg != nil {
-		if fd := r.cg.openDir(); fd >= 0 {
-			defer unix.Close(fd)
-			s.cgroupFD = fd
+	// The cgroup is being made meanwhile (launchThread). The stubs start
+	// in it: cloned into it on v2, forked by this thread while it is in
+	// it on v1 (enterThread). A v1 pids limit below 3 leaves no room for
+	// the thread and the two stubs: then they join it afterwards, as the
+	// re-executed init's stages do.
+	useCgroup := func() error {
+		cgroupMade = true
+		if err := <-tl.cgroup; err != nil {
+			return err
 		}
-		if !r.cg.v2 {
+		switch {
+		case r.cg == nil:
+		case r.cg.v2:
+			s.cgroupFD = r.cg.openDir()
+		case r.spec.Resources.PIDs > 0 && r.spec.Resources.PIDs < 3:
 			tl.joined = make(chan error, 1)
+			return s.openCgroups()
+		default:
+			entered = true
+			return r.cg.enterThread()
 		}
+		return nil
 	}
+	defer func() {
+		if s.cgroupFD >= 0 {
+			unix.Close(s.cgroupFD)
+		}
+	}()
 	for _, st := range []initStage{
-		{"opening cgroup", s.openCgroups},
 		{"preparing scratch space", s.prepareScratch},
 		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
+		{"entering cgroup", useCgroup},
 		{"starting init", s.startInitStub},
 		{"starting exec stage", s.startExecStage},
+		{"leaving cgroup", leave},
 	} {
 		if err := st.fn(); err != nil {
 			early(fmt.Errorf("%s: %w", st.name, err))
 			return
+		}
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s thread: %s done\n", monotonic(), st.name)
 		}
 	}
 	if !s.stub {
@@ -197,6 +248,9 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 				break
 			}
 		}
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s waiter: command reaped\n", monotonic())
+		}
 		msg := <-outcome
 		if l.result != nil {
 			if msg == nil {
@@ -210,6 +264,9 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch) {
 			if _, err := syscall.Wait4(t.pid, &iws, 0, nil); err != syscall.EINTR {
 				break
 			}
+		}
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s waiter: init reaped\n", monotonic())
 		}
 		close(done)
 		l.errCh <- msg

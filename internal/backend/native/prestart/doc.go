@@ -1,0 +1,25 @@
+// Package prestart creates a sandbox's namespaces while agentkernel is
+// still starting up.
+//
+// Every `agentkernel run` pays for the start-up of one Go binary: the
+// runtime, then the init of every linked package (the image store's
+// registry client and decompressors, the SQLite store, the MCP server),
+// then the command line and the configuration. That is a few
+// milliseconds of work on one CPU, all of it before the native backend
+// knows what sandbox to build. Creating the namespaces (the network
+// namespace above all) is a millisecond of kernel work that needs no
+// configuration, so this package does it in parallel: its init, which
+// runs early because the package imports almost nothing, starts a
+// goroutine that locks an OS thread, unshares the mount, PID, network,
+// IPC and UTS namespaces, makes the mount tree private and brings the
+// loopback interface up. The native backend's Run then builds the
+// sandbox on that thread (Take) instead of starting one.
+//
+// It only does so for a `run` command line, as root, on the
+// architectures where the native backend builds sandboxes on a thread
+// (amd64), and not when AGENTKERNEL_REEXEC_INIT is set. A thread nobody
+// takes ends with the process: it holds nothing but empty namespaces.
+//
+// This package keeps one piece of package-level state, the thread it
+// started: an init function has nowhere else to put it.
+package prestart

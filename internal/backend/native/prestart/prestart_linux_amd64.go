@@ -1,0 +1,179 @@
+package prestart
+
+import (
+	"runtime"
+	"sync/atomic"
+	"syscall"
+)
+
+// Thread is a locked OS thread in fresh mount, PID, network, IPC and UTS
+// namespaces, with its mount tree private and lo up.
+type Thread struct {
+	// The thread waits for its work in a read of this eventfd, a
+	// blocking system call rather than a parked goroutine: the kernel
+	// then wakes the thread directly, where a goroutine locked to its
+	// thread would be woken by way of another thread and a handoff of
+	// the scheduler's P, twice the latency.
+	efd  int
+	work atomic.Pointer[func()]
+}
+
+// Run runs f on the thread; the thread ends, namespaces and all, when f
+// returns. Run returns at once.
+func (t *Thread) Run(f func()) {
+	t.work.Store(&f)
+	one := [8]byte{1}
+	for {
+		if _, err := syscall.Write(t.efd, one[:]); err != syscall.EINTR {
+			return
+		}
+	}
+}
+
+var (
+	inflight atomic.Bool
+	slot     = make(chan *Thread, 1)
+)
+
+// The imports are only runtime, sync/atomic and syscall, all of
+// which the runtime initialises first: Go initialises a package as soon
+// as it is the lexically first one whose imports are ready, and os or
+// golang.org/x/sys/unix would make this one wait for half the binary.
+func init() {
+	if syscall.Geteuid() != 0 {
+		return
+	}
+	if _, ok := syscall.Getenv("AGENTKERNEL_REEXEC_INIT"); ok {
+		return
+	}
+	if !wanted(cmdline()) {
+		return
+	}
+	begin()
+}
+
+// begin starts making the thread.
+func begin() {
+	inflight.Store(true)
+	go start()
+}
+
+// cmdline is this process's argv, read without package os (see init).
+func cmdline() []string {
+	fd, err := syscall.Open("/proc/self/cmdline", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer syscall.Close(fd)
+	var buf [4096]byte // enough to find the subcommand
+	n, _ := syscall.Read(fd, buf[:])
+	if n <= 0 {
+		return nil
+	}
+	var args []string
+	start := 0
+	for i, c := range buf[:n] {
+		if c == 0 {
+			args = append(args, string(buf[start:i]))
+			start = i + 1
+		}
+	}
+	return args
+}
+
+// wanted reports whether args is `agentkernel [global flags] run …`.
+func wanted(args []string) bool {
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "-c", "--config", "--data-dir", "--log-level":
+			i++ // its value is the next argument
+		case "run":
+			return true
+		default:
+			if len(a) < 2 || a[0] != '-' || a == "--" {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// start runs on the goroutine that becomes the thread.
+func start() {
+	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+	if syscall.Gettid() == syscall.Getpid() {
+		// The main thread never ends, so it must never hold a sandbox's
+		// namespaces. (During package init the main goroutine holds it,
+		// so this only happens when start runs later.) Hold it until
+		// another goroutine has a thread of its own.
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			serve()
+		}()
+		<-locked
+		runtime.UnlockOSThread()
+		return
+	}
+	serve()
+}
+
+// serve makes the namespaces on the calling (locked) thread and runs the
+// work it is then given.
+func serve() {
+	if err := prepare(); err != nil {
+		slot <- nil // Run starts from scratch and reports what fails
+		return
+	}
+	efd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC, 0)
+	if errno != 0 {
+		slot <- nil
+		return
+	}
+	t := &Thread{efd: int(efd)}
+	slot <- t
+	var buf [8]byte
+	for {
+		if _, err := syscall.Read(t.efd, buf[:]); err != syscall.EINTR {
+			break
+		}
+	}
+	syscall.Close(t.efd)
+	if f := t.work.Load(); f != nil && *f != nil {
+		(*f)()
+	}
+}
+
+func prepare() error {
+	if err := syscall.Unshare(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS); err != nil {
+		return err
+	}
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	return LoopbackUp()
+}
+
+// Take returns the thread started for this process, waiting for it if it
+// is still being made, or nil when there is none (not a `run`, not root,
+// already taken, or the namespaces could not be made). Only the first
+// call can get it.
+func Take() *Thread {
+	if !inflight.Swap(false) {
+		return nil
+	}
+	return <-slot
+}
+
+// Discard ends the thread if nobody took it yet, without waiting for it
+// to be made.
+func Discard() {
+	if inflight.Swap(false) {
+		go func() {
+			if t := <-slot; t != nil {
+				t.Run(nil)
+			}
+		}()
+	}
+}

@@ -1,0 +1,121 @@
+package prestart
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestWanted(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"agentkernel", "run", "--", "true"}, true},
+		{[]string{"agentkernel", "--data-dir", "/x", "run", "true"}, true},
+		{[]string{"agentkernel", "-q", "-c", "run", "run"}, true},
+		{[]string{"agentkernel", "--data-dir=/x", "--quiet", "run"}, true},
+		{[]string{"agentkernel", "-c", "run"}, false},
+		{[]string{"agentkernel", "exec", "run"}, false},
+		{[]string{"agentkernel", "sandbox", "run"}, false},
+		{[]string{"agentkernel", "--", "run"}, false},
+		{[]string{"agentkernel"}, false},
+		{[]string{"agentkernel:init"}, false},
+		{nil, false},
+	} {
+		if got := wanted(c.args); got != c.want {
+			t.Errorf("wanted(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
+
+// namespaces are the calling thread's namespace links.
+func namespaces(t *testing.T) map[string]string {
+	m := map[string]string{}
+	for _, ns := range []string{"mnt", "net", "uts", "ipc", "pid_for_children"} {
+		l, err := os.Readlink("/proc/thread-self/ns/" + ns)
+		switch {
+		case ns == "pid_for_children" && os.IsNotExist(err):
+			// A new PID namespace shows no link until its first process.
+			l = "a PID namespace without processes"
+		case err != nil:
+			t.Error(err)
+		}
+		m[ns] = l
+	}
+	return m
+}
+
+func TestThread(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the thread is only made for root")
+	}
+	before, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin()
+	th := Take()
+	if th == nil {
+		t.Fatal("no thread was made")
+	}
+	if Take() != nil {
+		t.Fatal("a second Take got a thread too")
+	}
+	type seen struct {
+		tid  int
+		ns   map[string]string
+		loUp bool
+		err  error
+	}
+	ch := make(chan seen, 1)
+	th.Run(func() {
+		s := seen{tid: unix.Gettid(), ns: namespaces(t)}
+		lo, err := net.InterfaceByName("lo")
+		s.err = err
+		s.loUp = err == nil && lo.Flags&net.FlagUp != 0
+		ch <- s
+	})
+	s := <-ch
+	if s.tid == unix.Getpid() {
+		t.Error("the thread is the main thread")
+	}
+	mine := namespaces(t)
+	for ns, l := range s.ns {
+		if l == mine[ns] {
+			t.Errorf("the thread shares the caller's %s namespace (%s)", ns, l)
+		}
+	}
+	if !s.loUp {
+		t.Errorf("lo is not up in the thread's network namespace (%v)", s.err)
+	}
+	// The process keeps its namespaces, and the thread ends once f returns.
+	if after, _ := os.Readlink("/proc/self/ns/net"); after != before {
+		t.Errorf("the process's network namespace changed: %s, was %s", after, before)
+	}
+	task := "/proc/self/task/" + strconv.Itoa(s.tid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still exists after its work returned", s.tid)
+		}
+	}
+}
+
+func TestDiscard(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the thread is only made for root")
+	}
+	begin()
+	Discard()
+	if Take() != nil {
+		t.Fatal("Take got a discarded thread")
+	}
+	Discard() // nothing in flight: a no-op
+}

@@ -1,0 +1,15 @@
+//go:build !(linux && amd64)
+
+package prestart
+
+// Thread is a prestarted sandbox thread; there are none on this platform.
+type Thread struct{}
+
+// Run is never called: Take returns nil here.
+func (t *Thread) Run(f func()) {}
+
+// Take returns nil: nothing is prestarted on this platform.
+func Take() *Thread { return nil }
+
+// Discard does nothing on this platform.
+func Discard() {}
