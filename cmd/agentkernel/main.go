@@ -49,7 +49,7 @@ func run() int {
 		Stderr:  os.Stderr,
 		Version: cli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
 	}
-	root := cli.NewRootCommand(app)
+	root := cli.NewRootCommandFor(app, os.Args)
 	err := root.Execute()
 	if err == nil {
 		return 0

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 )
 
 const rootLong = `agentkernel runs commands in isolated sandboxes built from OCI images, so
@@ -25,7 +27,16 @@ back to the host's own read-only toolchain ("host" image).
 Configuration lives in agentkernel.toml (see 'agentkernel init').`
 
 // NewRootCommand builds the whole command tree.
-func NewRootCommand(a *App) *cobra.Command {
+func NewRootCommand(a *App) *cobra.Command { return newRoot(a, true) }
+
+// NewRootCommandFor builds the command tree a command line needs: all of
+// it, or the root and 'run' alone for a run. The whole tree costs a few
+// hundred microseconds to build, and every run pays for it.
+func NewRootCommandFor(a *App, args []string) *cobra.Command {
+	return newRoot(a, !prestart.IsRun(args))
+}
+
+func newRoot(a *App, full bool) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "agentkernel",
 		Short:         "Run AI agents' commands in fast, isolated sandboxes",
@@ -63,7 +74,11 @@ func NewRootCommand(a *App) *cobra.Command {
 			root.AddCommand(c)
 		}
 	}
+	root.CompletionOptions.DisableDefaultCmd = true
 	add("run", newRunCmd(a))
+	if !full {
+		return root
+	}
 	add("run", sandboxCommands(a)...)
 	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
@@ -72,7 +87,6 @@ func NewRootCommand(a *App) *cobra.Command {
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")
-	root.CompletionOptions.DisableDefaultCmd = true
 	return root
 }
 

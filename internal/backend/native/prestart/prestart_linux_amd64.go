@@ -46,7 +46,7 @@ func init() {
 	if _, ok := syscall.Getenv("AGENTKERNEL_REEXEC_INIT"); ok {
 		return
 	}
-	if !wanted(cmdline()) {
+	if !IsRun(cmdline()) {
 		return
 	}
 	begin()
@@ -79,23 +79,6 @@ func cmdline() []string {
 		}
 	}
 	return args
-}
-
-// wanted reports whether args is `agentkernel [global flags] run …`.
-func wanted(args []string) bool {
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "-c", "--config", "--data-dir", "--log-level":
-			i++ // its value is the next argument
-		case "run":
-			return true
-		default:
-			if len(a) < 2 || a[0] != '-' || a == "--" {
-				return false
-			}
-		}
-	}
-	return false
 }
 
 // start runs on the goroutine that becomes the thread.

@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestRootCommandFor: a run gets the root and 'run' alone (global flags
+// included), every other command line the whole tree.
+func TestRootCommandFor(t *testing.T) {
+	names := func(args ...string) []string {
+		var out bytes.Buffer
+		a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}
+		var n []string
+		for _, c := range NewRootCommandFor(a, append([]string{"agentkernel"}, args...)).Commands() {
+			n = append(n, c.Name())
+		}
+		return n
+	}
+	if got := names("--data-dir", "/d", "-q", "run", "--", "true"); len(got) != 1 || got[0] != "run" {
+		t.Errorf("a run's tree has %v, want [run]", got)
+	}
+	for _, args := range [][]string{{"version"}, {"--help"}, {"help", "run"}, {"sandbox", "run"}, {}} {
+		if got := names(args...); len(got) < 10 {
+			t.Errorf("%v: tree has %v, want every command", args, got)
+		}
+	}
+	// The run-only tree still parses global flags and prints run's help.
+	var out bytes.Buffer
+	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}
+	root := NewRootCommandFor(a, []string{"agentkernel", "run", "--help"})
+	root.SetArgs([]string{"--data-dir", t.TempDir(), "run", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "--image") || !strings.Contains(s, "--data-dir") {
+		t.Errorf("run --help misses its own or the global flags:\n%s", s)
+	}
+}
