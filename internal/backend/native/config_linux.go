@@ -1,12 +1,15 @@
 package native
 
-import "github.com/agentkernel/agentkernel/internal/sandbox"
+import (
+	"github.com/agentkernel/agentkernel/internal/backend/native/stub"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
 
 // Hidden modes of the re-executed binary are selected by argv[0], so that
 // nothing leaks into the sandboxed command's environment and ps shows what
 // each process is.
 const (
-	argv0Init = "agentkernel:init"
+	argv0Init = stub.Argv0Init
 	argv0Exec = "agentkernel:exec"
 )
 

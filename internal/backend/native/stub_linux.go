@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/stub"
 )
 
 // The stub exec stage (stub/execstub_amd64.S) is the exec stage as ~700
@@ -365,26 +367,11 @@ func landlockRules(c *execConfig) []landlockRule {
 	return rules
 }
 
-// startStub forks the stub exec stage from a sealed memfd, with the same
-// process attributes the Go exec stage gets except the namespaces, which
-// the stub enters itself (stubEnterScript).
+// startStub forks the stub (stub.Start) with the same process attributes
+// the Go exec stage gets except the namespaces, which the stub enters
+// itself (stubEnterScript).
 func startStub(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
-	fd, err := unix.MemfdCreate("agentkernel-exec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	if _, err := unix.Write(fd, []byte(execStub)); err != nil {
-		return 0, err
-	}
-	_, _ = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
-	// The memfd goes in as one of the child's files, and is exec'd under
-	// that number: ForkExec moves its own status pipe to the first number
-	// above every file it was given, which may be where the memfd is in a
-	// process with many descriptors coming and going. The stub's first
-	// script closes it (close_range).
-	n := len(files)
-	return syscall.ForkExec("/proc/self/fd/"+strconv.Itoa(n), []string{argv0}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
+	return stub.Start(argv0, files, sys)
 }
 
 // stubError turns the stub's {index, errno} report into the parent's

@@ -46,6 +46,7 @@ type threadInit struct {
 	errR   *os.File // its {index, errno} report
 	script *stubScript
 	acked  bool
+	pre    prestart.Init // forked during start-up (package prestart)
 }
 
 // threadLaunch is what the parent and the thread share while it builds.
@@ -95,9 +96,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
 		}
-		th.Run(func() { r.buildOnThread(cfg, tl, true) })
+		th.Run(func() { r.buildOnThread(cfg, tl, th) })
 	} else {
-		go r.buildOnThread(cfg, tl, false)
+		go r.buildOnThread(cfg, tl, nil)
 	}
 	// Meanwhile, here: the cgroup, which the thread needs first, then the
 	// seccomp filter, which it needs last. (Goroutines of their own would
@@ -118,10 +119,11 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 }
 
 // buildOnThread is the locked thread's life; see the top of this file.
-// prestarted: the thread is package prestart's, already locked, in its
-// namespaces, with lo up.
-func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, prestarted bool) {
+// pre is package prestart's thread when this is it: already locked, in
+// its namespaces, with lo up and usually PID 1 forked.
+func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestart.Thread) {
 	io3, l := tl.io3, tl.l
+	prestarted := pre != nil
 	if !prestarted {
 		runtime.LockOSThread() // for good: the thread dies with this goroutine
 	}
@@ -132,13 +134,16 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, prestarted b
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			r.buildOnThread(cfg, tl, false)
+			r.buildOnThread(cfg, tl, nil)
 		}()
 		<-held
 		runtime.UnlockOSThread()
 		return
 	}
 	t := &threadInit{}
+	if prestarted {
+		t.pre = pre.Init
+	}
 	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
 	stopped := func() {
@@ -296,6 +301,12 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, prestarted b
 // forks after unsharing the PID namespace) and hands it its script.
 func (s *initState) startInitStub() error {
 	t := s.thread
+	if t.pre.Pid > 0 {
+		// Forked during start-up, outside the cgroup: it only mounts proc
+		// and waits, and the command never runs under it.
+		t.pid, t.sock, t.errR = t.pre.Pid, os.NewFile(uintptr(t.pre.Sock), "init"), os.NewFile(uintptr(t.pre.Err), "init-errors")
+		return t.sendScript(s.scratch + "/proc")
+	}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -319,7 +330,12 @@ func (s *initState) startInitStub() error {
 	if err != nil {
 		return err
 	}
-	t.script = stubInitScript(s.scratch + "/proc")
+	return t.sendScript(s.scratch + "/proc")
+}
+
+// sendScript hands PID 1 its whole life (stubInitScript).
+func (t *threadInit) sendScript(procDir string) error {
+	t.script = stubInitScript(procDir)
 	b, err := t.script.encode()
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/stub"
 )
 
 // Thread is a locked OS thread in fresh mount, PID, network, IPC and UTS
@@ -16,6 +18,10 @@ type Thread struct {
 	// the scheduler's P, twice the latency.
 	efd  int
 	work atomic.Pointer[func()]
+	// Init is the sandbox's PID 1, forked on the thread (Pid 0 when that
+	// failed: Run's work then forks it). Run's work owns it; a discarded
+	// thread kills and reaps it.
+	Init Init
 }
 
 // Run runs f on the thread; the thread ends, namespaces and all, when f
@@ -35,8 +41,8 @@ var (
 	slot     = make(chan *Thread, 1)
 )
 
-// The imports are only runtime, sync/atomic and syscall, all of
-// which the runtime initialises first: Go initialises a package as soon
+// The imports are only runtime, sync/atomic, syscall and package stub
+// (embed and syscall), all of which the runtime initialises first: Go initialises a package as soon
 // as it is the lexically first one whose imports are ready, and os or
 // golang.org/x/sys/unix would make this one wait for half the binary.
 func init() {
@@ -115,6 +121,7 @@ func serve() {
 		return
 	}
 	t := &Thread{efd: int(efd)}
+	t.Init, _ = forkInit()
 	slot <- t
 	var buf [8]byte
 	for {
@@ -125,7 +132,52 @@ func serve() {
 	syscall.Close(t.efd)
 	if f := t.work.Load(); f != nil && *f != nil {
 		(*f)()
+		return
 	}
+	t.Init.discard()
+}
+
+// forkInit forks the first process of the thread's PID namespace, its
+// PID 1: the stub, waiting for its script on fd 3. It is forked without
+// Go's Pdeathsig (Go compares parent pids after the fork, and a child in
+// a new PID namespace sees 0); its script sets it.
+func forkInit() (Init, error) {
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return Init{}, err
+	}
+	var ep [2]int
+	if err := syscall.Pipe2(ep[:], syscall.O_CLOEXEC); err != nil {
+		syscall.Close(sp[0])
+		syscall.Close(sp[1])
+		return Init{}, err
+	}
+	closed := ^uintptr(0)
+	pid, err := stub.Start(stub.Argv0Init, []uintptr{closed, closed, closed, uintptr(sp[1]), uintptr(ep[1])}, &syscall.SysProcAttr{Setsid: true})
+	syscall.Close(sp[1])
+	syscall.Close(ep[1])
+	if err != nil {
+		syscall.Close(sp[0])
+		syscall.Close(ep[0])
+		return Init{}, err
+	}
+	return Init{Pid: pid, Sock: sp[0], Err: ep[0]}, nil
+}
+
+// discard kills and reaps an unused PID 1.
+func (i Init) discard() {
+	if i.Pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(i.Pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(i.Pid, &ws, 0, nil); err != syscall.EINTR {
+			break
+		}
+	}
+	syscall.Close(i.Sock)
+	syscall.Close(i.Err)
 }
 
 func prepare() error {

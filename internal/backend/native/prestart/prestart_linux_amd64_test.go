@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,8 +50,19 @@ func TestThread(t *testing.T) {
 		loUp bool
 		err  error
 	}
+	initPid := th.Init.Pid
+	if initPid <= 0 {
+		t.Fatal("no PID 1 was forked on the thread")
+	}
+	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(initPid) + "/cmdline"); string(b) != "agentkernel:init\x00" {
+		t.Errorf("PID 1's command line is %q", b)
+	}
+	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(initPid) + "/status"); !strings.Contains(string(b), "\nNSpid:\t"+strconv.Itoa(initPid)+"\t1\n") {
+		t.Errorf("the stub is not PID 1 of a PID namespace of its own:\n%s", b)
+	}
 	ch := make(chan seen, 1)
 	th.Run(func() {
+		defer th.Init.discard() // the work owns PID 1
 		s := seen{tid: unix.Gettid(), ns: namespaces(t)}
 		lo, err := net.InterfaceByName("lo")
 		s.err = err
@@ -95,4 +107,21 @@ func TestDiscard(t *testing.T) {
 		t.Fatal("Take got a discarded thread")
 	}
 	Discard() // nothing in flight: a no-op
+
+	// A thread given no work kills and reaps its PID 1.
+	begin()
+	th := Take()
+	if th == nil || th.Init.Pid <= 0 {
+		t.Fatal("no thread or no PID 1")
+	}
+	th.Run(nil)
+	proc := "/proc/" + strconv.Itoa(th.Init.Pid)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(proc); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PID 1 (%d) of a thread given no work is still there", th.Init.Pid)
+		}
+	}
 }

@@ -3,7 +3,7 @@
 package prestart
 
 // Thread is a prestarted sandbox thread; there are none on this platform.
-type Thread struct{}
+type Thread struct{ Init Init }
 
 // Run is never called: Take returns nil here.
 func (t *Thread) Run(f func()) {}

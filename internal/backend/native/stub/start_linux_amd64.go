@@ -1,0 +1,41 @@
+package stub
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// Linux constants package syscall lacks.
+const (
+	sysMemfdCreate  = 319 // amd64
+	mfdCloexec      = 0x1
+	mfdAllowSealing = 0x2
+	fAddSeals       = 1033
+	sealsAll        = 0x1 | 0x2 | 0x4 | 0x8 // seal, shrink, grow, write
+)
+
+// Start forks Binary from a sealed memfd as argv0, with files as the
+// child's descriptors 0, 1, … and sys. The memfd goes in as one more of
+// the child's files, and is exec'd under that number: ForkExec moves its
+// own status pipe to the first number above every file it was given,
+// which may be where the memfd is in a process with many descriptors
+// coming and going. The stub's first script closes it (close_range).
+func Start(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, error) {
+	if Binary == "" {
+		return 0, syscall.ENOSYS
+	}
+	name := [...]byte{'a', 'g', 'e', 'n', 't', 'k', 'e', 'r', 'n', 'e', 'l', '-', 's', 't', 'u', 'b', 0}
+	r, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec|mfdAllowSealing, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	fd := int(r)
+	defer syscall.Close(fd)
+	if _, err := syscall.Write(fd, []byte(Binary)); err != nil {
+		return 0, err
+	}
+	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), fAddSeals, sealsAll)
+	n := len(files) // below 10: the stub's descriptors are few
+	path := "/proc/self/fd/" + string(rune('0'+n))
+	return syscall.ForkExec(path, []string{argv0}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
+}

@@ -1,0 +1,9 @@
+package stub
+
+import _ "embed"
+
+// Binary is execstub_amd64.S assembled.
+//
+//go:generate sh -c "as --64 -o execstub_amd64.o execstub_amd64.S && ld -static -n -s --build-id=none -e _start -o execstub_amd64.bin execstub_amd64.o && rm execstub_amd64.o"
+//go:embed execstub_amd64.bin
+var Binary string
