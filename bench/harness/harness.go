@@ -20,6 +20,11 @@ type Case struct {
 	Argv []string
 	// Setup, when set, runs once before the timed runs (e.g. to warm a cache).
 	Setup func(ctx context.Context) error
+	// Settle is how long to wait after each run of this case before the
+	// next run of any case: work the case leaves behind in the background
+	// (a daemon refilling its warm pool) must not land in another case's
+	// time.
+	Settle time.Duration
 }
 
 // Stats summarises the wall times of one case.
@@ -37,7 +42,9 @@ type Stats struct {
 type Options struct {
 	Runs   int // timed runs per case
 	Warmup int // untimed runs per case before timing
-	// Interleave alternates cases run by run so drift hits all equally.
+	// Interleave alternates cases run by run so drift hits all equally;
+	// each round starts one case later, so no case always follows the same
+	// one.
 	Interleave bool
 }
 
@@ -74,11 +81,14 @@ func Run(ctx context.Context, cases []Case, o Options) []Stats {
 			return
 		}
 		samples[i] = append(samples[i], d)
+		if cases[i].Settle > 0 {
+			time.Sleep(cases[i].Settle)
+		}
 	}
 	if o.Interleave {
 		for r := 0; r < o.Runs; r++ {
-			for i := range cases {
-				one(i)
+			for k := range cases {
+				one((r + k) % len(cases))
 			}
 		}
 	} else {
