@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -39,6 +40,7 @@ type cgroup struct {
 	dirs []string // one per v1 controller, or the unified directory
 	home []string // v1: agentkernel's own cgroup, one per controller in dirs
 	v2   bool
+	gone atomic.Bool // every directory is removed
 }
 
 // resources translates the Spec's limits. Memory and memory+swap are the
@@ -220,13 +222,31 @@ func (c *cgroup) kill() {
 
 // destroy kills what is left and removes the cgroup directories.
 func (c *cgroup) destroy() error {
+	if c.gone.Load() {
+		return nil
+	}
 	var errs []error
 	for _, d := range c.dirs {
 		if err := removeCgroupDir(d); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	if len(errs) == 0 {
+		c.gone.Store(true)
+	}
 	return errors.Join(errs...)
+}
+
+// tryRemove removes the directories without waiting: it fails while a
+// process is still in the cgroup.
+func (c *cgroup) tryRemove() bool {
+	for _, d := range c.dirs {
+		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+			return false
+		}
+	}
+	c.gone.Store(true)
+	return true
 }
 
 // removeCgroupDir kills the processes of one cgroup directory and removes

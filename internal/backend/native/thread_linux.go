@@ -264,10 +264,24 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 			close(l.result)
 		}
 		_ = unix.Kill(t.pid, unix.SIGKILL)
+		// The cgroup goes here rather than after the caller wakes up. A
+		// PID 1 forked during start-up is outside it, so unless the
+		// command left orphans it is empty already: remove it while PID 1
+		// dies.
+		ephemeral := r.cg != nil && l.result == nil
+		if ephemeral && t.pre.Pid > 0 {
+			r.cg.tryRemove()
+		}
 		var iws syscall.WaitStatus
 		for {
 			if _, err := syscall.Wait4(t.pid, &iws, 0, nil); err != syscall.EINTR {
 				break
+			}
+		}
+		if ephemeral {
+			_ = r.cg.destroy() // the caller's cleanup reports a failure
+			if cfg.Trace {
+				fmt.Fprintf(os.Stderr, "%s waiter: cgroup removed\n", monotonic())
 			}
 		}
 		if cfg.Trace {
