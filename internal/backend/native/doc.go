@@ -23,7 +23,14 @@
 // then idle with SIGCHLD ignored so that orphans are reaped), and the
 // exec stage is the same stub as in the re-executed design but a child
 // of agentkernel, which collects the command's status directly. That
-// saves the init's Go runtime start and exit, about half of a run.
+// saves the init's Go runtime start and exit, about half of a run. For
+// the CLI's `run` as root, package prestart makes that thread (its
+// namespaces, lo up and PID 1) while the rest of agentkernel is still
+// initialising, so that work costs a CLI run no time. On cgroup v1 the
+// thread enters the sandbox's cgroup alone (a write of "0" to the tasks
+// files) while it forks the command's stage, instead of migrating
+// processes into it: a process migration may wait for an RCU grace
+// period, milliseconds on a small VM.
 // Rootless callers (a multi-threaded process cannot enter a new user
 // namespace), persistent sandboxes, arguments too large for the stub and
 // architectures without it use the re-executed init described next;

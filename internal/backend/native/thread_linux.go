@@ -20,11 +20,14 @@ import (
 // so it ends, namespaces and all, when its goroutine returns; the rest of
 // the process never sees its namespaces or its root.
 //
-//	thread   unshare mount/PID/net/IPC/UTS namespaces; scratch tmpfs;
-//	         fork PID 1 and PID 2 of the new PID namespace, both the
-//	         assembly stub; lo up; overlay root, /proc (mounted by PID 1:
-//	         only a process inside the namespace can), /dev, /sys, /tmp,
-//	         volumes; pivot_root; the exec stage's script
+//	thread   unshare mount/PID/net/IPC/UTS namespaces, lo up, fork PID 1
+//	         (the assembly stub): for a CLI run, package prestart does
+//	         this during agentkernel's start-up, and Run gets the thread
+//	         ready; scratch tmpfs; enter the cgroup (v1: the thread alone,
+//	         see cgroup.enterThread; v2: clone into it), fork PID 2 (the
+//	         stub again), leave the cgroup; overlay root, /proc (mounted
+//	         by PID 1: only a process inside the namespace can), /dev,
+//	         /sys, /tmp, volumes; pivot_root; the exec stage's script
 //	PID 1    stubInitScript: mounts proc, then idles with SIGCHLD
 //	         ignored, so the kernel reaps the orphans it inherits
 //	PID 2    the exec stage as in the re-executed design: own user and
@@ -33,11 +36,12 @@ import (
 //	         directly and forwards signals to it
 //
 // When the command ends, agentkernel kills PID 1, and the PID namespace's
-// teardown kills whatever the command left behind. The thread stays
-// alive until then: the stubs' Pdeathsig follows the thread that forked
-// them. Rootless runs (a multi-threaded process cannot enter a new user
-// namespace), persistent and prepared sandboxes, and architectures
-// without the stub keep the re-executed init.
+// teardown kills whatever the command left behind; the waiter removes
+// the cgroup meanwhile. The thread stays alive until then: the stubs'
+// Pdeathsig follows the thread that forked them. Rootless runs (a
+// multi-threaded process cannot enter a new user namespace), persistent
+// sandboxes, and architectures without the stub keep the re-executed
+// init.
 
 // threadInit is the thread's handle on the sandbox's PID 1.
 type threadInit struct {
