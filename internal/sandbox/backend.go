@@ -38,6 +38,14 @@ type Backend interface {
 	Run(ctx context.Context, spec *Spec, stdio Stdio) (Result, error)
 }
 
+// Anticipator is a Backend that can start on what Run(spec) will need
+// (a cgroup, say) while the Manager still prepares the spec's root
+// filesystem. Anticipate returns a function that undoes that work, for
+// when Run(spec) will not come; after Run it does nothing.
+type Anticipator interface {
+	Anticipate(spec *Spec) (forget func())
+}
+
 // Preparer is a Backend that can build a sandbox ahead of its command
 // (the warm pools, pool.go).
 type Preparer interface {

@@ -130,7 +130,12 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 		return Result{}, err
 	}
 	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+		forget := func() {}
+		if a, ok := b.(Anticipator); ok {
+			forget = a.Anticipate(spec)
+		}
 		if err := m.PrepareRootfs(ctx, spec); err != nil {
+			forget()
 			return Result{}, err
 		}
 	}

@@ -94,3 +94,38 @@ func TestManagerBackendChoice(t *testing.T) {
 		t.Fatalf("unknown backend: %v", err)
 	}
 }
+
+// anticipatingBackend records Anticipate, forget and Run, in order.
+type anticipatingBackend struct{ events []string }
+
+func (a *anticipatingBackend) Name() string { return "native" }
+func (a *anticipatingBackend) Run(_ context.Context, s *Spec, _ Stdio) (Result, error) {
+	a.events = append(a.events, "run")
+	return Result{}, nil
+}
+func (a *anticipatingBackend) Anticipate(s *Spec) func() {
+	a.events = append(a.events, "anticipate")
+	return func() { a.events = append(a.events, "forget") }
+}
+
+// TestManagerAnticipates: a backend that can anticipate a run is told
+// before the root filesystem is prepared, and told to forget when the
+// run will not come.
+func TestManagerAnticipates(t *testing.T) {
+	imgs := &testImages{cached: map[string]image.Rootfs{"busybox:1": {Ref: "busybox:1", Layers: []string{"/l"}}}}
+	be := &anticipatingBackend{}
+	m := NewManager(ManagerOptions{Images: imgs, Backends: []Backend{be}, Default: "native"})
+	if _, err := m.Run(context.Background(), "", &Spec{Image: "busybox:1", ImageRule: "flag", Pull: "missing"}, Stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(be.events, ","); got != "anticipate,run" {
+		t.Errorf("events %s, want anticipate,run", got)
+	}
+	be.events = nil
+	if _, err := m.Run(context.Background(), "", &Spec{Image: "missing:1", ImageRule: "flag", Pull: "missing"}, Stdio{}); err == nil {
+		t.Fatal("a run of an image that cannot be pulled succeeded")
+	}
+	if got := strings.Join(be.events, ","); got != "anticipate,forget" {
+		t.Errorf("events %s, want anticipate,forget", got)
+	}
+}

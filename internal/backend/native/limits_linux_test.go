@@ -248,3 +248,63 @@ func TestLandlock(t *testing.T) {
 		}
 	}
 }
+
+// TestAnticipatedCgroup: the cgroup Anticipate starts is the one Run
+// uses (limits and all), Run removes it, and forget removes one whose Run
+// never comes.
+func TestAnticipatedCgroup(t *testing.T) {
+	requireRoot(t)
+	b := New(Options{})
+	cgroupsNamed := func(id string) []string {
+		var found []string
+		for _, d := range agentkernelCgroups() {
+			if filepath.Base(d) == cgroupPrefix+id {
+				found = append(found, d)
+			}
+		}
+		return found
+	}
+
+	spec := newSpec("sh", "-c", "echo $$")
+	spec.Resources.PIDs = 77
+	forget := b.Anticipate(spec)
+	v, ok := b.early.Load(spec)
+	if !ok {
+		t.Fatal("Anticipate started nothing for a spec with limits")
+	}
+	id := v.(*earlyCgroup).id
+	<-v.(*earlyCgroup).done
+	dirs := cgroupsNamed(id)
+	if len(dirs) == 0 {
+		t.Fatalf("no cgroup agentkernel-%s after Anticipate", id)
+	}
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "pids.max")); err == nil && strings.TrimSpace(string(b)) != "77" {
+			t.Errorf("%s/pids.max = %q, want 77", d, b)
+		}
+	}
+	res, err := b.Run(context.Background(), spec, sandbox.Stdio{})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	forget() // after Run: nothing to do
+	if left := cgroupsNamed(id); len(left) > 0 {
+		t.Errorf("cgroups left after the run: %v", left)
+	}
+	if _, ok := b.early.Load(spec); ok {
+		t.Error("Run did not take the anticipated cgroup")
+	}
+
+	spec2 := newSpec("true")
+	spec2.Resources.MemoryMB = 64
+	forget = b.Anticipate(spec2)
+	v, _ = b.early.Load(spec2)
+	id = v.(*earlyCgroup).id
+	forget()
+	if left := cgroupsNamed(id); len(left) > 0 {
+		t.Errorf("cgroups left after forget: %v", left)
+	}
+
+	// No limits, no cgroup to start.
+	b.Anticipate(newSpec("true"))()
+}

@@ -30,6 +30,8 @@ type Backend struct {
 	goExecStage bool
 	// bg counts prepared sandboxes still being torn down after Run.
 	bg sync.WaitGroup
+	// early holds the cgroups Anticipate started, by *sandbox.Spec.
+	early sync.Map
 }
 
 // New returns a native backend.

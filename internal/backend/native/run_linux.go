@@ -48,6 +48,10 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 		return sandbox.Result{}, fmt.Errorf("network egress is %w yet by the native backend: it needs the upcoming network proxy; use --no-network or -p restrictive", sandbox.ErrUnsupported)
 	}
 	r := &runState{b: b, spec: spec, id: spec.ID}
+	if v, ok := b.early.LoadAndDelete(spec); ok {
+		r.early = v.(*earlyCgroup)
+		r.id = r.early.id
+	}
 	if r.id == "" {
 		r.id = randomID()
 	}
@@ -85,6 +89,49 @@ type runState struct {
 	// warnings of a prepared sandbox, told when its command comes
 	// (Prepared.Warnings): whoever prepared it is not who runs it.
 	warnings []string
+	// early is the cgroup Anticipate started for this run, until
+	// makeCgroup takes it.
+	early *earlyCgroup
+}
+
+// earlyCgroup is a cgroup being made for a Run that has not started yet.
+type earlyCgroup struct {
+	id   string
+	done chan struct{}
+	cg   *cgroup
+	err  error
+}
+
+// Anticipate starts making spec's cgroup while the Manager prepares its
+// root filesystem (0.3 ms of a CLI run here): the sandbox's thread waits
+// for it otherwise. Only where Run will make one: as root, with limits.
+func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
+	res := spec.Resources
+	if os.Geteuid() != 0 || res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0 {
+		return func() {}
+	}
+	e := &earlyCgroup{id: spec.ID, done: make(chan struct{})}
+	if e.id == "" {
+		e.id = randomID()
+	}
+	b.early.Store(spec, e)
+	go func() {
+		defer close(e.done)
+		e.cg, e.err = newCgroup(e.id, res, false)
+	}()
+	return func() {
+		if _, ok := b.early.LoadAndDelete(spec); ok {
+			e.discard()
+		}
+	}
+}
+
+// discard removes the cgroup once it is made.
+func (e *earlyCgroup) discard() {
+	<-e.done
+	if e.cg != nil {
+		_ = e.cg.destroy()
+	}
 }
 
 // warn tells the caller about a weaker sandbox than asked for (no
@@ -218,10 +265,18 @@ func (r *runState) buildConfig() (*initConfig, error) {
 // built on a thread has it made while the thread creates namespaces.
 func (r *runState) makeCgroup(cfg *initConfig) error {
 	res := r.spec.Resources
-	if res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0 {
+	var cg *cgroup
+	var err error
+	switch e := r.early; {
+	case e != nil && !cfg.Rootless:
+		r.early = nil
+		<-e.done
+		cg, err = e.cg, e.err
+	case res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0:
 		return nil
+	default:
+		cg, err = newCgroup(r.id, res, cfg.Rootless)
 	}
-	cg, err := newCgroup(r.id, res, cfg.Rootless)
 	switch {
 	case err == nil:
 		r.cg = cg
@@ -270,6 +325,9 @@ func (r *runState) makeRunDir(cfg *initConfig) error {
 }
 
 func (r *runState) cleanup() {
+	if r.early != nil { // never taken: the run failed before its cgroup
+		r.early.discard()
+	}
 	if r.cg != nil {
 		if err := r.cg.destroy(); err != nil {
 			r.b.log.Warn("removing cgroup", "err", err)
