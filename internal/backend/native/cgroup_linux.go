@@ -38,7 +38,6 @@ var v1Controllers = []string{"memory", "pids", "cpu"}
 type cgroup struct {
 	mgr  cgroups.Manager
 	dirs []string // one per v1 controller, or the unified directory
-	home []string // v1: agentkernel's own cgroup, one per controller in dirs
 	v2   bool
 	gone atomic.Bool // every directory is removed
 }
@@ -96,7 +95,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 		return nil, err
 	}
 	paths := map[string]string{}
-	var dirs, home []string
+	var dirs []string
 	for _, c := range v1Controllers {
 		mnt := filepath.Join(cgroupRoot, c)
 		if _, err := os.Stat(filepath.Join(mnt, "cgroup.procs")); err != nil {
@@ -105,7 +104,6 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 		dir := filepath.Join(mnt, own[c], cgroupParent, name)
 		paths[c] = dir
 		dirs = append(dirs, dir)
-		home = append(home, filepath.Join(mnt, own[c]))
 	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no cgroup v1 memory/pids/cpu hierarchy", errNoCgroups)
@@ -114,7 +112,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	cg := &cgroup{mgr: m, dirs: dirs, home: home}
+	cg := &cgroup{mgr: m, dirs: dirs}
 	if err := m.Apply(-1); err != nil {
 		_ = cg.destroy()
 		if rootless || errors.Is(err, os.ErrPermission) {
@@ -184,24 +182,25 @@ func (c *cgroup) join(pid int, cloned bool) error {
 	return nil
 }
 
-// enterThread moves the calling thread alone into the v1 cgroup, and
-// leaveThread moves it back, so that the processes it forks meanwhile
-// start in the cgroup and none has to be migrated later. Writing "0" to a
-// tasks file moves only the writer, and for that one case the kernel
-// skips its global threadgroup lock, whose first writer after a quiet
-// spell waits for an RCU grace period: a process migration took 0.1 ms
-// in most runs here and 3 to 9 ms in one run out of five.
-func (c *cgroup) enterThread() error { return moveThread(c.dirs) }
-
-func (c *cgroup) leaveThread() error { return moveThread(c.home) }
-
-func moveThread(dirs []string) error {
-	for _, d := range dirs {
-		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
-			return fmt.Errorf("moving a thread into cgroup %s: %w", d, err)
+// openTasks opens the v1 directories' tasks files for a stub that moves
+// itself in: it writes "0" to each (stubEnterScript). A task moving
+// itself is the one move for which the kernel skips its global
+// threadgroup lock, whose first writer after a quiet spell waits for an
+// RCU grace period: moving a process in took 0.1 ms in most runs here
+// and 3 to 9 ms in one run out of five.
+func (c *cgroup) openTasks() ([]*os.File, error) {
+	var files []*os.File
+	for _, d := range c.dirs {
+		f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, err
 		}
+		files = append(files, f)
 	}
-	return nil
+	return files, nil
 }
 
 // kill ends every process in the cgroup. The PID namespace's teardown

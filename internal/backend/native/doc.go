@@ -27,9 +27,9 @@
 // the CLI's `run` as root, package prestart makes that thread (its
 // namespaces, lo up and PID 1) while the rest of agentkernel is still
 // initialising, so that work costs a CLI run no time. On cgroup v1 the
-// thread enters the sandbox's cgroup alone (a write of "0" to the tasks
-// files) while it forks the command's stage, instead of migrating
-// processes into it: a process migration may wait for an RCU grace
+// command's stage moves itself into the sandbox's cgroup (it writes "0"
+// to the tasks files it is handed) instead of being migrated there by
+// agentkernel: migrating another process may wait for an RCU grace
 // period, milliseconds on a small VM.
 // Rootless callers (a multi-threaded process cannot enter a new user
 // namespace), persistent sandboxes, arguments too large for the stub and

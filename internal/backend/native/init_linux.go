@@ -73,6 +73,9 @@ type initState struct {
 	// cgroupFD is the v2 cgroup the exec stage is cloned into, or -1
 	// (it inherits the init's).
 	cgroupFD int
+	// cgroupTasks are the v1 tasks files the exec stage's stub moves
+	// itself in by (thread-built sandboxes).
+	cgroupTasks []*os.File
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -307,10 +310,17 @@ func (s *initState) startExecStage() error {
 		if s.thread != nil {
 			stubSys.Pdeathsig = 0 // its script sets it (stubEnterScript)
 		}
-		pid, err = startStub(argv0Exec, []uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}, &stubSys)
+		files := []uintptr{s.stdio[0], s.stdio[1], s.stdio[2], r.Fd(), ew.Fd()}
+		for _, f := range s.cgroupTasks {
+			files = append(files, f.Fd())
+		}
+		pid, err = startStub(argv0Exec, files, &stubSys)
+		for _, f := range s.cgroupTasks {
+			f.Close() // the stub has them
+		}
 		s.stub = err == nil
 		if s.stub {
-			b, err := stubEnterScript(s.cfg.NestUserNS).encode()
+			b, err := stubEnterScript(s.cfg.NestUserNS, len(s.cgroupTasks)).encode()
 			if err != nil {
 				return err
 			}
@@ -353,7 +363,7 @@ func (s *initState) stubEntered() error {
 	if _, err := s.execCfgW.Read(ready[:]); err != nil {
 		var report [16]byte
 		n, _ := io.ReadFull(s.stubErrR, report[:])
-		return reportedError(stubError(stubEnterScript(s.cfg.NestUserNS), report[:n]))
+		return reportedError(stubError(stubEnterScript(s.cfg.NestUserNS, len(s.cgroupTasks)), report[:n]))
 	}
 	if !s.cfg.NestUserNS {
 		return nil

@@ -80,6 +80,7 @@ func TestCPULimitAndCgroupRemoved(t *testing.T) {
 		done <- res
 	}()
 	var quota, procs string
+	cmdIn := false
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, d := range agentkernelCgroups() {
 			if filepath.Base(d) == cgroupPrefix+spec.ID {
@@ -93,7 +94,8 @@ func TestCPULimitAndCgroupRemoved(t *testing.T) {
 				}
 			}
 		}
-		if quota != "" && len(strings.Fields(procs)) >= 2 {
+		if quota != "" && sleepIn(procs) {
+			cmdIn = true
 			break
 		}
 	}
@@ -102,8 +104,11 @@ func TestCPULimitAndCgroupRemoved(t *testing.T) {
 	if quota != "50000" {
 		t.Errorf("CPU quota (cpu.cfs_quota_us or cpu.max) = %q, want 50000", quota)
 	}
-	if len(strings.Fields(procs)) < 2 {
-		t.Errorf("cgroup.procs = %q, want the init and the command", procs)
+	// The command is in the cgroup. PID 1 is too when it is agentkernel
+	// re-executed; the stub PID 1 of a thread-built sandbox stays out on
+	// v1 (it only mounts proc and waits).
+	if !cmdIn {
+		t.Errorf("cgroup.procs = %q, want the command (sleep) among them", procs)
 	}
 	for _, d := range agentkernelCgroups() {
 		if strings.Contains(d, spec.ID) {
@@ -307,4 +312,41 @@ func TestAnticipatedCgroup(t *testing.T) {
 
 	// No limits, no cgroup to start.
 	b.Anticipate(newSpec("true"))()
+}
+
+// sleepIn reports whether one of the pids in a cgroup.procs listing runs
+// sleep.
+func sleepIn(procs string) bool {
+	for _, p := range strings.Fields(procs) {
+		if b, err := os.ReadFile("/proc/" + p + "/cmdline"); err == nil && strings.HasPrefix(string(b), "sleep\x00") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCommandCgroupNamespace: the command's cgroup namespace is rooted at
+// its own cgroup, so it sees "/" for every hierarchy and no host path:
+// on v1 the exec stage moves itself into the cgroup before it makes the
+// namespace.
+func TestCommandCgroupNamespace(t *testing.T) {
+	requireRoot(t)
+	spec := newSpec("cat", "/proc/self/cgroup")
+	spec.Resources.PIDs = 100
+	spec.Resources.MemoryMB = 256
+	spec.Resources.CPUPercent = 100
+	out := mustRun(t, spec, 0).stdout
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			t.Fatalf("unexpected /proc/self/cgroup line %q", line)
+		}
+		limited := f[1] == "" // v2's one hierarchy
+		for _, c := range []string{"pids", "memory", "cpu"} {
+			limited = limited || strings.Contains(","+f[1]+",", ","+c+",")
+		}
+		if limited && f[2] != "/" {
+			t.Errorf("hierarchy %q: the command sees %q, want / (its own cgroup as the namespace's root)", f[1], f[2])
+		}
+	}
 }

@@ -90,16 +90,19 @@ type runState struct {
 	// (Prepared.Warnings): whoever prepared it is not who runs it.
 	warnings []string
 	// early is the cgroup Anticipate started for this run, until
-	// makeCgroup takes it.
-	early *earlyCgroup
+	// makeCgroup takes it; cgTasks its open v1 tasks files, until the
+	// exec stage has them.
+	early   *earlyCgroup
+	cgTasks []*os.File
 }
 
 // earlyCgroup is a cgroup being made for a Run that has not started yet.
 type earlyCgroup struct {
-	id   string
-	done chan struct{}
-	cg   *cgroup
-	err  error
+	id    string
+	done  chan struct{}
+	cg    *cgroup
+	err   error
+	tasks []*os.File // v1: opened for the exec stage (cgroup.openTasks)
 }
 
 // Anticipate starts making spec's cgroup while the Manager prepares its
@@ -118,6 +121,9 @@ func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 	go func() {
 		defer close(e.done)
 		e.cg, e.err = newCgroup(e.id, res, false)
+		if e.err == nil && !e.cg.v2 {
+			e.tasks, _ = e.cg.openTasks() // else the thread opens them
+		}
 	}()
 	return func() {
 		if _, ok := b.early.LoadAndDelete(spec); ok {
@@ -129,8 +135,15 @@ func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 // discard removes the cgroup once it is made.
 func (e *earlyCgroup) discard() {
 	<-e.done
+	closeFiles(e.tasks)
 	if e.cg != nil {
 		_ = e.cg.destroy()
+	}
+}
+
+func closeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
 	}
 }
 
@@ -271,7 +284,7 @@ func (r *runState) makeCgroup(cfg *initConfig) error {
 	case e != nil && !cfg.Rootless:
 		r.early = nil
 		<-e.done
-		cg, err = e.cg, e.err
+		cg, err, r.cgTasks = e.cg, e.err, e.tasks
 	case res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0:
 		return nil
 	default:
@@ -328,6 +341,7 @@ func (r *runState) cleanup() {
 	if r.early != nil { // never taken: the run failed before its cgroup
 		r.early.discard()
 	}
+	closeFiles(r.cgTasks) // the exec stage has them, or never came
 	if r.cg != nil {
 		if err := r.cg.destroy(); err != nil {
 			r.b.log.Warn("removing cgroup", "err", err)

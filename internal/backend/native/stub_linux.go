@@ -146,13 +146,18 @@ func (s *stubScript) encode() ([]byte, error) {
 // next script. Doing this in the stub rather than with CLONE_NEWUSER lets
 // the init fork it the cheap way (vfork); the init writes the id maps in
 // between.
-func stubEnterScript(nest bool) *stubScript {
+func stubEnterScript(nest bool, tasks int) *stubScript {
 	s := &stubScript{}
 	// Set here too, not only by the fork: Go's fork checks that the
 	// parent is alive by comparing parent pids, which a stub forked into
 	// a PID namespace the parent's thread unshared (thread_linux.go)
 	// fails — its parent is outside — so that stub is forked without.
 	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
+	// Into the sandbox's v1 cgroup, before its cgroup namespace is made:
+	// the tasks files come as fds 5, 6, … (cgroup.openTasks).
+	for i := 0; i < tasks; i++ {
+		s.add("joining cgroup", unix.SYS_WRITE, fdErr+1+i, s.cstr("0"), 1)
+	}
 	// Whatever agentkernel's caller left open without close-on-exec
 	// (runc CVE-2024-21626): a re-executed init closed it already, a
 	// thread-built sandbox's stub inherits it from agentkernel.

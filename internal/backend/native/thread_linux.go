@@ -23,11 +23,11 @@ import (
 //	thread   unshare mount/PID/net/IPC/UTS namespaces, lo up, fork PID 1
 //	         (the assembly stub): for a CLI run, package prestart does
 //	         this during agentkernel's start-up, and Run gets the thread
-//	         ready; scratch tmpfs; enter the cgroup (v1: the thread alone,
-//	         see cgroup.enterThread; v2: clone into it), fork PID 2 (the
-//	         stub again), leave the cgroup; overlay root, /proc (mounted
-//	         by PID 1: only a process inside the namespace can), /dev,
-//	         /sys, /tmp, volumes; pivot_root; the exec stage's script
+//	         ready; scratch tmpfs; fork PID 2 (the stub again) into the
+//	         cgroup (v2: cloned into it; v1: it moves itself in first
+//	         thing, see cgroup.openTasks); overlay root, /proc (mounted by
+//	         PID 1: only a process inside the namespace can), /dev, /sys,
+//	         /tmp, volumes; pivot_root; the exec stage's script
 //	PID 1    stubInitScript: mounts proc, then idles with SIGCHLD
 //	         ignored, so the kernel reaps the orphans it inherits
 //	PID 2    the exec stage as in the re-executed design: own user and
@@ -59,7 +59,6 @@ type threadLaunch struct {
 	io3     *stdioFiles
 	filter  chan []byte // the seccomp filter message, computed meanwhile
 	cgroup  chan error  // the cgroup made meanwhile (runState.makeCgroup)
-	joined  chan error  // PID 1's v1 cgroup move (nil on v2 or no cgroup)
 	started chan error  // the command's process exists, or why not
 	// prepared sandboxes: ready is closed once the sandbox waits for its
 	// command, which comes on cmd (closed: discarded).
@@ -160,16 +159,8 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		}
 	}
 	defer s.closeThreadFiles()
-	cgroupMade, entered := false, false
-	leave := func() error {
-		if !entered {
-			return nil
-		}
-		entered = false
-		return r.cg.leaveThread()
-	}
+	cgroupMade := false
 	early := func(err error) {
-		_ = leave()
 		stopped()
 		io3.closeChild()
 		if !cgroupMade {
@@ -190,11 +181,10 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s thread: namespaces created\n", monotonic())
 	}
-	// The cgroup is being made meanwhile (launchThread). The stubs start
-	// in it: cloned into it on v2, forked by this thread while it is in
-	// it on v1 (enterThread). A v1 pids limit below 3 leaves no room for
-	// the thread and the two stubs: then they join it afterwards, as the
-	// re-executed init's stages do.
+	// The cgroup is being made meanwhile (launchThread, or Anticipate).
+	// The exec stage starts in it: cloned into it on v2, moving itself in
+	// first thing on v1 (cgroup.openTasks). PID 1 stays outside on v1: it
+	// only mounts proc and waits, and the command never runs under it.
 	useCgroup := func() error {
 		cgroupMade = true
 		if err := <-tl.cgroup; err != nil {
@@ -204,12 +194,12 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		case r.cg == nil:
 		case r.cg.v2:
 			s.cgroupFD = r.cg.openDir()
-		case r.spec.Resources.PIDs > 0 && r.spec.Resources.PIDs < 3:
-			tl.joined = make(chan error, 1)
-			return s.openCgroups()
+		case r.cgTasks != nil: // opened with the cgroup (Anticipate)
+			s.cgroupTasks = r.cgTasks
 		default:
-			entered = true
-			return r.cg.enterThread()
+			var err error
+			s.cgroupTasks, err = r.cg.openTasks()
+			return err
 		}
 		return nil
 	}
@@ -221,10 +211,9 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	for _, st := range []initStage{
 		{"preparing scratch space", s.prepareScratch},
 		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
-		{"entering cgroup", useCgroup},
+		{"opening cgroup", useCgroup},
 		{"starting init", s.startInitStub},
 		{"starting exec stage", s.startExecStage},
-		{"leaving cgroup", leave},
 	} {
 		if err := st.fn(); err != nil {
 			early(fmt.Errorf("%s: %w", st.name, err))
@@ -242,9 +231,6 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		fmt.Fprintf(os.Stderr, "%s thread: init and exec stage forked\n", monotonic())
 	}
 	io3.closeChild()
-	if tl.joined != nil {
-		go func() { tl.joined <- r.cg.join(t.pid, false) }()
-	}
 	l.pid, l.initPid = s.execPid, t.pid
 	done := make(chan struct{})
 	outcome := make(chan []byte, 1) // the stages' error report, nil when the command started
@@ -378,8 +364,8 @@ func (t *threadInit) procMounted() error {
 }
 
 // releaseFromThread is releaseExecStage for a thread-built sandbox: the
-// filter and PID 1's v1 cgroup move come from the parent's goroutines,
-// and a prepared sandbox's command from Prepared.Run.
+// filter comes from the parent, and a prepared sandbox's command from
+// Prepared.Run.
 func (s *initState) releaseFromThread(tl *threadLaunch) error {
 	m := <-tl.filter
 	if s.cfg.Trace {
@@ -389,20 +375,6 @@ func (s *initState) releaseFromThread(tl *threadLaunch) error {
 		return fmt.Errorf("seccomp filter: %s", m[min(len(m), 1):])
 	}
 	s.cfg.Exec.Filter = m[1:]
-	if tl.joined != nil {
-		if err := <-tl.joined; err != nil {
-			return err
-		}
-	}
-	if s.cfg.Trace {
-		fmt.Fprintf(os.Stderr, "%s thread: init in cgroup\n", monotonic())
-	}
-	if err := s.joinExecStage(); err != nil {
-		return err
-	}
-	if s.cfg.Trace {
-		fmt.Fprintf(os.Stderr, "%s thread: exec stage in cgroup\n", monotonic())
-	}
 	if s.cfg.Deferred {
 		if err := s.setUpPreparedStub(); err != nil {
 			return err
@@ -420,7 +392,7 @@ func (s *initState) releaseFromThread(tl *threadLaunch) error {
 // closeThreadFiles closes what the stages left open; the thread's
 // process lives on, unlike a re-executed init.
 func (s *initState) closeThreadFiles() {
-	for _, f := range append([]*os.File{s.thread.sock, s.thread.errR, s.execCfgW, s.stubErrR}, s.cgroupProcs...) {
+	for _, f := range append(append([]*os.File{s.thread.sock, s.thread.errR, s.execCfgW, s.stubErrR}, s.cgroupProcs...), s.cgroupTasks...) {
 		if f != nil {
 			f.Close()
 		}
