@@ -95,8 +95,11 @@ type execConfig struct {
 	Seccomp    string `json:"seccomp,omitempty"`
 	NoNewPrivs bool   `json:"nnp,omitempty"`
 	Landlock   bool   `json:"landlock,omitempty"`
-	// LandlockRW are the paths the command may write when Landlock is on.
-	LandlockRW []string `json:"landlock_rw,omitempty"`
+	// LandlockRW are the paths the command may write when Landlock is on,
+	// and LandlockDirs more of them that are known to be directories (the
+	// root's top-level ones), which need no look-up.
+	LandlockRW   []string `json:"landlock_rw,omitempty"`
+	LandlockDirs []string `json:"landlock_dirs,omitempty"`
 	// Filter is the compiled seccomp program (sock_filter array), built by
 	// the parent while the init boots.
 	Filter []byte `json:"filter,omitempty"`

@@ -83,7 +83,7 @@ func restrictPaths(c *execConfig) error {
 	if err := add("/", llRead); err != nil {
 		return err
 	}
-	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockRW...) {
+	for _, p := range append(append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockDirs...), c.LandlockRW...) {
 		if err := add(p, handled); err != nil {
 			return err
 		}

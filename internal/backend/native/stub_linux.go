@@ -308,12 +308,18 @@ func stubSetup(s *stubScript, c *execConfig) error {
 		if handled := landlockHandled(); handled != 0 {
 			rs := s.add("landlock_create_ruleset", unix.SYS_LANDLOCK_CREATE_RULESET, s.bytes(u64s(handled)), 8, 0)
 			for _, rule := range landlockRules(c) {
-				var st unix.Stat_t
-				if unix.Stat(rule.path, &st) != nil {
-					continue
+				if rule.kind == ruleUnknown {
+					var st unix.Stat_t
+					if unix.Stat(rule.path, &st) != nil {
+						continue
+					}
+					rule.kind = ruleFile
+					if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+						rule.kind = ruleDir
+					}
 				}
 				access := rule.access & handled
-				if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if rule.kind == ruleFile {
 					access &= llFileRW
 				}
 				fd := s.add("landlock rule "+rule.path, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -358,16 +364,28 @@ func stubRecvStdio(s *stubScript) {
 type landlockRule struct {
 	path   string
 	access uint64
+	kind   int // ruleUnknown: look it up; ruleDir, ruleFile: known to exist
 }
 
-// landlockRules lists the Landlock rules of restrictPaths.
+const (
+	ruleUnknown = iota
+	ruleDir
+	ruleFile
+)
+
+// landlockRules lists the Landlock rules of restrictPaths. What the
+// stages made themselves (the mounts under /dev, /tmp, /run, the device
+// nodes) and the root's top-level directories are known; volumes are not.
 func landlockRules(c *execConfig) []landlockRule {
-	rules := []landlockRule{{"/", llRead}}
-	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockRW...) {
-		rules = append(rules, landlockRule{p, ^uint64(0)})
+	rules := []landlockRule{{"/", llRead, ruleDir}}
+	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockDirs...) {
+		rules = append(rules, landlockRule{p, ^uint64(0), ruleDir})
+	}
+	for _, p := range c.LandlockRW {
+		rules = append(rules, landlockRule{p, ^uint64(0), ruleUnknown})
 	}
 	for _, p := range []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts/ptmx"} {
-		rules = append(rules, landlockRule{p, llDevices})
+		rules = append(rules, landlockRule{p, llDevices, ruleFile})
 	}
 	return rules
 }

@@ -57,7 +57,7 @@ func (s *initState) prepareProcess() error {
 				if p, err := s.inRoot("/" + ent.Name()); err != nil {
 					continue
 				} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-					e.LandlockRW = append(e.LandlockRW, "/"+ent.Name())
+					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
 				}
 			}
 		}
