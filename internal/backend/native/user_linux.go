@@ -53,8 +53,13 @@ func (s *initState) prepareProcess() error {
 					continue
 				}
 				// Directories only (following symlinks): Landlock's
-				// directory rights do not apply to files.
-				if p, err := s.inRoot("/" + ent.Name()); err != nil {
+				// directory rights do not apply to files. The entry's type
+				// says so but for symlinks.
+				if ent.IsDir() {
+					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
+				} else if ent.Type()&os.ModeSymlink == 0 {
+					continue
+				} else if p, err := s.inRoot("/" + ent.Name()); err != nil {
 					continue
 				} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
