@@ -274,9 +274,10 @@ func (s *initState) moveProc() error {
 	if err := mount(src, dst, "", unix.MS_MOVE, ""); err != nil {
 		return err
 	}
-	if s.thread == nil {
-		s.proc = dst
+	if s.thread != nil {
+		return nil // PID 1 covered its masked and read-only paths (stubInitScript)
 	}
+	s.proc = dst
 	for _, p := range maskedPaths {
 		if strings.HasPrefix(p, "/proc/") {
 			if err := s.mask(s.root + p); err != nil {

@@ -419,18 +419,32 @@ func stubError(s *stubScript, report []byte) string {
 // stubInitScript is the whole life of a sandbox's PID 1 when the parent
 // builds the sandbox on a thread of its own (thread_linux.go): mount the
 // PID namespace's proc at procDir (only a process inside the namespace
-// can), say so on fd 3, then idle until the parent kills it or goes away
-// (fd 3 reaches end of file). SIGCHLD ignored makes the kernel reap the
-// orphans it inherits, so none stays a zombie; the command itself is the
-// parent's child and the parent collects its status.
+// can) and cover its sensitive paths (procMasks), say so on fd 3, then
+// idle until the parent kills it or goes away (fd 3 reaches end of file).
+// SIGCHLD ignored makes the kernel reap the orphans it inherits, so none
+// stays a zombie; the command itself is the parent's child and the
+// parent collects its status. A failed mount fails the sandbox.
 func stubInitScript(procDir string) *stubScript {
-	s := &stubScript{dataOff: stubHeader + 16*stubRecSize}
+	masks := procMasks()
+	s := &stubScript{dataOff: stubHeader + (16+len(masks))*stubRecSize}
 	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
 	i := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
 	s.recs[i].flags |= stubIgnore
 	s.add("not dumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	s.add("naming", unix.SYS_PRCTL, unix.PR_SET_NAME, s.cstr("agentkernel-ini"), 0, 0, 0) // ps shows 15 bytes
 	s.add("mounting /proc", unix.SYS_MOUNT, s.cstr("proc"), s.cstr(procDir), s.cstr("proc"), unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, 0)
+	for _, m := range masks {
+		dst := s.cstr(procDir + strings.TrimPrefix(m.path, "/proc"))
+		switch m.kind {
+		case maskFile:
+			s.add("masking "+m.path, unix.SYS_MOUNT, s.cstr("/dev/null"), dst, 0, unix.MS_BIND, 0)
+		case maskDir:
+			s.add("masking "+m.path, unix.SYS_MOUNT, s.cstr("tmpfs"), dst, s.cstr("tmpfs"), msMasked, s.cstr("size=0,mode=0555"))
+		case maskReadOnly:
+			s.add("read-only "+m.path, unix.SYS_MOUNT, dst, dst, 0, unix.MS_BIND|unix.MS_REC, 0)
+			s.add("read-only "+m.path, unix.SYS_MOUNT, dst, dst, 0, unix.MS_BIND|unix.MS_REMOUNT|msMasked, 0)
+		}
+	}
 	s.add("reporting /proc", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
 	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
 	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
@@ -440,4 +454,40 @@ func stubInitScript(procDir string) *stubScript {
 	s.recs[i].flags |= stubIgnore
 	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
 	return s
+}
+
+// procMask is one of /proc's masked or read-only paths that exists on
+// this kernel (looked up in agentkernel's own /proc: they are the
+// kernel's, the same in every PID namespace's proc).
+type procMask struct {
+	path string
+	kind int
+}
+
+const (
+	maskFile     = iota // /dev/null bound over it
+	maskDir             // an empty read-only tmpfs over it
+	maskReadOnly        // bound read-only onto itself
+)
+
+func procMasks() []procMask {
+	var masks []procMask
+	for _, p := range maskedPaths {
+		var st unix.Stat_t
+		if !strings.HasPrefix(p, "/proc/") || unix.Lstat(p, &st) != nil {
+			continue
+		}
+		kind := maskFile
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			kind = maskDir
+		}
+		masks = append(masks, procMask{p, kind})
+	}
+	for _, p := range readonlyPaths {
+		var st unix.Stat_t
+		if strings.HasPrefix(p, "/proc/") && unix.Lstat(p, &st) == nil {
+			masks = append(masks, procMask{p, maskReadOnly})
+		}
+	}
+	return masks
 }

@@ -28,8 +28,9 @@ import (
 //	         thing, see cgroup.openTasks); overlay root, /proc (mounted by
 //	         PID 1: only a process inside the namespace can), /dev, /sys,
 //	         /tmp, volumes; pivot_root; the exec stage's script
-//	PID 1    stubInitScript: mounts proc, then idles with SIGCHLD
-//	         ignored, so the kernel reaps the orphans it inherits
+//	PID 1    stubInitScript: mounts proc and covers its masked and
+//	         read-only paths while the thread works, then idles with
+//	         SIGCHLD ignored, so the kernel reaps the orphans it inherits
 //	PID 2    the exec stage as in the re-executed design: own user and
 //	         cgroup namespaces, capabilities, ids, Landlock, seccomp,
 //	         execve; a child of agentkernel, which collects its status
