@@ -20,15 +20,7 @@ const (
 	msMasked = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 )
 
-// maskedPaths and readonlyPaths follow runc's defaults: kernel
-// interfaces a sandbox has no business reading or writing.
 var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-		"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
-	}
-	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 	// devices are bound (rootless) or created (root) in the sandbox's /dev.
 	devices = []struct {
 		name         string
@@ -278,14 +270,14 @@ func (s *initState) moveProc() error {
 		return nil // PID 1 covered its masked and read-only paths (stubInitScript)
 	}
 	s.proc = dst
-	for _, p := range maskedPaths {
+	for _, p := range prestart.MaskedPaths {
 		if strings.HasPrefix(p, "/proc/") {
 			if err := s.mask(s.root + p); err != nil {
 				return err
 			}
 		}
 	}
-	for _, p := range readonlyPaths {
+	for _, p := range prestart.ReadonlyPaths {
 		dst := s.root + p
 		if _, err := os.Lstat(dst); err != nil {
 			continue
@@ -303,6 +295,9 @@ func (s *initState) moveProc() error {
 // mountDev builds a minimal /dev on a tmpfs: the six harmless devices, a
 // private devpts, /dev/shm and the fd links.
 func (s *initState) mountDev() error {
+	if s.thread != nil {
+		return s.moveStaged("/dev", s.root+"/dev")
+	}
 	dev := s.root + "/dev"
 	if err := os.MkdirAll(dev, 0o755); err != nil {
 		return err
@@ -346,20 +341,47 @@ func (s *initState) mountDev() error {
 	if err := mount("shm", dev+"/shm", "tmpfs", msTmp|unix.MS_NOEXEC, "mode=1777,size=65536k"+owner); err != nil {
 		return err
 	}
-	for name, target := range map[string]string{
-		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
-		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
-	} {
-		if err := os.Symlink(target, dev+"/"+name); err != nil {
+	for _, l := range devLinks {
+		if err := os.Symlink(l.target, dev+"/"+l.name); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// devLinks are /dev's symlinks.
+var devLinks = []struct{ name, target string }{
+	{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
+}
+
+// stagedTmpfs are the sandbox's /tmp and /run: where and with what
+// options (the owner is added).
+func stagedTmpfs(cfg *initConfig) []struct{ dir, opts string } {
+	return []struct{ dir, opts string }{
+		{"/tmp", "mode=1777,size=" + strconv.FormatInt(cfg.DiskMB, 10) + "m"},
+		{"/run", "mode=0755,size=65536k"},
+	}
+}
+
+// moveStaged moves what PID 1 staged on the scratch space (stubInitScript)
+// to dst in the root.
+func (s *initState) moveStaged(staged, dst string) error {
+	if err := s.thread.procMounted(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	return mount(s.scratch+staged, dst, "", unix.MS_MOVE, "")
+}
+
 // mountSys mounts a read-only sysfs (of the new network namespace) with
 // firmware and powercap masked.
 func (s *initState) mountSys() error {
+	if s.thread != nil {
+		return s.moveStaged("/sys", s.root+"/sys")
+	}
 	dst := s.root + "/sys"
 	if err := os.MkdirAll(dst, 0o555); err != nil {
 		return err
@@ -367,7 +389,7 @@ func (s *initState) mountSys() error {
 	if err := mount("sysfs", dst, "sysfs", msMasked, ""); err != nil {
 		return err
 	}
-	for _, p := range maskedPaths {
+	for _, p := range prestart.MaskedPaths {
 		if strings.HasPrefix(p, "/sys/") {
 			if err := s.mask(s.root + p); err != nil {
 				return err
@@ -380,13 +402,16 @@ func (s *initState) mountSys() error {
 // mountTmp gives the sandbox a private /tmp and /run, owned by its root.
 func (s *initState) mountTmp() error {
 	owner := ",uid=" + strconv.Itoa(s.cfg.RootUID) + ",gid=" + strconv.Itoa(s.cfg.RootGID)
-	for _, t := range []struct{ dir, opts string }{
-		{"/tmp", "mode=1777,size=" + strconv.FormatInt(s.cfg.DiskMB, 10) + "m"},
-		{"/run", "mode=0755,size=65536k"},
-	} {
+	for _, t := range stagedTmpfs(s.cfg) {
 		dst, err := s.inRoot(t.dir)
 		if err != nil {
 			return err
+		}
+		if s.thread != nil {
+			if err := s.moveStaged(t.dir, dst); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/backend/native/stub"
 )
 
@@ -417,35 +418,91 @@ func stubError(s *stubScript, report []byte) string {
 }
 
 // stubInitScript is the whole life of a sandbox's PID 1 when the parent
-// builds the sandbox on a thread of its own (thread_linux.go): mount the
-// PID namespace's proc at procDir (only a process inside the namespace
-// can) and cover its sensitive paths (procMasks), say so on fd 3, then
-// idle until the parent kills it or goes away (fd 3 reaches end of file).
-// SIGCHLD ignored makes the kernel reap the orphans it inherits, so none
-// stays a zombie; the command itself is the parent's child and the
-// parent collects its status. A failed mount fails the sandbox.
-func stubInitScript(procDir string) *stubScript {
-	masks := procMasks()
-	s := &stubScript{dataOff: stubHeader + (16+len(masks))*stubRecSize}
+// builds the sandbox on a thread of its own (thread_linux.go). While the
+// thread mounts the root, it stages on the scratch space what goes on top
+// of it: the PID namespace's proc (only a process inside the namespace
+// can mount it) with its sensitive paths covered (procMasks), /dev, a
+// sysfs of the sandbox's network namespace with its masks, and the /tmp
+// and /run tmpfs; the thread moves them into the root (moveStaged).
+// Then it says so on fd 3 and idles until the parent kills it or goes
+// away (fd 3 reaches end of file). SIGCHLD ignored makes the kernel reap
+// the orphans it inherits, so none stays a zombie; the command itself is
+// the parent's child and the parent collects its status. A failed step
+// fails the sandbox. These are the same mounts, flags and options as
+// mountDev, mountSys and mountTmp make for a re-executed init.
+func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stubScript {
+	if masks == nil {
+		masks = append(prestart.LookupMasks("/proc/"), prestart.LookupMasks("/sys/")...)
+	}
+	s := &stubScript{dataOff: stubHeader + (48+len(masks))*stubRecSize}
 	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
 	i := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
 	s.recs[i].flags |= stubIgnore
 	s.add("not dumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	s.add("naming", unix.SYS_PRCTL, unix.PR_SET_NAME, s.cstr("agentkernel-ini"), 0, 0, 0) // ps shows 15 bytes
-	s.add("mounting /proc", unix.SYS_MOUNT, s.cstr("proc"), s.cstr(procDir), s.cstr("proc"), unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, 0)
-	for _, m := range masks {
-		dst := s.cstr(procDir + strings.TrimPrefix(m.path, "/proc"))
-		switch m.kind {
-		case maskFile:
-			s.add("masking "+m.path, unix.SYS_MOUNT, s.cstr("/dev/null"), dst, 0, unix.MS_BIND, 0)
-		case maskDir:
-			s.add("masking "+m.path, unix.SYS_MOUNT, s.cstr("tmpfs"), dst, s.cstr("tmpfs"), msMasked, s.cstr("size=0,mode=0555"))
-		case maskReadOnly:
-			s.add("read-only "+m.path, unix.SYS_MOUNT, dst, dst, 0, unix.MS_BIND|unix.MS_REC, 0)
-			s.add("read-only "+m.path, unix.SYS_MOUNT, dst, dst, 0, unix.MS_BIND|unix.MS_REMOUNT|msMasked, 0)
+	s.add("umask", unix.SYS_UMASK, 0)
+	at := uint64(unix.AT_FDCWD & 0xffffffffffffffff)
+	mount := func(desc, src, dst, fstype string, flags uintptr, data string) {
+		args := []any{s.cstr(src), s.cstr(dst), 0, flags, 0}
+		if fstype != "" {
+			args[2] = s.cstr(fstype)
+		}
+		if data != "" {
+			args[4] = s.cstr(data)
+		}
+		s.add(desc, unix.SYS_MOUNT, args...)
+	}
+	mkdir := func(desc, dir string, mode int) { s.add(desc, unix.SYS_MKDIRAT, at, s.cstr(dir), mode) }
+
+	proc := scratch + "/proc"
+	mount("mounting /proc", "proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	stage := func(m prestart.Mask, dst string) {
+		switch m.Kind {
+		case prestart.MaskFile:
+			mount("masking "+m.Path, "/dev/null", dst, "", unix.MS_BIND, "")
+		case prestart.MaskDir:
+			mount("masking "+m.Path, "tmpfs", dst, "tmpfs", msMasked, "size=0,mode=0555")
+		case prestart.MaskReadOnly:
+			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REC, "")
+			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REMOUNT|msMasked, "")
 		}
 	}
-	s.add("reporting /proc", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
+	for _, m := range masks {
+		if p, ok := strings.CutPrefix(m.Path, "/proc"); ok {
+			stage(m, proc+p)
+		}
+	}
+
+	owner := ",uid=" + strconv.Itoa(cfg.RootUID) + ",gid=" + strconv.Itoa(cfg.RootGID)
+	dev := scratch + "/dev"
+	mkdir("mounting /dev", dev, 0o755)
+	mount("mounting /dev", "tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536k"+owner)
+	for _, d := range devices {
+		s.add("mknod /dev/"+d.name, unix.SYS_MKNODAT, at, s.cstr(dev+"/"+d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
+	}
+	mkdir("mounting /dev/pts", dev+"/pts", 0o755)
+	mount("mounting /dev/pts", "devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid="+strconv.Itoa(cfg.RootGID+5))
+	mkdir("mounting /dev/shm", dev+"/shm", 0o1777)
+	mount("mounting /dev/shm", "shm", dev+"/shm", "tmpfs", msTmp|unix.MS_NOEXEC, "mode=1777,size=65536k"+owner)
+	for _, l := range devLinks {
+		s.add("linking /dev/"+l.name, unix.SYS_SYMLINKAT, s.cstr(l.target), at, s.cstr(dev+"/"+l.name))
+	}
+
+	sys := scratch + "/sys"
+	mkdir("mounting /sys", sys, 0o555)
+	mount("mounting /sys", "sysfs", sys, "sysfs", msMasked, "")
+	for _, m := range masks {
+		if p, ok := strings.CutPrefix(m.Path, "/sys"); ok {
+			stage(m, sys+p)
+		}
+	}
+
+	for _, t := range stagedTmpfs(cfg) {
+		mkdir("mounting "+t.dir, scratch+t.dir, 0o755)
+		mount("mounting "+t.dir, "tmpfs", scratch+t.dir, "tmpfs", msTmp, t.opts+owner)
+	}
+
+	s.add("reporting", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
 	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
 	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
 	// restorer, mask.
@@ -454,40 +511,4 @@ func stubInitScript(procDir string) *stubScript {
 	s.recs[i].flags |= stubIgnore
 	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
 	return s
-}
-
-// procMask is one of /proc's masked or read-only paths that exists on
-// this kernel (looked up in agentkernel's own /proc: they are the
-// kernel's, the same in every PID namespace's proc).
-type procMask struct {
-	path string
-	kind int
-}
-
-const (
-	maskFile     = iota // /dev/null bound over it
-	maskDir             // an empty read-only tmpfs over it
-	maskReadOnly        // bound read-only onto itself
-)
-
-func procMasks() []procMask {
-	var masks []procMask
-	for _, p := range maskedPaths {
-		var st unix.Stat_t
-		if !strings.HasPrefix(p, "/proc/") || unix.Lstat(p, &st) != nil {
-			continue
-		}
-		kind := maskFile
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			kind = maskDir
-		}
-		masks = append(masks, procMask{p, kind})
-	}
-	for _, p := range readonlyPaths {
-		var st unix.Stat_t
-		if strings.HasPrefix(p, "/proc/") && unix.Lstat(p, &st) == nil {
-			masks = append(masks, procMask{p, maskReadOnly})
-		}
-	}
-	return masks
 }

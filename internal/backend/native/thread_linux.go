@@ -51,7 +51,8 @@ type threadInit struct {
 	errR   *os.File // its {index, errno} report
 	script *stubScript
 	acked  bool
-	pre    prestart.Init // forked during start-up (package prestart)
+	pre    prestart.Init   // forked during start-up (package prestart)
+	masks  []prestart.Mask // looked up during start-up, or nil
 }
 
 // threadLaunch is what the parent and the thread share while it builds.
@@ -146,7 +147,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	}
 	t := &threadInit{}
 	if prestarted {
-		t.pre = pre.Init
+		t.pre, t.masks = pre.Init, pre.Masks
 	}
 	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
@@ -209,13 +210,20 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 			unix.Close(s.cgroupFD)
 		}
 	}()
-	for _, st := range []initStage{
+	// A prestarted PID 1 gets its script (staging proc, /dev, /sys, /tmp,
+	// /run) as soon as the scratch space exists; one forked here is cloned
+	// into the cgroup on v2, so it waits for it.
+	stages := []initStage{
 		{"preparing scratch space", s.prepareScratch},
 		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
-		{"opening cgroup", useCgroup},
 		{"starting init", s.startInitStub},
+		{"opening cgroup", useCgroup},
 		{"starting exec stage", s.startExecStage},
-	} {
+	}
+	if !prestarted || pre.Init.Pid <= 0 {
+		stages[2], stages[3] = stages[3], stages[2]
+	}
+	for _, st := range stages {
 		if err := st.fn(); err != nil {
 			early(fmt.Errorf("%s: %w", st.name, err))
 			return
@@ -284,7 +292,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	}()
 	tl.started <- nil
 
-	stages := append([]initStage{{"setting up network", s.setupNetwork}}, s.rootStages()...)
+	stages = append([]initStage{{"setting up network", s.setupNetwork}}, s.rootStages()...)
 	stages = append(stages, initStage{"starting command", func() error { return s.releaseFromThread(tl) }})
 	for _, st := range stages {
 		err := st.fn()
@@ -310,7 +318,7 @@ func (s *initState) startInitStub() error {
 		// Forked during start-up, outside the cgroup: it only mounts proc
 		// and waits, and the command never runs under it.
 		t.pid, t.sock, t.errR = t.pre.Pid, os.NewFile(uintptr(t.pre.Sock), "init"), os.NewFile(uintptr(t.pre.Err), "init-errors")
-		return t.sendScript(s.scratch + "/proc")
+		return t.sendScript(s.scratch, s.cfg)
 	}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -335,12 +343,12 @@ func (s *initState) startInitStub() error {
 	if err != nil {
 		return err
 	}
-	return t.sendScript(s.scratch + "/proc")
+	return t.sendScript(s.scratch, s.cfg)
 }
 
 // sendScript hands PID 1 its whole life (stubInitScript).
-func (t *threadInit) sendScript(procDir string) error {
-	t.script = stubInitScript(procDir)
+func (t *threadInit) sendScript(scratch string, cfg *initConfig) error {
+	t.script = stubInitScript(scratch, cfg, t.masks)
 	b, err := t.script.encode()
 	if err != nil {
 		return err

@@ -101,3 +101,37 @@ func TestPreparedThreadsEnd(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestStagedMountsMatchInit: /proc with its masks, /dev, /sys, /tmp and
+// /run, which PID 1 stages for a thread-built sandbox, come out with the
+// same file systems, options and device nodes as when the re-executed
+// init mounts them in place.
+func TestStagedMountsMatchInit(t *testing.T) {
+	requireRoot(t)
+	if execStub == "" {
+		t.Skip("no stub on this architecture: every sandbox has the re-executed init")
+	}
+	if os.Getenv("AGENTKERNEL_REEXEC_INIT") != "" {
+		t.Skip("the re-executed init is forced")
+	}
+	// Mount point, file system type, source and options of every mount,
+	// then /dev's listing.
+	script := `while read -r _ _ _ _ mp opts rest; do echo "$mp $opts ${rest#*- }"; done < /proc/self/mountinfo | sort; ls -ln /dev /dev/pts | sed 's/ [A-Z][a-z][a-z] .*:[0-9][0-9] / /'`
+	view := func() string {
+		spec := newSpec("sh", "-c", script)
+		return mustRun(t, spec, 0).stdout
+	}
+	thread := view()
+	t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+	reexec := view()
+	if thread != reexec {
+		t.Errorf("the thread-built sandbox's mounts differ from the re-executed init's:\n--- thread\n%s\n--- re-executed init\n%s", thread, reexec)
+	}
+	for _, want := range []string{"/proc/kcore", "/proc/sys ro", "/sys ro", "/dev/pts", "/dev/shm", "/tmp rw"} {
+		if !strings.Contains(thread, want) && !(want == "/proc/kcore" && !exists("/proc/kcore")) {
+			t.Errorf("no %q among the mounts:\n%s", want, thread)
+		}
+	}
+}
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }

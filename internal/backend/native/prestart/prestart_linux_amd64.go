@@ -22,6 +22,9 @@ type Thread struct {
 	// failed: Run's work then forks it). Run's work owns it; a discarded
 	// thread kills and reaps it.
 	Init Init
+	// Masks are the masked and read-only paths of /proc and /sys that
+	// exist here (LookupMasks), looked up meanwhile.
+	Masks []Mask
 }
 
 // Run runs f on the thread; the thread ends, namespaces and all, when f
@@ -122,6 +125,7 @@ func serve() {
 	}
 	t := &Thread{efd: int(efd)}
 	t.Init, _ = forkInit()
+	t.Masks = append(LookupMasks("/proc/"), LookupMasks("/sys/")...)
 	slot <- t
 	var buf [8]byte
 	for {

@@ -3,7 +3,10 @@
 package prestart
 
 // Thread is a prestarted sandbox thread; there are none on this platform.
-type Thread struct{ Init Init }
+type Thread struct {
+	Init  Init
+	Masks []Mask
+}
 
 // Run is never called: Take returns nil here.
 func (t *Thread) Run(f func()) {}
