@@ -23,14 +23,16 @@ import (
 //	thread   unshare mount/PID/net/IPC/UTS namespaces, lo up, fork PID 1
 //	         (the assembly stub): for a CLI run, package prestart does
 //	         this during agentkernel's start-up, and Run gets the thread
-//	         ready; scratch tmpfs; fork PID 2 (the stub again) into the
-//	         cgroup (v2: cloned into it; v1: it moves itself in first
-//	         thing, see cgroup.openTasks); overlay root, /proc (mounted by
-//	         PID 1: only a process inside the namespace can), /dev, /sys,
-//	         /tmp, volumes; pivot_root; the exec stage's script
-//	PID 1    stubInitScript: mounts proc and covers its masked and
-//	         read-only paths while the thread works, then idles with
-//	         SIGCHLD ignored, so the kernel reaps the orphans it inherits
+//	         ready; scratch tmpfs; PID 1's script; fork PID 2 (the stub
+//	         again) into the cgroup (v2: cloned into it; v1: it moves
+//	         itself in first thing, see cgroup.openTasks); overlay root;
+//	         move in what PID 1 staged; volumes; pivot_root; the exec
+//	         stage's script
+//	PID 1    stubInitScript: stages on the scratch space what goes on
+//	         the root: proc (only a process inside the namespace can
+//	         mount it) with its masked and read-only paths, /dev, /sys,
+//	         /tmp, /run; then idles with SIGCHLD ignored, so the kernel
+//	         reaps the orphans it inherits
 //	PID 2    the exec stage as in the re-executed design: own user and
 //	         cgroup namespaces, capabilities, ids, Landlock, seccomp,
 //	         execve; a child of agentkernel, which collects its status
