@@ -19,8 +19,10 @@
 // sandbox on a locked thread of agentkernel itself (thread_linux.go):
 // the thread unshares the namespaces and runs the init's stages below
 // (prepareScratch through pivotRoot) itself, the sandbox's PID 1 is the
-// assembly stub running stubInitScript (mount the namespace's proc,
-// then idle with SIGCHLD ignored so that orphans are reaped), and the
+// assembly stub running stubInitScript (stage proc with its masks,
+// /dev, /sys, /tmp and /run on the scratch space for the thread to move
+// into the root, then idle with SIGCHLD ignored so that orphans are
+// reaped), and the
 // exec stage is the same stub as in the re-executed design but a child
 // of agentkernel, which collects the command's status directly. That
 // saves the init's Go runtime start and exit, about half of a run. For
