@@ -313,38 +313,24 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 }
 
 // startInitStub forks the sandbox's PID 1 (the first process the thread
-// forks after unsharing the PID namespace) and hands it its script.
+// forks after unsharing the PID namespace), unless package prestart did
+// during start-up, and hands it its script. One forked here is cloned
+// into a v2 cgroup; on v1, and when prestarted, it stays outside: it only
+// stages mounts and waits, and the command never runs under it.
 func (s *initState) startInitStub() error {
 	t := s.thread
-	if t.pre.Pid > 0 {
-		// Forked during start-up, outside the cgroup: it only mounts proc
-		// and waits, and the command never runs under it.
-		t.pid, t.sock, t.errR = t.pre.Pid, os.NewFile(uintptr(t.pre.Sock), "init"), os.NewFile(uintptr(t.pre.Err), "init-errors")
-		return t.sendScript(s.scratch, s.cfg)
+	if t.pre.Pid <= 0 {
+		sys := &syscall.SysProcAttr{Setsid: true}
+		if s.cgroupFD >= 0 {
+			sys.UseCgroupFD, sys.CgroupFD = true, s.cgroupFD
+		}
+		pre, err := prestart.ForkStub(argv0Init, sys)
+		if err != nil {
+			return err
+		}
+		t.pre = pre
 	}
-	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	child := os.NewFile(uintptr(sp[1]), "init-child")
-	defer child.Close()
-	t.sock = os.NewFile(uintptr(sp[0]), "init")
-	er, ew, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer ew.Close()
-	t.errR = er
-	// No Pdeathsig here: the script sets it (see stubEnterScript).
-	sys := &syscall.SysProcAttr{Setsid: true}
-	if s.cgroupFD >= 0 {
-		sys.UseCgroupFD, sys.CgroupFD = true, s.cgroupFD
-	}
-	closed := ^uintptr(0)
-	t.pid, err = startStub(argv0Init, []uintptr{closed, closed, closed, child.Fd(), ew.Fd()}, sys)
-	if err != nil {
-		return err
-	}
+	t.pid, t.sock, t.errR = t.pre.Pid, os.NewFile(uintptr(t.pre.Sock), "init"), os.NewFile(uintptr(t.pre.Err), "init-errors")
 	return t.sendScript(s.scratch, s.cfg)
 }
 

@@ -124,7 +124,7 @@ func serve() {
 		return
 	}
 	t := &Thread{efd: int(efd)}
-	t.Init, _ = forkInit()
+	t.Init, _ = ForkStub(stub.Argv0Init, &syscall.SysProcAttr{Setsid: true})
 	t.Masks = append(LookupMasks("/proc/"), LookupMasks("/sys/")...)
 	slot <- t
 	var buf [8]byte
@@ -141,11 +141,12 @@ func serve() {
 	t.Init.discard()
 }
 
-// forkInit forks the first process of the thread's PID namespace, its
-// PID 1: the stub, waiting for its script on fd 3. It is forked without
-// Go's Pdeathsig (Go compares parent pids after the fork, and a child in
-// a new PID namespace sees 0); its script sets it.
-func forkInit() (Init, error) {
+// ForkStub forks the stub as argv0 with sys, waiting for its script on
+// fd 3: the first one a thread forks after unsharing a PID namespace is
+// that namespace's PID 1. sys must not ask for Go's Pdeathsig (Go
+// compares parent pids after the fork, and a child in a new PID namespace
+// sees 0): the script sets it.
+func ForkStub(argv0 string, sys *syscall.SysProcAttr) (Init, error) {
 	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return Init{}, err
@@ -157,7 +158,7 @@ func forkInit() (Init, error) {
 		return Init{}, err
 	}
 	closed := ^uintptr(0)
-	pid, err := stub.Start(stub.Argv0Init, []uintptr{closed, closed, closed, uintptr(sp[1]), uintptr(ep[1])}, &syscall.SysProcAttr{Setsid: true})
+	pid, err := stub.Start(argv0, []uintptr{closed, closed, closed, uintptr(sp[1]), uintptr(ep[1])}, sys)
 	syscall.Close(sp[1])
 	syscall.Close(ep[1])
 	if err != nil {

@@ -2,6 +2,8 @@
 
 package prestart
 
+import "syscall"
+
 // Thread is a prestarted sandbox thread; there are none on this platform.
 type Thread struct {
 	Init  Init
@@ -16,3 +18,8 @@ func Take() *Thread { return nil }
 
 // Discard does nothing on this platform.
 func Discard() {}
+
+// ForkStub fails: there is no stub on this platform.
+func ForkStub(argv0 string, sys *syscall.SysProcAttr) (Init, error) {
+	return Init{}, syscall.ENOSYS
+}
