@@ -184,6 +184,27 @@ func TestRunPrestartedThread(t *testing.T) {
 	if want := "agentkernel\nlo\nagentkernel:init\n2\n"; r.stdout != want {
 		t.Errorf("inside: %q, want %q", r.stdout, want)
 	}
+
+	// Attacks from inside the prestarted sandbox: each must fail. The
+	// attack battery (test/attack) covers the same fences through the
+	// backend; this is the path where the namespaces, PID 1 and its
+	// staged mounts were made during start-up.
+	for _, attack := range []struct{ name, script string }{
+		{"write core_pattern", "echo '|/tmp/x' > /proc/sys/kernel/core_pattern"},
+		{"read a masked /proc file", "[ -n \"$(head -c 1 /proc/timer_list)\" ]"},
+		{"remove a mask", "umount /proc/timer_list || umount /sys/firmware"},
+		{"mount a file system", "mount -t tmpfs x /mnt"},
+		{"write sysfs", "echo 1 > /sys/kernel/mm/ksm/run"},
+		{"make a device", "mknod /tmp/sda b 8 0"},
+		{"new namespaces", "unshare -n true || unshare -m true"},
+		{"signal PID 1", "kill -9 1 && sleep 1 && [ ! -e /proc/1 ]"},
+		{"leave the cgroup", "for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > $f && exit 0; done; exit 1"},
+	} {
+		r := a.run("-q", "run", "--image", ref, "--", "sh", "-c", "("+attack.script+") 2>/dev/null")
+		if r.code == 0 {
+			t.Errorf("%s: succeeded inside the sandbox (%v)", attack.name, r)
+		}
+	}
 }
 
 func TestRunHostFallbackOffline(t *testing.T) {
