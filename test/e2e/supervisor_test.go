@@ -42,7 +42,7 @@ func TestSandboxSupervisorIsStub(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(sup) + "/cmdline")
+			cmd := settledCmdline(sup)
 			isStub := strings.TrimRight(string(cmd), "\x00") == "agentkernel:supervise"
 			if want := !goSup && runtime.GOARCH == "amd64"; isStub != want {
 				t.Fatalf("supervisor cmdline %q (want the stub: %v)", cmd, want)
@@ -174,7 +174,7 @@ func TestRootlessPersistentSandbox(t *testing.T) {
 			t.Errorf("pid %d runs as uid %d, not the user's %d", pid, owner, uid)
 		}
 	}
-	if cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(sup) + "/cmdline"); runtime.GOARCH == "amd64" && strings.TrimRight(string(cmd), "\x00") != "agentkernel:supervise" {
+	if cmd := settledCmdline(sup); runtime.GOARCH == "amd64" && strings.TrimRight(string(cmd), "\x00") != "agentkernel:supervise" {
 		t.Errorf("supervisor is %q, not the stub", cmd)
 	}
 	if r := a.run("exec", "rl", "--", "sh", "-c", "id -u; echo data > /tmp/f; exit 4"); r.code != 4 || r.stdout != "0\n" {
@@ -261,4 +261,19 @@ func userProcs(uid int) []string {
 		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
 	return out
+}
+
+// settledCmdline is pid's command line once it has one. The supervisor
+// tells its starter it is ready when it hands its descriptor 3 to the
+// waiting stub, just before it execs the stub; until that exec is done
+// its command line reads empty, and on a loaded machine a test can look
+// in between.
+func settledCmdline(pid int) []byte {
+	var cmd []byte
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if cmd, _ = os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); len(cmd) > 0 {
+			break
+		}
+	}
+	return cmd
 }
