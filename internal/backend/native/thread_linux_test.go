@@ -18,13 +18,7 @@ import (
 // and mounts are what they were; the re-executed init still works when
 // asked for.
 func TestThreadBuiltSandbox(t *testing.T) {
-	requireRoot(t)
-	if execStub == "" {
-		t.Skip("no stub on this architecture: runs use the re-executed init")
-	}
-	if os.Getenv("AGENTKERNEL_REEXEC_INIT") != "" {
-		t.Skip("AGENTKERNEL_REEXEC_INIT is set: every run uses the re-executed init")
-	}
+	requireThreadBuilt(t)
 	nsBefore, _ := os.Readlink("/proc/self/ns/mnt")
 	netBefore, _ := os.Readlink("/proc/self/ns/net")
 	mountsBefore := mountTable(t)
@@ -107,13 +101,7 @@ func TestPreparedThreadsEnd(t *testing.T) {
 // same file systems, options and device nodes as when the re-executed
 // init mounts them in place.
 func TestStagedMountsMatchInit(t *testing.T) {
-	requireRoot(t)
-	if execStub == "" {
-		t.Skip("no stub on this architecture: every sandbox has the re-executed init")
-	}
-	if os.Getenv("AGENTKERNEL_REEXEC_INIT") != "" {
-		t.Skip("the re-executed init is forced")
-	}
+	requireThreadBuilt(t)
 	// Mount point, file system type, source and options of every mount,
 	// then /dev's listing.
 	script := `while read -r _ _ _ _ mp opts rest; do echo "$mp $opts ${rest#*- }"; done < /proc/self/mountinfo | sort; ls -ln /dev /dev/pts | sed 's/ [A-Z][a-z][a-z] .*:[0-9][0-9] / /'`
@@ -135,3 +123,16 @@ func TestStagedMountsMatchInit(t *testing.T) {
 }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+// requireThreadBuilt skips a test of thread-built sandboxes where runs
+// use the re-executed init.
+func requireThreadBuilt(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	if execStub == "" {
+		t.Skip("no stub on this architecture: runs use the re-executed init")
+	}
+	if os.Getenv("AGENTKERNEL_REEXEC_INIT") != "" {
+		t.Skip("AGENTKERNEL_REEXEC_INIT is set: every run uses the re-executed init")
+	}
+}
