@@ -240,7 +240,7 @@ func (s *initState) mask(p string) error {
 		return nil
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return mount("tmpfs", p, "tmpfs", msMasked, "size=0,mode=0555")
+		return mount("tmpfs", p, "tmpfs", msMasked, maskDirOpts)
 	}
 	return mount("/dev/null", p, "", unix.MS_BIND, "")
 }
@@ -302,8 +302,8 @@ func (s *initState) mountDev() error {
 	if err := os.MkdirAll(dev, 0o755); err != nil {
 		return err
 	}
-	owner := ",uid=" + strconv.Itoa(s.cfg.RootUID) + ",gid=" + strconv.Itoa(s.cfg.RootGID)
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536k"+owner); err != nil {
+	fs := devFileSystems(s.cfg)
+	if err := mount(fs[0].source, dev, fs[0].fstype, fs[0].flags, fs[0].opts); err != nil {
 		return err
 	}
 	for _, d := range devices {
@@ -325,21 +325,13 @@ func (s *initState) mountDev() error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dev+"/pts", 0o755); err != nil {
-		return err
-	}
-	ptsOpts := "newinstance,ptmxmode=0666,mode=0620"
-	if !s.cfg.Rootless {
-		ptsOpts += ",gid=" + strconv.Itoa(s.cfg.RootGID+5) // tty
-	}
-	if err := mount("devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsOpts); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
-		return err
-	}
-	if err := mount("shm", dev+"/shm", "tmpfs", msTmp|unix.MS_NOEXEC, "mode=1777,size=65536k"+owner); err != nil {
-		return err
+	for _, m := range fs[1:] {
+		if err := os.Mkdir(dev+m.dir, os.FileMode(m.mode)); err != nil {
+			return err
+		}
+		if err := mount(m.source, dev+m.dir, m.fstype, m.flags, m.opts); err != nil {
+			return err
+		}
 	}
 	for _, l := range devLinks {
 		if err := os.Symlink(l.target, dev+"/"+l.name); err != nil {
@@ -349,19 +341,53 @@ func (s *initState) mountDev() error {
 	return nil
 }
 
+// devMount is one of /dev's file systems.
+type devMount struct {
+	dir            string // below /dev ("" for /dev itself)
+	mode           uint32 // of its mount point
+	source, fstype string
+	flags          uintptr
+	opts           string
+}
+
+// devFileSystems are /dev's tmpfs, its private devpts and /dev/shm, in
+// mount order, for mountDev and for a thread-built sandbox's PID 1
+// (stubInitScript).
+func devFileSystems(cfg *initConfig) [3]devMount {
+	owner := rootOwner(cfg)
+	pts := "newinstance,ptmxmode=0666,mode=0620"
+	if !cfg.Rootless {
+		pts += ",gid=" + strconv.Itoa(cfg.RootGID+5) // tty
+	}
+	return [3]devMount{
+		{"", 0o755, "tmpfs", "tmpfs", unix.MS_NOSUID | unix.MS_NOEXEC, "mode=0755,size=65536k" + owner},
+		{"/pts", 0o755, "devpts", "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, pts},
+		{"/shm", 0o1777, "shm", "tmpfs", msTmp | unix.MS_NOEXEC, "mode=1777,size=65536k" + owner},
+	}
+}
+
+// maskDirOpts are the options of the empty read-only tmpfs that masks a
+// directory.
+const maskDirOpts = "size=0,mode=0555"
+
 // devLinks are /dev's symlinks.
 var devLinks = []struct{ name, target string }{
 	{"ptmx", "pts/ptmx"}, {"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
 	{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"},
 }
 
-// stagedTmpfs are the sandbox's /tmp and /run: where and with what
-// options (the owner is added).
+// stagedTmpfs are the sandbox's /tmp and /run: where, and with what
+// options.
 func stagedTmpfs(cfg *initConfig) []struct{ dir, opts string } {
 	return []struct{ dir, opts string }{
-		{"/tmp", "mode=1777,size=" + strconv.FormatInt(cfg.DiskMB, 10) + "m"},
-		{"/run", "mode=0755,size=65536k"},
+		{"/tmp", "mode=1777,size=" + strconv.FormatInt(cfg.DiskMB, 10) + "m" + rootOwner(cfg)},
+		{"/run", "mode=0755,size=65536k" + rootOwner(cfg)},
 	}
+}
+
+// rootOwner is the mount option that gives a tmpfs to the sandbox's root.
+func rootOwner(cfg *initConfig) string {
+	return ",uid=" + strconv.Itoa(cfg.RootUID) + ",gid=" + strconv.Itoa(cfg.RootGID)
 }
 
 // moveStaged moves what PID 1 staged on the scratch space (stubInitScript)
@@ -401,7 +427,6 @@ func (s *initState) mountSys() error {
 
 // mountTmp gives the sandbox a private /tmp and /run, owned by its root.
 func (s *initState) mountTmp() error {
-	owner := ",uid=" + strconv.Itoa(s.cfg.RootUID) + ",gid=" + strconv.Itoa(s.cfg.RootGID)
 	for _, t := range stagedTmpfs(s.cfg) {
 		dst, err := s.inRoot(t.dir)
 		if err != nil {
@@ -416,7 +441,7 @@ func (s *initState) mountTmp() error {
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
 		}
-		if err := mount("tmpfs", dst, "tmpfs", msTmp, t.opts+owner); err != nil {
+		if err := mount("tmpfs", dst, "tmpfs", msTmp, t.opts); err != nil {
 			return err
 		}
 	}
@@ -446,7 +471,7 @@ func (s *initState) mountVolumes() error {
 				}
 				// Sized like the writable layer: a tmpfs volume must not be a
 				// way around DiskMB (memory limits do not exist rootless).
-				err = mount("tmpfs", dst, "tmpfs", flags, "mode=0755,size="+strconv.FormatInt(s.cfg.DiskMB, 10)+"m,uid="+strconv.Itoa(s.cfg.RootUID)+",gid="+strconv.Itoa(s.cfg.RootGID))
+				err = mount("tmpfs", dst, "tmpfs", flags, "mode=0755,size="+strconv.FormatInt(s.cfg.DiskMB, 10)+"m"+rootOwner(s.cfg))
 			}
 		case sandbox.MountBind:
 			err = s.mountBind(m, dst)

@@ -461,7 +461,7 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 		case prestart.MaskFile:
 			mount("masking "+m.Path, "/dev/null", dst, "", unix.MS_BIND, "")
 		case prestart.MaskDir:
-			mount("masking "+m.Path, "tmpfs", dst, "tmpfs", msMasked, "size=0,mode=0555")
+			mount("masking "+m.Path, "tmpfs", dst, "tmpfs", msMasked, maskDirOpts)
 		case prestart.MaskReadOnly:
 			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REC, "")
 			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REMOUNT|msMasked, "")
@@ -473,17 +473,16 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 		}
 	}
 
-	owner := ",uid=" + strconv.Itoa(cfg.RootUID) + ",gid=" + strconv.Itoa(cfg.RootGID)
 	dev := scratch + "/dev"
-	mkdir("mounting /dev", dev, 0o755)
-	mount("mounting /dev", "tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=65536k"+owner)
-	for _, d := range devices {
-		s.add("mknod /dev/"+d.name, unix.SYS_MKNODAT, at, s.cstr(dev+"/"+d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
+	for i, m := range devFileSystems(cfg) {
+		mkdir("mounting /dev"+m.dir, dev+m.dir, int(m.mode))
+		mount("mounting /dev"+m.dir, m.source, dev+m.dir, m.fstype, m.flags, m.opts)
+		if i == 0 {
+			for _, d := range devices {
+				s.add("mknod /dev/"+d.name, unix.SYS_MKNODAT, at, s.cstr(dev+"/"+d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
+			}
+		}
 	}
-	mkdir("mounting /dev/pts", dev+"/pts", 0o755)
-	mount("mounting /dev/pts", "devpts", dev+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid="+strconv.Itoa(cfg.RootGID+5))
-	mkdir("mounting /dev/shm", dev+"/shm", 0o1777)
-	mount("mounting /dev/shm", "shm", dev+"/shm", "tmpfs", msTmp|unix.MS_NOEXEC, "mode=1777,size=65536k"+owner)
 	for _, l := range devLinks {
 		s.add("linking /dev/"+l.name, unix.SYS_SYMLINKAT, s.cstr(l.target), at, s.cstr(dev+"/"+l.name))
 	}
@@ -499,7 +498,7 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 
 	for _, t := range stagedTmpfs(cfg) {
 		mkdir("mounting "+t.dir, scratch+t.dir, 0o755)
-		mount("mounting "+t.dir, "tmpfs", scratch+t.dir, "tmpfs", msTmp, t.opts+owner)
+		mount("mounting "+t.dir, "tmpfs", scratch+t.dir, "tmpfs", msTmp, t.opts)
 	}
 
 	s.add("reporting", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
