@@ -53,8 +53,13 @@ type threadInit struct {
 	errR   *os.File // its {index, errno} report
 	script *stubScript
 	acked  bool
-	pre    prestart.Init   // forked during start-up (package prestart)
-	masks  []prestart.Mask // looked up during start-up, or nil
+	// forked is PID 1's process and descriptors: package prestart's,
+	// forked during start-up, or startInitStub's. inCgroup: it was cloned
+	// into the sandbox's (v2) cgroup; otherwise only the command and what
+	// it starts are in the cgroup.
+	forked   prestart.Init
+	inCgroup bool
+	masks    []prestart.Mask // looked up during start-up, or nil
 }
 
 // threadLaunch is what the parent and the thread share while it builds.
@@ -149,7 +154,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	}
 	t := &threadInit{}
 	if prestarted {
-		t.pre, t.masks = pre.Init, pre.Masks
+		t.forked, t.masks = pre.Init, pre.Masks
 	}
 	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
@@ -265,12 +270,12 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 			close(l.result)
 		}
 		_ = unix.Kill(t.pid, unix.SIGKILL)
-		// The cgroup goes here rather than after the caller wakes up. A
-		// PID 1 forked during start-up is outside it, so unless the
-		// command left orphans it is empty already: remove it while PID 1
-		// dies.
+		// The cgroup goes here rather than after the caller wakes up.
+		// When PID 1 is outside it (v1, or forked during start-up), it is
+		// empty already unless the command left orphans: remove it while
+		// PID 1 dies.
 		ephemeral := r.cg != nil && l.result == nil
-		if ephemeral && t.pre.Pid > 0 {
+		if ephemeral && !t.inCgroup {
 			r.cg.tryRemove()
 		}
 		var iws syscall.WaitStatus
@@ -319,18 +324,18 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 // stages mounts and waits, and the command never runs under it.
 func (s *initState) startInitStub() error {
 	t := s.thread
-	if t.pre.Pid <= 0 {
+	if t.forked.Pid <= 0 {
 		sys := &syscall.SysProcAttr{Setsid: true}
 		if s.cgroupFD >= 0 {
 			sys.UseCgroupFD, sys.CgroupFD = true, s.cgroupFD
 		}
-		pre, err := prestart.ForkStub(argv0Init, sys)
+		f, err := prestart.ForkStub(argv0Init, sys)
 		if err != nil {
 			return err
 		}
-		t.pre = pre
+		t.forked, t.inCgroup = f, s.cgroupFD >= 0
 	}
-	t.pid, t.sock, t.errR = t.pre.Pid, os.NewFile(uintptr(t.pre.Sock), "init"), os.NewFile(uintptr(t.pre.Err), "init-errors")
+	t.pid, t.sock, t.errR = t.forked.Pid, os.NewFile(uintptr(t.forked.Sock), "init"), os.NewFile(uintptr(t.forked.Err), "init-errors")
 	return t.sendScript(s.scratch, s.cfg)
 }
 
