@@ -382,6 +382,17 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		}
 	}
 	defer io3.closeChild()
+	// Signals are caught from before the launch: a thread-built sandbox
+	// can start its command before launchThread returns, and a SIGTERM
+	// meant for that command must reach it (wait forwards what came
+	// meanwhile), not kill agentkernel by default.
+	sigCh := make(chan os.Signal, 8)
+	signal.Notify(sigCh, forwarded...)
+	// signal.Stop waits until Go's signal-forwarding goroutine is idle,
+	// 0.2 ms here at the end of every run: it need not delay the result.
+	// A signal that still arrives meanwhile goes to sigCh, which nobody
+	// reads any more, instead of the default action.
+	defer func() { go signal.Stop(sigCh) }()
 	var l *launched
 	if r.threadable(cfg) {
 		var tl *threadLaunch
@@ -395,16 +406,6 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		return sandbox.Result{}, err
 	}
 	defer l.sock.Close()
-	// Signal handling starts only now: its first use costs a thread, and
-	// the init's boot hides that. A SIGTERM before this point kills
-	// agentkernel by default, and Pdeathsig the sandbox with it.
-	sigCh := make(chan os.Signal, 8)
-	signal.Notify(sigCh, forwarded...)
-	// signal.Stop waits until Go's signal-forwarding goroutine is idle,
-	// 0.2 ms here at the end of every run: it need not delay the result.
-	// A signal that still arrives meanwhile goes to sigCh, which nobody
-	// reads any more, instead of the default action.
-	defer func() { go signal.Stop(sigCh) }()
 	io3.start()
 	if tty != nil {
 		tty.slave.Close()
