@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 )
 
@@ -199,10 +200,20 @@ func FuzzStoreLookup(f *testing.F) {
 				if _, err := s.Inspect(ctx, ref); !errors.Is(err, ErrNotFound) {
 					t.Fatalf("Inspect(%q) = %v; want ErrNotFound", ref, err)
 				}
+				if crfs, ok, err := cache.Lookup(filepath.Dir(s.Dir()), ref, cache.MetaFor(IDMap{})); ok || err != nil {
+					t.Fatalf("cache.Lookup(%q) = %s, %v, %v; want a miss", ref, crfs.Digest, ok, err)
+				}
 				continue
 			}
 			if err != nil || rfs.Digest != want.Digest {
 				t.Fatalf("Ensure(%q, never) = %s, %v; want %s", ref, rfs.Digest, err, want.Digest)
+			}
+			// agentkernel's registry-free lookup finds the same root
+			// filesystem wherever it understands the reference.
+			crfs, ok, cerr := cache.Lookup(filepath.Dir(s.Dir()), ref, cache.MetaFor(IDMap{}))
+			_, normal := cache.Normalize(ref)
+			if cerr != nil || ok != (normal || isDigestRef(ref)) || ok && !reflect.DeepEqual(crfs, rfs) {
+				t.Fatalf("cache.Lookup(%q) = %+v, %v, %v; Ensure gave %+v", ref, crfs, ok, cerr, rfs)
 			}
 			var wantLayers []string
 			for _, l := range want.Layers {
@@ -260,7 +271,7 @@ func fuzzIndexOne(t *testing.T, s *Store, data []byte) {
 				t.Fatal("an index with an error")
 			}
 		} else {
-			if idx.Version != indexVersion || idx.Images == nil || idx.Tags == nil {
+			if idx.Version != cache.IndexVersion || idx.Images == nil || idx.Tags == nil {
 				t.Fatalf("parsed index %+v", idx)
 			}
 			out, err := json.Marshal(idx)
@@ -454,7 +465,7 @@ func FuzzStoreMeta(f *testing.F) {
 			Privileged bool  `json:"privileged"`
 			Owner      int   `json:"owner_uid"`
 		}
-		valid := json.Unmarshal(data, &m) == nil && m.Version == storeFormat && m.Privileged == root && m.IDMap.IsZero() &&
+		valid := json.Unmarshal(data, &m) == nil && m.Version == cache.Format && m.Privileged == root && m.IDMap.IsZero() &&
 			(root || m.Owner == os.Geteuid())
 		if (err == nil) != valid {
 			t.Fatalf("Open with store.json %q: %v, but valid=%v", data, err, valid)
@@ -563,7 +574,7 @@ func FuzzDockerSaveManifest(f *testing.F) {
 		}()
 		if sn, err := s.current(); err != nil {
 			t.Fatal(err)
-		} else if what := knownIndexBug(sn.idx); what != "" {
+		} else if what := knownIndexBug(sn.Index); what != "" {
 			knownBug(t, what)
 		}
 		for _, sum := range out {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // ImageSummary is one row of List: an image under one of its tags.
@@ -55,7 +57,7 @@ func (s *Store) List(ctx context.Context) ([]ImageSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx := sn.idx
+	idx := sn.Index
 	var out []ImageSummary
 	tagged := map[string]bool{}
 	for t, d := range idx.Tags {
@@ -125,13 +127,13 @@ func (s *Store) Inspect(ctx context.Context, ref string) (ImageDetails, error) {
 	if err != nil {
 		return ImageDetails{}, err
 	}
-	_, rec := sn.find(ref, s.refKey)
+	_, rec := sn.Find(ref, s.refKey)
 	if rec == nil {
 		return ImageDetails{}, fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	d := ImageDetails{
 		Digest: rec.Digest, IndexDigest: rec.IndexDigest, MediaType: rec.MediaType,
-		ConfigDigest: rec.ConfigDigest, Tags: sn.idx.tagsOf(rec.Digest), Platform: rec.Platform,
+		ConfigDigest: rec.ConfigDigest, Tags: sn.Index.TagsOf(rec.Digest), Platform: rec.Platform,
 		Size: rec.Size, UnpackedSize: rec.UnpackedSize, Created: rec.Created, Pulled: rec.Pulled,
 		Source: rec.Source, Config: rec.Config,
 	}
@@ -176,8 +178,8 @@ func (s *Store) Remove(ctx context.Context, ref string) (RemoveResult, error) {
 	}
 	var res RemoveResult
 	err := s.updateIndex(ctx, func(idx *indexFile) error {
-		sn := &snapshot{idx: idx}
-		key, rec := sn.find(ref, normalizeFast)
+		sn := &cache.Snapshot{Index: idx}
+		key, rec := sn.Find(ref, normalizeFast)
 		if rec == nil {
 			return fmt.Errorf("%w: %s", ErrNotFound, ref)
 		}
@@ -186,7 +188,7 @@ func (s *Store) Remove(ctx context.Context, ref string) (RemoveResult, error) {
 			delete(idx.Tags, key)
 			res.Untagged = append(res.Untagged, key)
 		}
-		rest := idx.tagsOf(rec.Digest)
+		rest := idx.TagsOf(rec.Digest)
 		if byDigest {
 			sort.Strings(rest)
 			for _, t := range rest {
@@ -235,7 +237,7 @@ func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
 	used := map[string]bool{}
 	err = s.updateIndex(ctx, func(idx *indexFile) error {
 		for d, rec := range idx.Images {
-			if rec.Dangling && len(idx.tagsOf(d)) == 0 {
+			if rec.Dangling && len(idx.TagsOf(d)) == 0 {
 				delete(idx.Images, d)
 				res.Images = append(res.Images, d)
 			}

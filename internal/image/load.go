@@ -18,6 +18,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // Annotations that name an image in an OCI layout.
@@ -337,7 +339,7 @@ func (s *Store) Import(ctx context.Context, tarPath, ref string) (ImageSummary, 
 		OS:           s.platform.OS,
 		Variant:      s.platform.Variant,
 		Created:      v1.Time{Time: now},
-		Config:       v1.Config{Env: []string{hostPath}},
+		Config:       v1.Config{Env: []string{cache.HostPath}},
 		RootFS:       v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{diffID}},
 		History:      []v1.History{{Created: v1.Time{Time: now}, CreatedBy: "agentkernel images import " + filepath.Base(tarPath)}},
 	}

@@ -38,7 +38,7 @@ func (s *Store) Pull(ctx context.Context, ref string) (Rootfs, error) {
 	if err != nil {
 		return Rootfs{}, err
 	}
-	paths := sn.layerPaths[rec.Digest]
+	paths := sn.LayerPaths[rec.Digest]
 	if paths == nil {
 		return Rootfs{}, fmt.Errorf("image store: %s vanished from the index after pulling", r.Name())
 	}
@@ -142,11 +142,11 @@ func (s *Store) retag(ctx context.Context, digest v1.Hash, indexDigest, tag stri
 	if err != nil {
 		return nil, false, err
 	}
-	rec := sn.idx.Images[digest.String()]
+	rec := sn.Index.Images[digest.String()]
 	if rec == nil {
 		return nil, false, nil
 	}
-	for _, p := range sn.layerPaths[rec.Digest] {
+	for _, p := range sn.LayerPaths[rec.Digest] {
 		if !exists(p) {
 			return nil, false, nil
 		}
@@ -161,7 +161,7 @@ func (s *Store) retag(ctx context.Context, digest v1.Hash, indexDigest, tag stri
 			out.IndexDigest = indexDigest
 		}
 		out.Dangling = false
-		idx.setTag(tag, out.Digest)
+		idx.SetTag(tag, out.Digest)
 		return nil
 	})
 	return out, err == nil, err

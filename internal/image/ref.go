@@ -1,71 +1,53 @@
 package image
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
-// ErrNotFound is returned (wrapped) when an image is neither cached nor,
-// where the pull policy allows asking, known to its registry.
-var ErrNotFound = errors.New("image not found")
+// The vocabulary shared with the runs that only read the cache lives in
+// package cache; these names keep the store's API whole.
+var (
+	ErrNotFound    = cache.ErrNotFound
+	ErrUnreachable = cache.ErrUnreachable
+)
 
-// ErrUnreachable is returned (wrapped) when an image is not cached and its
-// registry cannot be reached: DNS failure, connection refused, no route,
-// timeout. The run command falls back to the host image on it for images
-// it chose itself.
-var ErrUnreachable = errors.New("registry unreachable")
-
-// PullPolicy says when Ensure contacts the registry.
-type PullPolicy string
+type (
+	// Rootfs is what the store hands to a backend (cache.Rootfs).
+	Rootfs = cache.Rootfs
+	// Config is the runtime part of an image config (cache.Config).
+	Config = cache.Config
+	// IDMap is the ownership shift of unpacked layers (cache.IDMap).
+	IDMap = cache.IDMap
+	// PullPolicy says when Ensure contacts the registry (cache.PullPolicy).
+	PullPolicy = cache.PullPolicy
+)
 
 const (
-	// PullMissing pulls only images that are not cached (the default).
-	PullMissing PullPolicy = "missing"
-	// PullAlways asks the registry every time and pulls what changed.
-	PullAlways PullPolicy = "always"
-	// PullNever uses the cache only and fails with ErrNotFound on a miss.
-	PullNever PullPolicy = "never"
+	PullMissing = cache.PullMissing
+	PullAlways  = cache.PullAlways
+	PullNever   = cache.PullNever
+	HostRef     = cache.HostRef
 )
 
 // ParsePullPolicy parses "missing", "always" or "never" ("" means
 // missing).
-func ParsePullPolicy(s string) (PullPolicy, error) {
-	switch p := PullPolicy(strings.ToLower(strings.TrimSpace(s))); p {
-	case "":
-		return PullMissing, nil
-	case PullMissing, PullAlways, PullNever:
-		return p, nil
-	}
-	return "", fmt.Errorf("pull policy %q: use missing, always or never", s)
-}
-
-// HostRef is the reference of the special image that is the host's own
-// read-only root filesystem.
-const HostRef = "host"
+func ParsePullPolicy(s string) (PullPolicy, error) { return cache.ParsePullPolicy(s) }
 
 // IsHost reports whether ref names the special host image ("host" or
 // "host:latest").
-func IsHost(ref string) bool { return ref == HostRef || ref == "host:latest" }
-
-// hostPath is the PATH of the host image's config.
-const hostPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+func IsHost(ref string) bool { return cache.IsHost(ref) }
 
 // HostRootfs is the Rootfs of the host image. It does no I/O.
-func HostRootfs() Rootfs {
-	return Rootfs{
-		Ref:  HostRef,
-		Host: true,
-		Config: Config{
-			Env:        []string{hostPath},
-			Cmd:        []string{"/bin/sh"},
-			WorkingDir: "/",
-		},
-	}
-}
+func HostRootfs() Rootfs { return cache.HostRootfs() }
+
+// DefaultIDMap is the map the native backend uses (cache.DefaultIDMap).
+func DefaultIDMap() IDMap { return cache.DefaultIDMap() }
 
 // NormalizeRef returns the canonical form of an image reference: Docker
 // Hub short names get their registry and "library/" ("alpine:3.20" ->
@@ -139,21 +121,7 @@ func isInsecure(registry string, insecure []string) bool {
 	return false
 }
 
-// isDigestRef reports whether ref is a bare digest ("sha256:…", full or a
-// prefix of at least 12 hex digits) naming a cached image.
-func isDigestRef(ref string) bool {
-	hex, ok := strings.CutPrefix(ref, "sha256:")
-	if !ok || len(hex) < 12 || len(hex) > 64 {
-		return false
-	}
-	for i := 0; i < len(hex); i++ {
-		c := hex[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+func isDigestRef(ref string) bool { return cache.IsDigestRef(ref) }
 
 // normalizeFast is NormalizeRef without the host check, for lookups.
 func normalizeFast(ref string) (string, error) {

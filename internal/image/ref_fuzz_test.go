@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // refSeeds are image references of every shape: short Docker Hub names,
@@ -21,8 +23,9 @@ var refSeeds = []string{
 
 // FuzzNormalizeRef: the canonical form is idempotent, fully qualified
 // (it parses under strict validation to itself), keeps the tag or digest
-// it was given ("latest" when none), agrees with the lookup fast path, and
-// the host image is always "host".
+// it was given ("latest" when none), agrees with the lookup fast path and
+// with cache.Normalize wherever that one answers, and the host image is
+// always "host".
 func FuzzNormalizeRef(f *testing.F) {
 	for _, s := range refSeeds {
 		f.Add(s)
@@ -38,6 +41,11 @@ func FuzzNormalizeRef(f *testing.F) {
 		fast, ferr := normalizeFast(ref)
 		if (err == nil) != (ferr == nil) || fast != n {
 			t.Fatalf("NormalizeRef(%q) = %q, %v but normalizeFast gives %q, %v", ref, n, err, fast, ferr)
+		}
+		// The registry-free normaliser of 'agentkernel run' answers the
+		// same or declines.
+		if c, ok := cache.Normalize(ref); ok && (err != nil || c != n) {
+			t.Fatalf("NormalizeRef(%q) = %q, %v but cache.Normalize gives %q", ref, n, err, c)
 		}
 		if err != nil {
 			if n != "" || !strings.HasPrefix(err.Error(), "image reference ") {

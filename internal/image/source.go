@@ -176,7 +176,7 @@ func (s *Store) storeImage(ctx context.Context, src *imageSource, tags []string)
 		}
 		idx.Images[rec.Digest] = rec
 		for _, t := range tags {
-			idx.setTag(t, rec.Digest)
+			idx.SetTag(t, rec.Digest)
 		}
 		return nil
 	})

@@ -12,18 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sys/unix"
-)
 
-// storeFormat is the version of the on-disk layout written to store.json.
-const storeFormat = 1
+	"github.com/agentkernel/agentkernel/internal/image/cache"
+)
 
 // defaultDownloads is how many layers are fetched and unpacked at once.
 const defaultDownloads = 3
@@ -70,10 +65,7 @@ type Store struct {
 	keychain   authn.Keychain
 	log        *slog.Logger
 
-	indexFile string // <root>/index.json, computed once
-
-	snapMu sync.Mutex
-	snap   atomic.Pointer[snapshot]
+	cache *cache.Cache // index.json's snapshot and layer paths
 
 	// refKeys caches NormalizeRef for lookups (bounded; reset when full).
 	refMu   sync.RWMutex
@@ -82,15 +74,6 @@ type Store struct {
 	transportOnce sync.Once
 	transport     http.RoundTripper
 	insecureTr    http.RoundTripper
-}
-
-// storeMeta is store.json: what every layer in the store was unpacked
-// with. A process that would unpack differently must not share it.
-type storeMeta struct {
-	Version    int   `json:"version"`
-	IDMap      IDMap `json:"id_map"`
-	Privileged bool  `json:"privileged"`
-	Owner      int   `json:"owner_uid"`
 }
 
 // Open opens (creating if needed) the image store under
@@ -105,12 +88,12 @@ func Open(dataDir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	if err := opts.IDMap.validate(); err != nil {
+	if err := opts.IDMap.Validate(); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s := &Store{
 		root:       filepath.Join(abs, "images"),
-		indexFile:  filepath.Join(abs, "images", "index.json"),
+		cache:      cache.New(filepath.Join(abs, "images")),
 		refKeys:    map[string]string{},
 		opts:       opts,
 		privileged: os.Geteuid() == 0,
@@ -144,12 +127,7 @@ func Open(dataDir string, opts Options) (*Store, error) {
 }
 
 // Close releases the file the store keeps open for its index cache.
-func (s *Store) Close() error {
-	if old := s.snap.Swap(nil); old != nil && old.f != nil {
-		return old.f.Close()
-	}
-	return nil
-}
+func (s *Store) Close() error { return s.cache.Close() }
 
 // Dir is the store's root directory (<dataDir>/images).
 func (s *Store) Dir() string { return s.root }
@@ -166,7 +144,7 @@ func (s *Store) path(elem ...string) string {
 	return filepath.Join(append([]string{s.root}, elem...)...)
 }
 
-func (s *Store) indexPath() string { return s.indexFile }
+func (s *Store) indexPath() string { return s.cache.IndexPath() }
 func (s *Store) lockPath(name string) string {
 	return s.path("locks", name+".lock")
 }
@@ -174,15 +152,13 @@ func (s *Store) blobPath(h v1.Hash) string {
 	return s.path("blobs", h.Algorithm, h.Hex)
 }
 func (s *Store) layerDir(diffID v1.Hash) string {
-	return s.path("layers", diffID.Algorithm, diffID.Hex)
+	return s.cache.LayerDir(diffID.Algorithm, diffID.Hex)
 }
 func (s *Store) layerFS(diffID v1.Hash) string {
 	return filepath.Join(s.layerDir(diffID), "fs")
 }
 
-func (s *Store) wantMeta() storeMeta {
-	return storeMeta{Version: storeFormat, IDMap: s.opts.IDMap, Privileged: s.privileged, Owner: os.Geteuid()}
-}
+func (s *Store) wantMeta() cache.Meta { return cache.MetaFor(s.opts.IDMap) }
 
 // checkMeta reads store.json (one small read on the common path) and
 // creates the layout when it does not exist yet.
@@ -195,33 +171,10 @@ func (s *Store) checkMeta() error {
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	return s.compareMeta(data, want)
+	return want.Check(s.root, data)
 }
 
-func (s *Store) compareMeta(data []byte, want storeMeta) error {
-	var have storeMeta
-	if err := json.Unmarshal(data, &have); err != nil {
-		return fmt.Errorf("image store %s: store.json: %w", s.root, err)
-	}
-	if have.Version != storeFormat {
-		return fmt.Errorf("image store %s: format version %d, this agentkernel understands %d", s.root, have.Version, storeFormat)
-	}
-	switch {
-	case have.Privileged != want.Privileged:
-		who := map[bool]string{true: "root", false: "a non-root user"}
-		return fmt.Errorf("image store %s was unpacked by %s and cannot be used by %s: use another --data-dir",
-			s.root, who[have.Privileged], who[want.Privileged])
-	case have.IDMap != want.IDMap:
-		return fmt.Errorf("image store %s was unpacked with id map %s, this process uses %s: use another --data-dir",
-			s.root, have.IDMap, want.IDMap)
-	case !have.Privileged && have.Owner != want.Owner:
-		return fmt.Errorf("image store %s belongs to uid %d, this process runs as uid %d: use another --data-dir",
-			s.root, have.Owner, want.Owner)
-	}
-	return nil
-}
-
-func (s *Store) create(want storeMeta) error {
+func (s *Store) create(want cache.Meta) error {
 	if err := os.MkdirAll(s.root, 0o700); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
@@ -237,7 +190,7 @@ func (s *Store) create(want storeMeta) error {
 	defer unlock()
 	// Another process may have created it while we waited.
 	if data, err := os.ReadFile(s.path("store.json")); err == nil {
-		return s.compareMeta(data, want)
+		return want.Check(s.root, data)
 	}
 	data, _ := json.MarshalIndent(want, "", "  ")
 	if err := writeFileAtomic(s.path("store.json"), append(data, '\n'), 0o644); err != nil {
@@ -284,41 +237,15 @@ func (s *Store) lookup(ref string) (Rootfs, bool, error) {
 	if err != nil {
 		return Rootfs{}, false, err
 	}
-	key, rec := snap.find(ref, s.refKey)
-	if rec == nil {
+	key, rec, paths, ok := snap.Resolve(ref, s.refKey)
+	if !ok || s.opts.Platform != "" && !platformMatches(rec.Platform, s.platform) {
 		return Rootfs{}, false, nil
-	}
-	if s.opts.Platform != "" && !platformMatches(rec.Platform, s.platform) {
-		return Rootfs{}, false, nil
-	}
-	paths := snap.layerPaths[rec.Digest]
-	var st unix.Stat_t
-	for _, p := range paths {
-		if err := unix.Lstat(p, &st); err != nil {
-			return Rootfs{}, false, nil
-		}
-	}
-	if key == "" {
-		key = rec.Digest
 	}
 	return s.rootfsOf(key, rec, paths), true, nil
 }
 
 func (s *Store) rootfsOf(ref string, rec *imageRecord, paths []string) Rootfs {
-	return Rootfs{
-		Ref:       ref,
-		Digest:    rec.Digest,
-		Layers:    slices.Clone(paths),
-		UserXattr: !s.privileged,
-		IDMap:     s.opts.IDMap,
-		Config: Config{
-			Env:        slices.Clone(rec.Config.Env),
-			Entrypoint: slices.Clone(rec.Config.Entrypoint),
-			Cmd:        slices.Clone(rec.Config.Cmd),
-			WorkingDir: rec.Config.WorkingDir,
-			User:       rec.Config.User,
-		},
-	}
+	return cache.RootfsOf(ref, rec, paths, s.privileged, s.opts.IDMap)
 }
 
 func platformMatches(have string, want v1.Platform) bool {
@@ -350,101 +277,6 @@ func (s *Store) refKey(ref string) (string, error) {
 	return key, nil
 }
 
-// snapshot is a parsed index.json. Its file stays open so that the inode
-// cannot be reused: index.json is only ever replaced by rename, so while
-// the path still names the same inode the snapshot is current.
-type snapshot struct {
-	f          *os.File
-	dev, ino   uint64
-	idx        *indexFile
-	layerPaths map[string][]string // manifest digest -> layer fs dirs
-}
-
-// find resolves ref (a tag or digest reference, or a bare "sha256:…"
-// digest or prefix) to the tag key it was found under and its record.
-func (sn *snapshot) find(ref string, normalize func(string) (string, error)) (string, *imageRecord) {
-	idx := sn.idx
-	if isDigestRef(ref) {
-		return "", idx.byDigestPrefix(ref)
-	}
-	r, err := normalize(ref)
-	if err != nil {
-		return "", nil
-	}
-	if d, ok := idx.Tags[r]; ok {
-		if rec := idx.Images[d]; rec != nil {
-			return r, rec
-		}
-	}
-	if _, dg, ok := strings.Cut(r, "@"); ok {
-		if rec := idx.byDigest(dg); rec != nil {
-			return r, rec
-		}
-	}
-	return "", nil
-}
-
 // current returns the snapshot of index.json, re-reading it only when
 // the file was replaced.
-func (s *Store) current() (*snapshot, error) {
-	var st unix.Stat_t
-	err := unix.Stat(s.indexFile, &st)
-	if errors.Is(err, unix.ENOENT) {
-		return &snapshot{idx: newIndex(), layerPaths: map[string][]string{}}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image store: %s: %w", s.indexFile, err)
-	}
-	if sn := s.snap.Load(); sn != nil && sn.dev == uint64(st.Dev) && sn.ino == uint64(st.Ino) {
-		return sn, nil
-	}
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
-	f, err := os.Open(s.indexPath())
-	if err != nil {
-		return nil, fmt.Errorf("image store: %w", err)
-	}
-	sn, err := s.loadSnapshot(f)
-	if err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	if old := s.snap.Swap(sn); old != nil && old.f != nil {
-		_ = old.f.Close()
-	}
-	return sn, nil
-}
-
-func (s *Store) loadSnapshot(f *os.File) (*snapshot, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("image store: %w", err)
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("image store: %w", err)
-	}
-	idx, err := parseIndex(data)
-	if err != nil {
-		return nil, fmt.Errorf("image store %s: %w", s.indexPath(), err)
-	}
-	sn := &snapshot{f: f, dev: uint64(st.Dev), ino: uint64(st.Ino), idx: idx, layerPaths: make(map[string][]string, len(idx.Images))}
-	for d, rec := range idx.Images {
-		paths := make([]string, 0, len(rec.Layers))
-		for i, l := range rec.Layers {
-			h, err := v1.NewHash(l.DiffID)
-			if err != nil {
-				return nil, fmt.Errorf("image store: image %s: %w", d, err)
-			}
-			// A layer that occurs again higher up adds nothing here (its
-			// higher copy hides every name it has), and overlayfs rejects
-			// a lowerdir listed twice: keep only the topmost occurrence.
-			if slices.ContainsFunc(rec.Layers[i+1:], func(o layerRecord) bool { return o.DiffID == l.DiffID }) {
-				continue
-			}
-			paths = append(paths, s.layerFS(h))
-		}
-		sn.layerPaths[d] = paths
-	}
-	return sn, nil
-}
+func (s *Store) current() (*cache.Snapshot, error) { return s.cache.Current() }

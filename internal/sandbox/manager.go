@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentkernel/agentkernel/internal/audit"
-	"github.com/agentkernel/agentkernel/internal/image"
+	image "github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // Images is the part of the image store the Manager needs.

@@ -3,7 +3,7 @@ package sandbox
 import (
 	"time"
 
-	"github.com/agentkernel/agentkernel/internal/image"
+	image "github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // Spec is everything a backend needs to run one sandbox. It is fully

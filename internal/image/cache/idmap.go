@@ -1,4 +1,4 @@
-package image
+package cache
 
 import (
 	"fmt"
@@ -44,7 +44,8 @@ func (m IDMap) String() string {
 	return fmt.Sprintf("%d:%d:%d", m.UID, m.GID, m.Size)
 }
 
-func (m IDMap) validate() error {
+// Validate checks that m's ranges fit in 32 bits and are not empty.
+func (m IDMap) Validate() error {
 	if m.IsZero() {
 		return nil
 	}

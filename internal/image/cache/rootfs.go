@@ -1,4 +1,4 @@
-package image
+package cache
 
 // Rootfs is what the image store hands to a backend: the image's read-only
 // layer directories, lowest first, and the parts of its config that
