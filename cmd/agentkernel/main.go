@@ -1,13 +1,22 @@
-// Command agentkernel is the single binary of agentkernel: CLI, sandbox
-// init, supervisor, daemon, API server and MCP server.
+// Command agentkernel is what users type. It runs 'agentkernel run' of
+// images that are already cached by itself, and hands every other command
+// line to agentkernel-full, the binary with the rest of the command line
+// (images, sandboxes, the daemon, the API and MCP servers), which it
+// finds beside itself.
+//
+// Why two binaries: a Go program initialises every package it links
+// before main runs, on every start. 'run' is the command agents call in
+// a loop, and its start-up should not pay for a registry client, TLS, an
+// SQLite engine and an MCP server it does not use; linking only what a
+// run of a cached image needs takes milliseconds off every run. The
+// hand-off is one execve(2) with the same arguments, environment and
+// descriptors, made before this process has printed or started anything,
+// so agentkernel-full behaves exactly as if it had been called directly.
+// TestRunPathDependencies keeps the heavy packages out of this binary.
 //
 // GOMAXPROCS is the number of CPUs this process may run on, not derived
-// from the cgroup's CPU quota (Go 1.25's default, off here): the runtime
-// would keep two cgroup files open for the whole life of every process
-// and re-read them every second. agentkernel's processes hand exact
-// descriptor numbers to their children (the sandbox init, the stub, the
-// waiting supervisor) and close unknown ones, and an idle supervisor or
-// init must not wake up for nothing. Set GOMAXPROCS to limit it.
+// from the cgroup's CPU quota (Go 1.25's default, off here): see
+// cmd/agentkernel-full.
 //
 //go:debug containermaxprocs=0
 //go:debug updatemaxprocs=0
@@ -18,10 +27,11 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/debug"
+	"syscall"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
-	"github.com/agentkernel/agentkernel/internal/cli"
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 )
 
 // Set with -ldflags "-X main.version=… -X main.commit=…".
@@ -35,60 +45,44 @@ func main() {
 }
 
 func run() int {
-	// The sandbox init and exec stages are this binary re-executed; they
-	// must not touch the CLI.
+	// The sandbox init (rootless runs) is this binary re-executed.
 	if native.IsInit() {
 		return native.InitMain()
 	}
-	if commit == "unknown" {
-		commit = vcsRevision()
+	if !prestart.IsRun(os.Args) {
+		return handOff()
 	}
-	app := &cli.App{
+	if commit == "unknown" {
+		commit = runcli.Revision()
+	}
+	app := &runcli.App{
 		Stdin:   os.Stdin,
 		Stdout:  os.Stdout,
 		Stderr:  os.Stderr,
-		Version: cli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
+		Version: runcli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
+		// Until the run is known to be ours, warnings wait: a run handed
+		// to agentkernel-full prints its own.
+		HoldWarnings: true,
 	}
-	root := cli.NewRootCommandFor(app, os.Args)
-	err := root.Execute()
-	if err == nil {
-		return 0
+	err := runcli.NewRoot(app).Execute()
+	if errors.Is(err, runcli.ErrNeedsFull) {
+		app.DropWarnings()
+		return handOff()
 	}
-	var ee *cli.ExitError
-	if errors.As(err, &ee) {
-		if ee.Err != nil {
-			fmt.Fprintf(os.Stderr, "agentkernel: %v\n", ee.Err)
-			if ee.Hint != "" {
-				fmt.Fprintf(os.Stderr, "hint: %s\n", ee.Hint)
-			}
-		}
-		return ee.Code
-	}
-	fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
-	return cli.ExitAgentkernel
+	app.FlushWarnings()
+	return runcli.ExitCode(err, os.Stderr)
 }
 
-// vcsRevision is the commit the binary was built from, when the Go
-// toolchain recorded it.
-func vcsRevision() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
+// handOff replaces this process with agentkernel-full, same arguments,
+// environment and descriptors. It returns only when that fails.
+func handOff() int {
+	prestart.Abandon()
+	full, err := runcli.FullPath()
+	if err == nil {
+		argv := append([]string{os.Args[0]}, os.Args[1:]...)
+		err = syscall.Exec(full, argv, os.Environ())
+		err = fmt.Errorf("starting %s: %w", full, err)
 	}
-	rev, dirty := "unknown", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
+	return runcli.ExitCode(&runcli.ExitError{Code: runcli.ExitAgentkernel, Err: err,
+		Hint: "agentkernel-full is built with agentkernel: go build -o bin/ ./cmd/agentkernel ./cmd/agentkernel-full"}, os.Stderr)
 }

@@ -14,24 +14,6 @@ import (
 	"github.com/agentkernel/agentkernel/internal/config"
 )
 
-// loadConfig loads the configuration layers for a command run in dir:
-// the user file, then --config or dir/agentkernel.toml. Warnings (unknown
-// keys) are printed; errors come back as *ExitError with code 125.
-func (a *App) loadConfig(dir string) (*config.Config, error) {
-	c, warns, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: dir})
-	for _, w := range warns {
-		a.Warnf("%s", w)
-	}
-	if err != nil {
-		hint := "fix the file, or see 'agentkernel init' for a commented example"
-		if errors.Is(err, fs.ErrNotExist) {
-			hint = "check the --config path"
-		}
-		return nil, &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
-	}
-	return c, nil
-}
-
 const initLong = `Write a commented agentkernel.toml in the current directory (or at the
 path given with --config). An existing file is never overwritten.
 
@@ -111,7 +93,7 @@ masked.`,
   agentkernel --config ci.toml config show`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.loadConfig(".")
+			c, err := a.LoadConfig(".")
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/policy"
 )
 
@@ -22,7 +23,7 @@ func runCLI(t *testing.T, dir string, args ...string) (string, string, error) {
 	t.Chdir(dir)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, ".no-user-config"))
 	var out, errb bytes.Buffer
-	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
+	a := NewApp(runcli.App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
 	root := NewRootCommand(a)
 	root.SetArgs(args)
 	err := root.Execute()
@@ -141,7 +142,7 @@ func TestProfilesCommand(t *testing.T) {
 func TestBindSpecFlags(t *testing.T) {
 	var o policy.Overrides
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
-	bindSpecFlags(fs, &o)
+	runcli.BindSpecFlags(fs, &o)
 	err := fs.Parse([]string{
 		"-i", "alpine:3.20", "--pull", "never", "-p", "restrictive", "--mode", "claude",
 		"-e", "A=1", "-e", "B", "--env-file", "x.env", "-w", "/src", "-v", "/a:/b:ro", "-v", "/c:/d",
@@ -163,7 +164,7 @@ func TestBindSpecFlags(t *testing.T) {
 	for _, bad := range [][]string{{"--userns", "maybe"}, {"--timeout", "5x"}, {"--cpus", "many"}} {
 		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 		fs.SetOutput(&bytes.Buffer{})
-		bindSpecFlags(fs, &policy.Overrides{})
+		runcli.BindSpecFlags(fs, &policy.Overrides{})
 		if err := fs.Parse(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -171,7 +172,7 @@ func TestBindSpecFlags(t *testing.T) {
 	// --timeout takes durations too; defaults leave the profile in charge.
 	var d policy.Overrides
 	fs = pflag.NewFlagSet("run", pflag.ContinueOnError)
-	bindSpecFlags(fs, &d)
+	runcli.BindSpecFlags(fs, &d)
 	if err := fs.Parse([]string{"--timeout", "5m"}); err != nil || d.Timeout != 5*time.Minute {
 		t.Errorf("--timeout 5m: %v %v", d.Timeout, err)
 	}

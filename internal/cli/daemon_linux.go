@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/api"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/daemon"
 	"github.com/agentkernel/agentkernel/internal/policy"
 )
@@ -361,7 +362,7 @@ here with --image.`,
   agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ov.Set = changedFlags(cmd)
+			ov.Set = runcli.ChangedFlags(cmd)
 			if strings.EqualFold(ov.Mode, "native") {
 				ov.Mode = ""
 			}
@@ -372,16 +373,16 @@ here with --image.`,
 			if p.PID() == 0 {
 				return &ExitError{Code: ExitAgentkernel, Err: errors.New("no agentkernel daemon is running"), Hint: "'agentkernel daemon start' starts one"}
 			}
-			spec, err := a.resolveRunSpec(&ov, []string{"true"})
+			spec, err := a.ResolveRunSpec(&ov, []string{"true"})
 			if err != nil {
 				return err
 			}
-			mgr, err := a.manager()
+			mgr, err := a.Manager()
 			if err != nil {
 				return err
 			}
 			if err := mgr.PrepareRootfs(cmd.Context(), spec); err != nil {
-				return runError(err)
+				return runcli.RunError(err)
 			}
 			if err := daemon.Prewarm(p.Run, spec, count); err != nil {
 				if errors.Is(err, daemon.ErrStale) {
@@ -394,7 +395,7 @@ here with --image.`,
 		},
 	}
 	fs := cmd.Flags()
-	bindSpecFlags(fs, &ov)
+	runcli.BindSpecFlags(fs, &ov)
 	fs.IntVar(&count, "count", 0, "sandboxes to keep ready (default [daemon] min_warm)")
 	for _, hide := range []string{"tty", "interactive", "keep"} {
 		_ = fs.MarkHidden(hide)

@@ -47,7 +47,7 @@ func newDetectCmd(a *App) *cobra.Command {
 				printDetectTable(a)
 				return nil
 			}
-			c, err := a.loadConfig(".")
+			c, err := a.LoadConfig(".")
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -190,7 +191,7 @@ func (a *App) runExec(ctx context.Context, o *execOptions, name string, args []s
 		if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 			return sandboxError(name, err)
 		}
-		return runError(err)
+		return runcli.RunError(err)
 	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 )
@@ -21,7 +22,7 @@ import (
 func runImagesCLI(t *testing.T, dataDir string, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
+	a := NewApp(runcli.App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
 	root := NewRootCommand(a)
 	root.SetArgs(append([]string{"--data-dir", dataDir}, args...))
 	err := root.Execute()

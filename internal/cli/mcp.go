@@ -81,7 +81,7 @@ func (a *App) runMCPServer(ctx context.Context) error {
 	s := mcp.NewServer(mcp.Options{
 		Manager: m,
 		LoadConfig: func(dir string) (*config.Config, error) {
-			c, err := a.loadConfig(dir)
+			c, err := a.LoadConfig(dir)
 			if err != nil {
 				return nil, err
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/plugin"
 )
 
@@ -76,6 +77,13 @@ func agentCommand() string {
 	self, err := os.Executable()
 	if err != nil {
 		return "agentkernel"
+	}
+	// This is agentkernel-full; agents are given the agentkernel beside
+	// it, the command users know.
+	if front := filepath.Join(filepath.Dir(self), "agentkernel"); filepath.Base(self) == runcli.FullName {
+		if st, err := os.Stat(front); err == nil && st.Mode().IsRegular() {
+			self = front
+		}
 	}
 	if p, err := exec.LookPath("agentkernel"); err == nil {
 		a, _ := filepath.EvalSymlinks(p)

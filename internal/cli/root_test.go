@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 )
 
 // TestRootCommandFor: a run gets the root and 'run' alone (global flags
@@ -11,7 +13,7 @@ import (
 func TestRootCommandFor(t *testing.T) {
 	names := func(args ...string) []string {
 		var out bytes.Buffer
-		a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}
+		a := NewApp(runcli.App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
 		var n []string
 		for _, c := range NewRootCommandFor(a, append([]string{"agentkernel"}, args...)).Commands() {
 			n = append(n, c.Name())
@@ -28,7 +30,7 @@ func TestRootCommandFor(t *testing.T) {
 	}
 	// The run-only tree still parses global flags and prints run's help.
 	var out bytes.Buffer
-	a := &App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out}
+	a := NewApp(runcli.App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out})
 	root := NewRootCommandFor(a, []string{"agentkernel", "run", "--help"})
 	root.SetArgs([]string{"--data-dir", t.TempDir(), "run", "--help"})
 	if err := root.Execute(); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/detect"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/policy"
@@ -214,7 +215,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
   agentkernel sandbox create api --dir ~/src/api -p permissive`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.overrides.Set = changedFlags(cmd)
+			o.overrides.Set = runcli.ChangedFlags(cmd)
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
@@ -223,7 +224,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 		},
 	}
 	fs := cmd.Flags()
-	bindSpecFlags(fs, &o.overrides)
+	runcli.BindSpecFlags(fs, &o.overrides)
 	for _, n := range []string{"tty", "interactive", "timeout", "keep", "pull"} {
 		_ = fs.MarkHidden(n)
 	}
@@ -271,7 +272,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	if err != nil {
 		return err
 	}
-	cfg, err := a.loadConfig(dir)
+	cfg, err := a.LoadConfig(dir)
 	if err != nil {
 		return err
 	}
@@ -285,7 +286,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
-	if err := a.applyNetworkStopgap(spec, cfg, &o.overrides); err != nil {
+	if err := a.ApplyNetworkStopgap(spec, cfg, &o.overrides); err != nil {
 		return err
 	}
 	m, done, err := a.sandboxes()

@@ -136,7 +136,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	cfg, err := a.loadConfig(cwd)
+	cfg, err := a.LoadConfig(cwd)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	home, _ := os.UserHomeDir()
 	mcpServer := mcp.NewServer(mcp.Options{
 		Manager:    m,
-		LoadConfig: func(dir string) (*config.Config, error) { return a.loadConfig(dir) },
+		LoadConfig: func(dir string) (*config.Config, error) { return a.LoadConfig(dir) },
 		Dir:        cwd,
 		HomeDir:    home,
 		Version:    a.Version.Version,

@@ -16,7 +16,7 @@ import (
 // serveManager: without the native backend's supervisor only ephemeral
 // runs are wired; the persistent-sandbox routes answer 501.
 func (a *App) serveManager() (*sandbox.Manager, func(), error) {
-	m, err := a.manager()
+	m, err := a.Manager()
 	return m, func() {}, err
 }
 

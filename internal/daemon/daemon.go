@@ -148,14 +148,21 @@ func (r Reply) err() error {
 	return errors.New(r.Error)
 }
 
-// BuildID identifies the agentkernel binary at os.Executable (size and
-// modification time): a binary replaced by an upgrade has another.
+// BuildID identifies the running binary (BuildIDOf os.Executable). The
+// daemon is agentkernel-full; a client that is the agentkernel binary
+// sends BuildIDOf its agentkernel-full instead (Client.Build).
 func BuildID() string {
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	st, err := os.Stat(exe)
+	return BuildIDOf(exe)
+}
+
+// BuildIDOf identifies the binary at path by its size and modification
+// time: a binary replaced by an upgrade has another.
+func BuildIDOf(path string) string {
+	st, err := os.Stat(path)
 	if err != nil {
 		return ""
 	}

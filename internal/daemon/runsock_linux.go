@@ -270,6 +270,9 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 type Client struct {
 	// Quiet: the daemon writes no warnings to the client's stderr.
 	Quiet bool
+	// Build identifies the agentkernel-full binary this client was
+	// built with (BuildIDOf); empty means this binary (BuildID).
+	Build string
 
 	path  string
 	sigCh chan os.Signal
@@ -278,6 +281,13 @@ type Client struct {
 	mu     sync.Mutex
 	used   bool
 	closed bool
+}
+
+func (cl *Client) build() string {
+	if cl.Build != "" {
+		return cl.Build
+	}
+	return BuildID()
 }
 
 // NewClient starts a run through the daemon listening at path.
@@ -330,7 +340,7 @@ func (cl *Client) Run(spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandb
 		return sandbox.Result{}, errors.New("daemon client: one run per client")
 	}
 	cl.mu.Unlock()
-	b, err := encode(Request{Op: "run", Spec: spec, Build: BuildID(), Quiet: cl.Quiet})
+	b, err := encode(Request{Op: "run", Spec: spec, Build: cl.build(), Quiet: cl.Quiet})
 	if err != nil || len(b) > maxRequest {
 		return sandbox.Result{}, ErrNotServed
 	}

@@ -422,7 +422,7 @@ func exeOf(pid int) string {
 // exec stage is then agentkernel's child too).
 func initOf(pid int) int {
 	for _, c := range children(pid) {
-		if exeOf(c) == binary {
+		if isBinary(exeOf(c)) {
 			return c
 		}
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); bytes.HasPrefix(b, []byte("agentkernel:init\x00")) {
@@ -462,7 +462,14 @@ const stubExe = "/memfd:agentkernel-exec (deleted)"
 // isAgentkernelExe reports whether exe (a /proc/<pid>/exe target) is the
 // test's agentkernel binary or the exec stage stub.
 func isAgentkernelExe(exe string) bool {
-	return exe == binary || exe == binary+" (deleted)" || exe == stubExe
+	return isBinary(exe) || exe == stubExe
+}
+
+// isBinary reports whether exe (a /proc/<pid>/exe target) is one of the
+// test's agentkernel binaries: agentkernel, or agentkernel-full beside it.
+func isBinary(exe string) bool {
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	return exe == binary || exe == filepath.Join(filepath.Dir(binary), "agentkernel-full")
 }
 
 // ourProcesses lists live processes that run the test's agentkernel
@@ -493,7 +500,7 @@ func ourProcesses(mark string) []string {
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		p := &proc{pid: pid, ppid: ppid, desc: fmt.Sprintf("process %d %q", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))}
 		procs[pid] = p
-		if exe := exeOf(pid); exe == binary || exe == binary+" (deleted)" {
+		if exe := exeOf(pid); isBinary(exe) {
 			p.why = "runs the agentkernel binary"
 			continue
 		}

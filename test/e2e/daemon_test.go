@@ -158,16 +158,21 @@ func TestDaemon(t *testing.T) {
 // since it started) is not used: run says so and runs the command itself.
 func TestDaemonStale(t *testing.T) {
 	a := newAK(t)
-	b, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := t.TempDir() + "/agentkernel-old"
-	if err := os.WriteFile(other, b, 0o755); err != nil {
-		t.Fatal(err)
+	// The other build: both binaries copied elsewhere, agentkernel-full
+	// (the daemon) with another modification time.
+	dir := t.TempDir()
+	other := filepath.Join(dir, "agentkernel")
+	for _, name := range []string{"agentkernel", "agentkernel-full"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(binary), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	old := time.Now().Add(-time.Hour)
-	os.Chtimes(other, old, old)
+	os.Chtimes(filepath.Join(dir, "agentkernel-full"), old, old)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := a.cmd(ctx, "daemon", "start")

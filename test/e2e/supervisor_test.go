@@ -141,10 +141,12 @@ func rootlessAK(t *testing.T) (a *ak, uid int) {
 		}
 	}
 	must(os.Chmod(top, 0o755))
-	self, err := os.ReadFile(binary)
-	must(err)
+	for _, name := range []string{"agentkernel", "agentkernel-full"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(binary), name))
+		must(err)
+		must(os.WriteFile(filepath.Join(top, name), b, 0o755))
+	}
 	bin := filepath.Join(top, "agentkernel")
-	must(os.WriteFile(bin, self, 0o755))
 	a = &ak{t: t, bin: bin, wrap: []string{setpriv, "--reuid=" + u.Uid, "--regid=" + u.Gid, "--clear-groups"}}
 	for _, d := range []*string{&a.dataDir, &a.home, &a.dir} {
 		p, err := os.MkdirTemp(top, "d")

@@ -1,6 +1,7 @@
-// Package testbin builds the agentkernel binary once for a test package's
-// TestMain, statically (CGO_ENABLED=0) as it ships, in a directory of its
-// own so that its path identifies the test's processes.
+// Package testbin builds the agentkernel binaries (agentkernel and, beside
+// it, agentkernel-full) once for a test package's TestMain, statically
+// (CGO_ENABLED=0) as they ship, in a directory of their own so that its
+// path identifies the test's processes.
 package testbin
 
 import (
@@ -10,8 +11,8 @@ import (
 	"path/filepath"
 )
 
-// Main builds agentkernel into a fresh temporary directory (named after
-// prefix), sets *binary to its path, runs the tests and removes the
+// Main builds agentkernel and agentkernel-full into a fresh temporary
+// directory (named after prefix), sets *binary to agentkernel's path, runs the tests and removes the
 // directory. It never returns. Packages that need root say so in why and
 // skip (exit 0) when not root.
 func Main(run func() int, binary *string, prefix, why string) {
@@ -25,7 +26,7 @@ func Main(run func() int, binary *string, prefix, why string) {
 		os.Exit(1)
 	}
 	*binary = filepath.Join(dir, "agentkernel")
-	build := exec.Command("go", "build", "-o", *binary, "github.com/agentkernel/agentkernel/cmd/agentkernel")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/agentkernel/agentkernel/cmd/agentkernel", "github.com/agentkernel/agentkernel/cmd/agentkernel-full")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Printf("building agentkernel: %v\n%s", err, out)

@@ -1,7 +1,11 @@
 // Command sandboxbench times `run /bin/true` in a sandbox side by side:
 // agentkernel's native backend against bubblewrap, crun and runc (each
 // when installed), reports medians, p90s and ratios in one run, then
-// throughput at 2 and 8 concurrent runs and the peak RSS of a run.
+// podman and docker (each when installed; dockerd is started here when
+// none runs) in a second, shorter interleaved run beside the CLI and
+// bwrap, then throughput at 2 and 8 concurrent runs and the peak RSS of a
+// run. -agentkernel names the agentkernel binary, with agentkernel-full
+// beside it.
 //
 //	go build -o /tmp/sandboxbench ./bench/cmd/sandboxbench && /tmp/sandboxbench -n 200
 //
@@ -171,6 +175,9 @@ func bench(n int, ak, img string) error {
 		}
 	}
 	fmt.Println()
+	if _, err := os.Stat(filepath.Join(work, "busybox.tar")); err == nil {
+		slowRuntimes(cases, work, max(20, n/5))
+	}
 
 	fmt.Println("\nthroughput (agentkernel native, /bin/true):")
 	for _, par := range []int{1, 2, 8} {
@@ -300,4 +307,95 @@ func importBusybox(ak, dataDir, work string) (string, error) {
 		return "", fmt.Errorf("images import: %v: %s", err, out)
 	}
 	return ref, nil
+}
+
+// slowRuntimes times podman and docker (each when installed), which take
+// a hundred milliseconds and more per run, in a second interleaved
+// measurement with fewer runs, beside the busybox CLI case and bwrap again
+// so that their ratios come from the same minutes. Both run the busybox
+// root filesystem imported as an image, with no network.
+func slowRuntimes(fast []harness.Case, work string, n int) {
+	var cases []harness.Case
+	for _, c := range fast {
+		if c.Name == "agentkernel run --image busybox (CLI)" || c.Name == "bwrap --unshare-all" {
+			cases = append(cases, c)
+		}
+	}
+	base := len(cases)
+	tarball := filepath.Join(work, "busybox.tar")
+	const ref = "sandboxbench-busybox:1"
+	// Their cleanup (conmon, the shim) can finish after the client exits.
+	const settle = 50 * time.Millisecond
+	if p, err := exec.LookPath("podman"); err == nil {
+		if out, err := exec.Command(p, "import", tarball, ref).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "podman import: %v: %s\n", err, out)
+		} else {
+			// MACHINE-NOTES: podman as root needs these ulimits here.
+			cases = append(cases, harness.Case{Name: "podman run --rm", Settle: settle, Argv: []string{p, "run", "--rm", "--network=none",
+				"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", ref, "/bin/true"}})
+		}
+	}
+	if docker, stop, err := startDocker(work); err != nil {
+		fmt.Fprintln(os.Stderr, "no docker:", err)
+	} else {
+		defer stop()
+		if out, err := exec.Command(docker[0], append(docker[1:], "import", tarball, ref)...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "docker import: %v: %s\n", err, out)
+		} else {
+			cases = append(cases, harness.Case{Name: "docker run --rm", Settle: settle, Argv: append(append([]string{}, docker...), "run", "--rm", "--network=none", ref, "/bin/true")})
+		}
+	}
+	if len(cases) == base || base == 0 {
+		return
+	}
+	fmt.Printf("\npodman and docker, %d runs per case, interleaved (%s)\n\n", n, time.Now().Format("2006-01-02 15:04"))
+	stats := harness.Run(context.Background(), cases, harness.Options{Runs: n, Warmup: 3, Interleave: true})
+	harness.Report(os.Stdout, stats)
+	for _, s := range stats[base:] {
+		if s.Runs > 0 && stats[0].Runs > 0 {
+			fmt.Printf("\n%s / agentkernel = %.1f", s.Name, float64(s.Median)/float64(stats[0].Median))
+		}
+	}
+	fmt.Println()
+}
+
+// startDocker returns the docker client command line for a daemon: the
+// one already answering on the default socket, else a dockerd started
+// here with its own data root and socket (no bridge, no iptables: see
+// MACHINE-NOTES), which stop ends.
+func startDocker(work string) (client []string, stop func(), err error) {
+	cli := "/usr/bin/docker" // the client that came with dockerd
+	if _, err := os.Stat(cli); err != nil {
+		if cli, err = exec.LookPath("docker"); err != nil {
+			return nil, nil, err
+		}
+	}
+	if exec.Command(cli, "info").Run() == nil {
+		return []string{cli}, func() {}, nil
+	}
+	dockerd, err := exec.LookPath("dockerd")
+	if err != nil {
+		return nil, nil, err
+	}
+	dir := filepath.Join(work, "docker")
+	sock := "unix://" + filepath.Join(dir, "docker.sock")
+	d := exec.Command(dockerd, "--bridge=none", "--iptables=false", "--data-root", filepath.Join(dir, "data"),
+		"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "docker.pid"), "-H", sock)
+	logf, _ := os.Create(filepath.Join(work, "dockerd.log"))
+	d.Stdout, d.Stderr = logf, logf
+	if err := d.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		_ = d.Process.Signal(syscall.SIGTERM)
+		_ = d.Wait()
+	}
+	client = []string{cli, "-H", sock}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if exec.Command(client[0], append(client[1:], "info")...).Run() == nil {
+			return client, stop, nil
+		}
+	}
+	stop()
+	return nil, nil, fmt.Errorf("dockerd did not answer within 30 s (log: %s)", logf.Name())
 }

@@ -42,6 +42,10 @@ func (t *Thread) Run(f func()) {
 var (
 	inflight atomic.Bool
 	slot     = make(chan *Thread, 1)
+	// unused is set when this process started making a thread, to a
+	// channel closed once that thread ended without being used
+	// (discarded, or its namespaces could not be made).
+	unused atomic.Pointer[chan struct{}]
 )
 
 // The imports are only runtime, sync/atomic, syscall and package stub
@@ -63,8 +67,10 @@ func init() {
 
 // begin starts making the thread.
 func begin() {
+	ch := make(chan struct{})
+	unused.Store(&ch)
 	inflight.Store(true)
-	go start()
+	go start(ch)
 }
 
 // cmdline is this process's argv, read without package os (see init).
@@ -91,7 +97,7 @@ func cmdline() []string {
 }
 
 // start runs on the goroutine that becomes the thread.
-func start() {
+func start(unused chan struct{}) {
 	runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
 	if syscall.Gettid() == syscall.Getpid() {
 		// The main thread never ends, so it must never hold a sandbox's
@@ -102,24 +108,26 @@ func start() {
 		go func() {
 			runtime.LockOSThread()
 			close(locked)
-			serve()
+			serve(unused)
 		}()
 		<-locked
 		runtime.UnlockOSThread()
 		return
 	}
-	serve()
+	serve(unused)
 }
 
 // serve makes the namespaces on the calling (locked) thread and runs the
 // work it is then given.
-func serve() {
+func serve(unused chan struct{}) {
 	if err := prepare(); err != nil {
+		close(unused)
 		slot <- nil // Run starts from scratch and reports what fails
 		return
 	}
 	efd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC, 0)
 	if errno != 0 {
+		close(unused)
 		slot <- nil
 		return
 	}
@@ -139,6 +147,7 @@ func serve() {
 		return
 	}
 	t.Init.discard()
+	close(unused)
 }
 
 // ForkStub forks the stub as argv0 with sys, waiting for its script on
@@ -204,6 +213,19 @@ func Take() *Thread {
 		return nil
 	}
 	return <-slot
+}
+
+// Abandon is Discard for a process about to replace itself with another
+// program (execve): it waits until the thread has ended and its PID 1 is
+// killed and reaped, so that nothing of the sandbox outlives the exec as
+// a stray child. It must not be called after a run took the thread.
+func Abandon() {
+	ch := unused.Load()
+	if ch == nil {
+		return
+	}
+	Discard()
+	<-*ch
 }
 
 // Discard ends the thread if nobody took it yet, without waiting for it

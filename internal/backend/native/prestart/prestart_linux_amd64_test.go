@@ -125,3 +125,34 @@ func TestDiscard(t *testing.T) {
 		}
 	}
 }
+
+// TestAbandon: before a process execs another program, Abandon ends the
+// thread nobody took and returns only once its PID 1 is gone (killed and
+// reaped), also when a Discard had already started that.
+func TestAbandon(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the thread is only made for root")
+	}
+	children := func() []string {
+		var all []string
+		ents, _ := os.ReadDir("/proc/self/task")
+		for _, e := range ents {
+			c, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/children")
+			all = append(all, strings.Fields(string(c))...)
+		}
+		return all
+	}
+	for _, discardFirst := range []bool{false, true} {
+		begin()
+		if discardFirst {
+			Discard()
+		}
+		Abandon()
+		if c := children(); len(c) != 0 {
+			t.Errorf("discard first %v: children left after Abandon: %v", discardFirst, c)
+		}
+		if Take() != nil {
+			t.Errorf("discard first %v: Take got an abandoned thread", discardFirst)
+		}
+	}
+}

@@ -16,6 +16,9 @@ func (t *Thread) Run(f func()) {}
 // Take returns nil: nothing is prestarted on this platform.
 func Take() *Thread { return nil }
 
+// Abandon does nothing on this platform.
+func Abandon() {}
+
 // Discard does nothing on this platform.
 func Discard() {}
 

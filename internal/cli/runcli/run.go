@@ -1,4 +1,4 @@
-package cli
+package runcli
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/detect"
-	"github.com/agentkernel/agentkernel/internal/image"
+	image "github.com/agentkernel/agentkernel/internal/image/cache"
 	"github.com/agentkernel/agentkernel/internal/policy"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -74,13 +74,13 @@ func newRunCmd(a *App) *cobra.Command {
 		Example: runExample,
 		Args:    cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.overrides.Set = changedFlags(cmd)
+			o.overrides.Set = ChangedFlags(cmd)
 			return a.runRun(cmd.Context(), &o, args)
 		},
 	}
 	fs := cmd.Flags()
 	fs.SetInterspersed(false) // "run python3 -c x": -c belongs to python3
-	bindSpecFlags(fs, &o.overrides)
+	BindSpecFlags(fs, &o.overrides)
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
@@ -90,7 +90,7 @@ func newRunCmd(a *App) *cobra.Command {
 	return cmd
 }
 
-func changedFlags(cmd *cobra.Command) map[string]bool {
+func ChangedFlags(cmd *cobra.Command) map[string]bool {
 	set := map[string]bool{}
 	cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	return set
@@ -106,16 +106,17 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 		o.daemon = dc
 		prestart.Discard() // the daemon builds the sandbox
 	}
-	spec, err := a.resolveRunSpec(&o.overrides, args)
+	spec, err := a.ResolveRunSpec(&o.overrides, args)
 	if err != nil {
 		return err
 	}
 	if o.dryRun {
+		a.FlushWarnings()
 		enc := json.NewEncoder(a.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(spec)
 	}
-	mgr, err := a.manager()
+	mgr, err := a.Manager()
 	if err != nil {
 		return err
 	}
@@ -129,14 +130,14 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 	return finishRun(res, err, spec)
 }
 
-// resolveRunSpec resolves the spec 'run' would run for args in the
+// ResolveRunSpec resolves the spec 'run' would run for args in the
 // current directory: configuration, detection, policy, network stopgap.
-func (a *App) resolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
+func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
 	}
-	cfg, err := a.loadConfig(cwd)
+	cfg, err := a.LoadConfig(cwd)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +164,7 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
-	if err := a.applyNetworkStopgap(spec, cfg, ov); err != nil {
+	if err := a.ApplyNetworkStopgap(spec, cfg, ov); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -172,7 +173,7 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 // finishRun turns a run's result into agentkernel's exit status.
 func finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error {
 	if err != nil {
-		return runError(err)
+		return RunError(err)
 	}
 	if res.TimedOut {
 		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was stopped", spec.Resources.Timeout.Round(time.Millisecond))}
@@ -183,9 +184,9 @@ func finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error {
 	return nil
 }
 
-// runError maps a failure to start the sandbox or the command to docker's
+// RunError maps a failure to start the sandbox or the command to docker's
 // exit codes.
-func runError(err error) error {
+func RunError(err error) error {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &ExitError{Code: ExitNotFound, Err: err}
@@ -195,26 +196,29 @@ func runError(err error) error {
 	return &ExitError{Code: ExitAgentkernel, Err: err}
 }
 
-// manager wires the Manager with the image store and the backends.
-func (a *App) manager() (*sandbox.Manager, error) {
-	store, err := a.openImageStore()
-	if err != nil {
-		return nil, err
+// Manager wires the Manager with the image store and the backends.
+func (a *App) Manager() (*sandbox.Manager, error) {
+	var images sandbox.Images = cachedImages{a}
+	if a.OpenImages != nil {
+		var err error
+		if images, err = a.OpenImages(); err != nil {
+			return nil, err
+		}
 	}
 	return sandbox.NewManager(sandbox.ManagerOptions{
-		Images:   imageAdapter{store},
+		Images:   images,
 		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
 		Default:  "native",
 		Warn:     a.Warnf,
 	}), nil
 }
 
-// applyNetworkStopgap keeps sandboxes on loopback until the network policy
+// ApplyNetworkStopgap keeps sandboxes on loopback until the network policy
 // proxy exists. A profile or mode that would give egress quietly stays on
 // loopback (a mode says so once, since its domain allowlist cannot apply);
 // an explicit request for egress (--network, or network = true in
 // agentkernel.toml) is refused rather than silently ignored.
-func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides) error {
+func (a *App) ApplyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides) error {
 	warn, err := policy.NetworkStopgap(spec, o.Set["network"] || cfg.IsSet("security.network"))
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err,
@@ -226,16 +230,33 @@ func (a *App) applyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *pol
 	return nil
 }
 
-// imageAdapter lets the Manager use the image store with plain strings.
-type imageAdapter struct{ s *image.Store }
+// ErrNeedsFull is the failure of a run that only agentkernel-full can do:
+// its image is not cached (it must be pulled, or the registry's answer
+// decides), --pull always, or the image store cannot serve this process
+// as it is. Nothing has happened yet when it is returned: no sandbox, no
+// output but held warnings. The agentkernel binary hands such a run, with
+// its whole command line, to agentkernel-full.
+var ErrNeedsFull = errors.New("this run needs agentkernel-full")
 
-func (i imageAdapter) Ensure(ctx context.Context, ref, pull string) (image.Rootfs, error) {
-	p, err := image.ParsePullPolicy(pull)
-	if err != nil {
-		return image.Rootfs{}, err
+// cachedImages serves 'run' from the image cache alone (package cache):
+// no registry client is linked. Anything else is ErrNeedsFull.
+type cachedImages struct{ a *App }
+
+func (c cachedImages) Ensure(ctx context.Context, ref, pull string) (image.Rootfs, error) {
+	if image.IsHost(ref) {
+		c.a.FlushWarnings()
+		return image.HostRootfs(), nil
 	}
-	return i.s.Ensure(ctx, ref, p)
+	if p, err := image.ParsePullPolicy(pull); err != nil || p == image.PullAlways {
+		return image.Rootfs{}, ErrNeedsFull
+	}
+	rfs, ok, err := image.Lookup(c.a.DataDir, ref, image.MetaFor(image.DefaultIDMap()))
+	if err != nil || !ok {
+		return image.Rootfs{}, ErrNeedsFull
+	}
+	c.a.FlushWarnings()
+	return rfs, nil
 }
 
-func (i imageAdapter) Unreachable(err error) bool { return errors.Is(err, image.ErrUnreachable) }
-func (i imageAdapter) Host() image.Rootfs         { return image.HostRootfs() }
+func (cachedImages) Unreachable(error) bool { return false }
+func (cachedImages) Host() image.Rootfs     { return image.HostRootfs() }

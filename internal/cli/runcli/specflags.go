@@ -1,4 +1,4 @@
-package cli
+package runcli
 
 import (
 	"fmt"
@@ -10,11 +10,11 @@ import (
 	"github.com/agentkernel/agentkernel/internal/policy"
 )
 
-// bindSpecFlags registers the flags that describe a sandbox (those of
+// BindSpecFlags registers the flags that describe a sandbox (those of
 // 'run', and of 'sandbox create' later) into o. After parsing, the caller
 // fills o.Set from fs.Changed with each flag's long name, which is the key
 // policy.Overrides.Set documents ("userns" sets HostUserNS).
-func bindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
+func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.StringVarP(&o.Image, "image", "i", "", "image to run (default: detected from the command and project; see 'agentkernel detect')")
 	fs.StringVar(&o.Pull, "pull", "missing", "when to pull the image: missing, always or never")
 	fs.StringVarP(&o.Profile, "profile", "p", "", "security profile: permissive, moderate (default) or restrictive; see 'agentkernel profiles'")

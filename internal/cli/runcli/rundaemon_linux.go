@@ -1,4 +1,4 @@
-package cli
+package runcli
 
 import (
 	"context"
@@ -29,6 +29,11 @@ func (a *App) startDaemonRun(o *runOptions) *daemonClient {
 	}
 	c := daemon.NewClient(p.Run)
 	c.Quiet = a.Quiet
+	// The daemon is agentkernel-full: it serves the runs of the
+	// agentkernel it was installed with.
+	if full, err := FullPath(); err == nil {
+		c.Build = daemon.BuildIDOf(full)
+	}
 	return c
 }
 

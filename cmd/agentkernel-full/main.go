@@ -1,0 +1,54 @@
+// Command agentkernel-full is agentkernel's whole command line: every
+// command, the sandbox init, the supervisor, the daemon, the API server
+// and the MCP server. Users type 'agentkernel', which runs cached images
+// itself and hands every other command line to this binary, installed
+// beside it (see cmd/agentkernel).
+//
+// GOMAXPROCS is the number of CPUs this process may run on, not derived
+// from the cgroup's CPU quota (Go 1.25's default, off here): the runtime
+// would keep two cgroup files open for the whole life of every process
+// and re-read them every second. agentkernel's processes hand exact
+// descriptor numbers to their children (the sandbox init, the stub, the
+// waiting supervisor) and close unknown ones, and an idle supervisor or
+// init must not wake up for nothing. Set GOMAXPROCS to limit it.
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
+package main
+
+import (
+	"os"
+	"runtime"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/cli"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+)
+
+// Set with -ldflags "-X main.version=… -X main.commit=…".
+var (
+	version = "0.1.0-dev"
+	commit  = "unknown"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	// The sandbox init and exec stages are this binary re-executed; they
+	// must not touch the CLI.
+	if native.IsInit() {
+		return native.InitMain()
+	}
+	if commit == "unknown" {
+		commit = runcli.Revision()
+	}
+	app := cli.NewApp(runcli.App{
+		Stdin:   os.Stdin,
+		Stdout:  os.Stdout,
+		Stderr:  os.Stderr,
+		Version: cli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
+	})
+	return runcli.ExitCode(cli.NewRootCommandFor(app, os.Args).Execute(), os.Stderr)
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestRunPathDependencies keeps the agentkernel binary lean: the packages
+// only other commands need (registry client, TLS, SQLite, the HTTP and
+// MCP servers, progress bars) must stay in agentkernel-full, since a Go
+// binary runs the init of every package it links on every start, and
+// every 'agentkernel run' would pay for them.
+func TestRunPathDependencies(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	banned := []string{
+		"github.com/google/go-containerregistry/",
+		"github.com/klauspost/compress",
+		"github.com/vbauerster/mpb",
+		"github.com/modelcontextprotocol/",
+		"github.com/google/jsonschema-go",
+		"modernc.org/",
+		"net/http",
+		"crypto/tls",
+		"encoding/gob",
+		"github.com/agentkernel/agentkernel/internal/cli",
+		"github.com/agentkernel/agentkernel/internal/image",
+		"github.com/agentkernel/agentkernel/internal/api",
+		"github.com/agentkernel/agentkernel/internal/mcp",
+		"github.com/agentkernel/agentkernel/internal/store",
+		"github.com/agentkernel/agentkernel/internal/supervisor",
+	}
+	allowed := map[string]bool{
+		"github.com/agentkernel/agentkernel/internal/cli/runcli":     true,
+		"github.com/agentkernel/agentkernel/internal/image/cache":    true,
+		"github.com/agentkernel/agentkernel/internal/backend/native": true,
+	}
+	for _, d := range deps {
+		if allowed[d] {
+			continue
+		}
+		for _, b := range banned {
+			if d == b || strings.HasPrefix(d, b) && (strings.HasSuffix(b, "/") || strings.HasPrefix(d[len(b):], "/")) {
+				t.Errorf("agentkernel links %s (banned: %s); only agentkernel-full may", d, b)
+			}
+		}
+	}
+	// The check itself: the whole command line does link them.
+	full, err := exec.Command(goBin, "list", "-deps", "../agentkernel-full").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, want := range []string{"github.com/google/go-containerregistry/pkg/v1/remote", "modernc.org/sqlite", "github.com/agentkernel/agentkernel/internal/cli"} {
+		if !strings.Contains(string(full), want+"\n") {
+			t.Errorf("agentkernel-full does not link %s: the banned list above is stale", want)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+// Package runcli is the part of agentkernel's command line that the
+// agentkernel binary itself carries: the root command with its global
+// flags, and 'run'. Every other command lives in package cli, which
+// builds on this one, and in the agentkernel-full binary.
+//
+// The split exists for start-up time. A Go program initialises every
+// package it links before main runs, on every start; 'run' is what users
+// and agents type most, and it should not pay for the registry client, the
+// SQLite store, the HTTP and MCP servers it does not use. This package and
+// what it imports link none of them (TestRunPathDependencies in cmd/agentkernel
+// keeps it so). A run that needs them (an image that is not cached yet,
+// --pull always) is handed to agentkernel-full before it has done
+// anything the user can see: see ErrNeedsFull.
+package runcli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+
+	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// VersionInfo is stamped into the binary at build time.
+type VersionInfo struct {
+	Version string
+	Commit  string
+	Go      string
+}
+
+// App carries what every command needs: the streams, the global flags and
+// the logger. It is built once in main and passed to each command
+// constructor; commands must not use package-level state.
+type App struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+
+	// Global flags.
+	ConfigPath string
+	DataDir    string
+	LogLevel   string
+	Quiet      bool
+
+	Logger  *slog.Logger
+	Version VersionInfo
+
+	// OpenImages opens the image store 'run' uses. Nil: cached images
+	// only (package cache), and a run whose image is not cached fails
+	// with ErrNeedsFull.
+	OpenImages func() (sandbox.Images, error)
+
+	// HoldWarnings makes Warnf keep its lines until FlushWarnings, so that
+	// a run handed to agentkernel-full does not print them twice.
+	HoldWarnings bool
+	held         []string
+}
+
+// Warnf prints one warning line to stderr unless --quiet was given.
+func (a *App) Warnf(format string, args ...any) {
+	if a.Quiet {
+		return
+	}
+	line := fmt.Sprintf("agentkernel: warning: "+format+"\n", args...)
+	if a.HoldWarnings {
+		a.held = append(a.held, line)
+		return
+	}
+	io.WriteString(a.Stderr, line)
+}
+
+// FlushWarnings prints the warnings held so far and stops holding them.
+func (a *App) FlushWarnings() {
+	a.HoldWarnings = false
+	for _, line := range a.held {
+		io.WriteString(a.Stderr, line)
+	}
+	a.held = nil
+}
+
+// DropWarnings forgets the warnings held so far (the run goes to
+// agentkernel-full, which prints its own).
+func (a *App) DropWarnings() { a.held = nil }
+
+// Infof prints one progress line to stderr unless --quiet was given.
+func (a *App) Infof(format string, args ...any) {
+	if a.Quiet {
+		return
+	}
+	fmt.Fprintf(a.Stderr, format+"\n", args...)
+}
+
+// DefaultDataDir is $XDG_DATA_HOME/agentkernel, else
+// ~/.local/share/agentkernel.
+func DefaultDataDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "agentkernel")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return filepath.Join(os.TempDir(), "agentkernel-"+fmt.Sprint(os.Getuid()))
+	}
+	return filepath.Join(home, ".local", "share", "agentkernel")
+}
+
+// ExitError ends the program with Code after printing
+// "agentkernel: <Err>" and, when set, one hint line.
+type ExitError struct {
+	Code int
+	Err  error
+	Hint string
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Exit codes shared by every command (docker's convention).
+const (
+	ExitAgentkernel = 125 // agentkernel itself failed
+	ExitCannotRun   = 126 // the command exists but cannot be invoked
+	ExitNotFound    = 127 // the command was not found
+)
+
+// UsageError is an error in how the command was called (bad flag value,
+// missing argument). It exits 125 with the hint to see --help.
+func UsageError(format string, args ...any) error {
+	return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf(format, args...), Hint: "see 'agentkernel --help'"}
+}
+
+// LoadConfig loads the configuration layers for a command run in dir:
+// the user file, then --config or dir/agentkernel.toml. Warnings (unknown
+// keys) are printed; errors come back as *ExitError with code 125.
+func (a *App) LoadConfig(dir string) (*config.Config, error) {
+	c, warns, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: dir})
+	for _, w := range warns {
+		a.Warnf("%s", w)
+	}
+	if err != nil {
+		hint := "fix the file, or see 'agentkernel init' for a commented example"
+		if errors.Is(err, fs.ErrNotExist) {
+			hint = "check the --config path"
+		}
+		return nil, &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
+	}
+	return c, nil
+}
+
+// ExitCode prints err the way every agentkernel command ends ("agentkernel:
+// <error>" and its hint, if any) and returns the process's exit status.
+func ExitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintf(stderr, "agentkernel: %v\n", ee.Err)
+			if ee.Hint != "" {
+				fmt.Fprintf(stderr, "hint: %s\n", ee.Hint)
+			}
+		}
+		return ee.Code
+	}
+	fmt.Fprintf(stderr, "agentkernel: %v\n", err)
+	return ExitAgentkernel
+}
+
+// Revision is the commit the binary was built from, when the Go
+// toolchain recorded it ("-dirty" when the tree had changes).
+func Revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
