@@ -19,10 +19,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -97,17 +97,9 @@ func (a *App) Infof(format string, args ...any) {
 }
 
 // DefaultDataDir is $XDG_DATA_HOME/agentkernel, else
-// ~/.local/share/agentkernel.
-func DefaultDataDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "agentkernel")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return filepath.Join(os.TempDir(), "agentkernel-"+fmt.Sprint(os.Getuid()))
-	}
-	return filepath.Join(home, ".local", "share", "agentkernel")
-}
+// ~/.local/share/agentkernel, else $TMPDIR/agentkernel-UID (the one rule,
+// in package prestart, which reads it before the command line exists).
+func DefaultDataDir() string { return filepath.Clean(prestart.DefaultDataDir()) }
 
 // ExitError ends the program with Code after printing
 // "agentkernel: <Err>" and, when set, one hint line.

@@ -1,20 +1,222 @@
 package prestart
 
+import "syscall"
+
 // IsRun reports whether args (argv, program name first) is
 // agentkernel [global flags] run …: its first argument that is neither a
 // flag nor a global flag's value is "run".
 func IsRun(args []string) bool {
+	_, ok := parseRun(args)
+	return ok
+}
+
+// runLine is what prestart reads of a run's command line: the same
+// command line cobra parses later, read here without it (this package
+// initialises before cobra and the rest of the command line do).
+type runLine struct {
+	dataDir string
+	// noDaemon: a flag that keeps the run from a daemon (--no-daemon,
+	// --dry-run, -t, --interactive, --keep, another backend).
+	noDaemon bool
+}
+
+// parseRun reads args as agentkernel [global flags] run [flags] [--]
+// COMMAND...: ok is false when it is not a run. Flags end at the first
+// argument that is not one (run's flags are not interspersed).
+func parseRun(args []string) (r runLine, ok bool) {
 	for i := 1; i < len(args); i++ {
-		switch a := args[i]; a {
-		case "-c", "--config", "--data-dir", "--log-level":
-			i++ // its value is the next argument
-		case "run":
-			return true
-		default:
-			if len(a) < 2 || a[0] != '-' || a == "--" {
-				return false
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			if ok {
+				break // the command
+			}
+			if a != "run" {
+				return r, false
+			}
+			ok = true
+			continue
+		}
+		name, val, hasVal := "", "", false
+		if a[1] == '-' {
+			name = a[2:]
+			for j := 0; j < len(name); j++ {
+				if name[j] == '=' {
+					name, val, hasVal = name[:j], name[j+1:], true
+					break
+				}
+			}
+		} else {
+			// -tk, -i alpine, -ialpine, -i=alpine
+			for k := 1; k < len(a); k++ {
+				n := FlagForShorthand(a[k])
+				if FlagTakesValue(n) {
+					name = n
+					if k+1 < len(a) {
+						val, hasVal = a[k+1:], true
+						if val[0] == '=' {
+							val = val[1:]
+						}
+					}
+					break
+				}
+				r.set(n, "true")
+			}
+			if name == "" {
+				continue
 			}
 		}
+		if FlagTakesValue(name) && !hasVal {
+			i++
+			if i < len(args) {
+				val = args[i]
+			}
+		} else if !hasVal {
+			val = "true"
+		}
+		r.set(name, val)
+	}
+	return r, ok
+}
+
+func (r *runLine) set(name, val string) {
+	switch name {
+	case "data-dir":
+		r.dataDir = val
+	case "backend":
+		if val != "" && !equalFold(val, "native") {
+			r.noDaemon = true
+		}
+	case "no-daemon", "dry-run", "tty", "interactive", "keep":
+		if val != "false" && val != "0" && val != "f" && val != "F" && val != "FALSE" && val != "False" {
+			r.noDaemon = true
+		}
+	}
+}
+
+// FlagTakesValue reports whether the flag with this long name, of 'run' or
+// a global one, takes a value; 'run's other flags are switches.
+// TestRunFlagsKnownToPrestart (package runcli) keeps this in step with
+// the command.
+func FlagTakesValue(name string) bool {
+	switch name {
+	case "config", "data-dir", "log-level",
+		"image", "pull", "profile", "mode", "env", "env-file", "workdir", "volume",
+		"memory", "cpus", "pids", "timeout", "user", "hostname", "userns", "backend":
+		return true
 	}
 	return false
+}
+
+// FlagForShorthand is the long name of the one-letter flag c of 'run' or
+// of the root ("" for none).
+func FlagForShorthand(c byte) string {
+	switch c {
+	case 'c':
+		return "config"
+	case 'q':
+		return "quiet"
+	case 'i':
+		return "image"
+	case 'p':
+		return "profile"
+	case 'e':
+		return "env"
+	case 'w':
+		return "workdir"
+	case 'v':
+		return "volume"
+	case 't':
+		return "tty"
+	case 'u':
+		return "user"
+	case 'k':
+		return "keep"
+	case 'B':
+		return "backend"
+	case 'h':
+		return "help"
+	}
+	return ""
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// DefaultDataDir is $XDG_DATA_HOME/agentkernel, else
+// $HOME/.local/share/agentkernel, else $TMPDIR (or /tmp)/agentkernel-UID.
+func DefaultDataDir() string {
+	if x, _ := syscall.Getenv("XDG_DATA_HOME"); x != "" && x[0] == '/' {
+		return x + "/agentkernel"
+	}
+	if h, _ := syscall.Getenv("HOME"); h != "" {
+		return h + "/.local/share/agentkernel"
+	}
+	tmp, _ := syscall.Getenv("TMPDIR")
+	if tmp == "" {
+		tmp = "/tmp"
+	}
+	return tmp + "/agentkernel-" + itoa(syscall.Getuid())
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// daemonServes guesses whether a running agentkernel daemon will serve
+// the run on command line args: the daemon's run socket exists in the
+// run's data directory and no flag keeps the run from it. The daemon
+// builds such a run's sandbox, so making a thread for it here would only
+// take a core from start-up. A wrong guess costs time, never
+// correctness: a run the daemon does not serve makes its thread itself.
+func daemonServes(args []string) bool {
+	r, ok := parseRun(args)
+	if !ok || r.noDaemon {
+		return false
+	}
+	if v, ok := syscall.Getenv("AGENTKERNEL_NO_DAEMON"); ok && v != "" && v != "0" {
+		return false
+	}
+	dir := r.dataDir
+	if dir == "" {
+		dir = DefaultDataDir()
+	}
+	var st syscall.Stat_t
+	return syscall.Stat(dir+"/daemon/run.sock", &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFSOCK
 }

@@ -17,8 +17,14 @@
 //
 // It only does so for a `run` command line, as root, on the
 // architectures where the native backend builds sandboxes on a thread
-// (amd64), and not when AGENTKERNEL_REEXEC_INIT is set. A thread nobody
-// takes ends with the process: it holds nothing but empty namespaces.
+// (amd64), not when AGENTKERNEL_REEXEC_INIT is set, and not when a running
+// daemon will serve the run (its run socket exists in the run's data
+// directory and no flag keeps the run from it: daemonServes), since the
+// daemon builds that sandbox. It reads the command line itself, cobra
+// being initialised later: FlagTakesValue and FlagForShorthand are its
+// knowledge of run's flags, which TestRunFlagsKnownToPrestart in package
+// runcli holds to the command. A thread nobody takes ends with the
+// process: it holds nothing but empty namespaces.
 //
 // This package keeps one piece of package-level state, the thread it
 // started: an init function has nowhere else to put it.

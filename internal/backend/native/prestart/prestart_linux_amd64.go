@@ -59,7 +59,8 @@ func init() {
 	if _, ok := syscall.Getenv("AGENTKERNEL_REEXEC_INIT"); ok {
 		return
 	}
-	if !IsRun(cmdline()) {
+	args := cmdline()
+	if !IsRun(args) || daemonServes(args) {
 		return
 	}
 	begin()
