@@ -28,7 +28,7 @@ if command -v as >/dev/null && command -v ld >/dev/null; then
   stubdir=$(mktemp -d)
   as --64 -o "$stubdir/s.o" internal/backend/native/stub/execstub_amd64.S
   ld -static -n -s --build-id=none -e _start -o "$stubdir/s.bin" "$stubdir/s.o"
-  cmp "$stubdir/s.bin" internal/backend/native/stub/execstub_amd64.bin || { echo "stub/execstub_amd64.bin is stale: go generate ./internal/backend/native"; exit 1; }
+  cmp "$stubdir/s.bin" internal/backend/native/stub/execstub_amd64.bin || { echo "stub/execstub_amd64.bin is stale: go generate ./internal/backend/native/..."; exit 1; }
   rm -rf "$stubdir"
 fi
 

@@ -14,6 +14,6 @@ func TestBinaryIsTheAssembledStub(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(b) != Binary {
-		t.Fatal("execstub_amd64_bin.go is stale: go generate ./internal/backend/native/stub")
+		t.Fatal("execstub_bin_linux_amd64.go is stale: go generate ./internal/backend/native/stub")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build ignore
 
-// genbin writes execstub_amd64_bin.go: execstub_amd64.bin as a Go string
+// genbin writes execstub_bin_linux_amd64.go: execstub_amd64.bin as a Go string
 // constant. The stub is not embedded with go:embed, which would make this
 // package (and so package prestart) wait for package embed's imports
 // (io/fs, time, …) to be initialised: as a constant it needs none, and
@@ -29,7 +29,7 @@ func main() {
 		fmt.Fprintf(&sb, "\\x%02x", c)
 	}
 	sb.WriteString("\"\n")
-	if err := os.WriteFile("execstub_amd64_bin.go", []byte(sb.String()), 0o644); err != nil {
+	if err := os.WriteFile("execstub_bin_linux_amd64.go", []byte(sb.String()), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
