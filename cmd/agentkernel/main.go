@@ -78,11 +78,21 @@ func run() int {
 func handOff() int {
 	prestart.Abandon()
 	full, err := runcli.FullPath()
+	if err == nil && isSelf(full) {
+		// A copy of this binary installed as agentkernel-full would hand
+		// the command line to itself for ever.
+		err = fmt.Errorf("%s is a copy of the agentkernel binary, not agentkernel-full", full)
+	}
 	if err == nil {
-		argv := append([]string{os.Args[0]}, os.Args[1:]...)
-		err = syscall.Exec(full, argv, os.Environ())
+		err = syscall.Exec(full, os.Args, os.Environ())
 		err = fmt.Errorf("starting %s: %w", full, err)
 	}
 	return runcli.ExitCode(&runcli.ExitError{Code: runcli.ExitAgentkernel, Err: err,
-		Hint: "agentkernel-full is built with agentkernel: go build -o bin/ ./cmd/agentkernel ./cmd/agentkernel-full"}, os.Stderr)
+		Hint: "agentkernel-full is built with agentkernel: go build -o bin/ ./cmd/..."}, os.Stderr)
+}
+
+// isSelf reports whether path is the file this process runs.
+func isSelf(path string) bool {
+	var a, b syscall.Stat_t
+	return syscall.Stat(path, &a) == nil && syscall.Stat("/proc/self/exe", &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }

@@ -54,6 +54,20 @@ func TestHandOff(t *testing.T) {
 	if r = a.run("run", "--help"); r.code != 0 || !strings.Contains(r.stdout, "--image") {
 		t.Errorf("run --help without agentkernel-full: %v", r)
 	}
+	// A copy of agentkernel installed as agentkernel-full must not hand
+	// command lines to itself for ever.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(lone), "agentkernel-full"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"images", "list"}, {"run", "--pull", "always", "--image", ref, "--", "true"}} {
+		r = a.run(args...)
+		if r.code != 125 || !strings.Contains(r.stderr, "is a copy of the agentkernel binary, not agentkernel-full") {
+			t.Errorf("%v with a copy of agentkernel as agentkernel-full: %v", args, r)
+		}
+	}
+	if err := os.Remove(filepath.Join(filepath.Dir(lone), "agentkernel-full")); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"images", "list"},
 		{"version"},

@@ -90,6 +90,8 @@ func newRunCmd(a *App) *cobra.Command {
 	return cmd
 }
 
+// ChangedFlags is the set of cmd's flags given on the command line, by
+// long name (policy.Overrides.Set).
 func ChangedFlags(cmd *cobra.Command) map[string]bool {
 	set := map[string]bool{}
 	cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = true })
