@@ -7,11 +7,13 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,14 +22,30 @@ const name = "ptrace_sibling"
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
-		select {}
+		// Stay alive until killed. A bare select{} would not: the Go
+		// runtime ends a program whose goroutines all block for ever,
+		// and PTRACE_SEIZE of an exiting task fails with EPERM, which
+		// would read as "blocked" whatever the profile.
+		fmt.Println("ready")
+		for {
+			time.Sleep(time.Hour)
+		}
 	}
 	runtime.LockOSThread()
 	cmd := exec.Command("/proc/self/exe", "child")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		report("error", "child stdout: "+err.Error())
+	}
 	if err := cmd.Start(); err != nil {
 		report("error", "start child: "+err.Error())
 	}
 	defer cmd.Process.Kill()
+	// Seize only a child that is running its own code, past exec.
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		cmd.Process.Kill()
+		report("error", fmt.Sprintf("child did not start: %q %v", line, err))
+	}
 	if err := unix.PtraceSeize(cmd.Process.Pid); err != nil {
 		cmd.Process.Kill()
 		report("blocked", "PTRACE_SEIZE of a sibling: "+err.Error())
