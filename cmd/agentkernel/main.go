@@ -45,6 +45,7 @@ func main() {
 }
 
 func run() int {
+	runcli.TraceStage("main")
 	// The sandbox init (rootless runs) is this binary re-executed.
 	if native.IsInit() {
 		return native.InitMain()
@@ -64,7 +65,9 @@ func run() int {
 		// to agentkernel-full prints its own.
 		HoldWarnings: true,
 	}
-	err := runcli.NewRoot(app).Execute()
+	root := runcli.NewRoot(app)
+	runcli.TraceStage("root built")
+	err := root.Execute()
 	if errors.Is(err, runcli.ErrNeedsFull) {
 		app.DropWarnings()
 		return handOff()

@@ -254,7 +254,10 @@
 //
 // AGENTKERNEL_TRACE_STAGES=1 in agentkernel's environment makes the parent
 // and the init print a CLOCK_MONOTONIC timestamp (ms) after each stage to
-// stderr, so one run's time line can be read across processes.
+// stderr, so one run's time line can be read across processes; the CLI
+// adds its own start-up ("front: ..."). bench/cmd/stagetrace runs a
+// command many times that way and prints each stage's median offset from
+// the fork and its median step.
 //
 // # What is left
 //

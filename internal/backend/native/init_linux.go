@@ -540,6 +540,9 @@ func (s *initState) releaseStub() error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s init: script built\n", monotonic())
+	}
 	_, err = s.execCfgW.Write(b)
 	if err == nil && s.cmdStdio != nil {
 		// The command's stdio follow the script (stubRecvStdio); our

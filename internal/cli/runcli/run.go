@@ -99,6 +99,7 @@ func ChangedFlags(cmd *cobra.Command) map[string]bool {
 }
 
 func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
+	TraceStage("runRun")
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -118,6 +119,7 @@ func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(spec)
 	}
+	TraceStage("spec resolved")
 	mgr, err := a.Manager()
 	if err != nil {
 		return err
@@ -143,6 +145,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	if err != nil {
 		return nil, err
 	}
+	TraceStage("config loaded")
 	det := detect.Image(detect.Input{
 		ExplicitImage: ov.Image,
 		ConfigImage:   cfg.Sandbox.BaseImage,
@@ -150,6 +153,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 		Args:          args,
 		Dir:           cwd,
 	})
+	TraceStage("detected")
 	home, _ := os.UserHomeDir()
 	spec, warnings, err := policy.Resolve(policy.Input{
 		Config:    cfg,
@@ -166,6 +170,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
+	TraceStage("policy resolved")
 	if err := a.ApplyNetworkStopgap(spec, cfg, ov); err != nil {
 		return nil, err
 	}
