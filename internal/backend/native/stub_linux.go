@@ -148,7 +148,10 @@ func (s *stubScript) encode() ([]byte, error) {
 // the init fork it the cheap way (vfork); the init writes the id maps in
 // between.
 func stubEnterScript(nest bool, tasks int) *stubScript {
-	s := &stubScript{}
+	// Its data (the cgroup writes' "0") right after its few records: a
+	// few hundred bytes to write and for the stub to read and fault in,
+	// not the 64 KiB record area.
+	s := &stubScript{dataOff: stubHeader + (5+tasks)*stubRecSize}
 	// Set here too, not only by the fork: Go's fork checks that the
 	// parent is alive by comparing parent pids, which a stub forked into
 	// a PID namespace the parent's thread unshared (thread_linux.go)
