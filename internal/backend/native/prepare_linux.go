@@ -236,7 +236,7 @@ func (b *Backend) Drain() { b.bg.Wait() }
 // prepareOnThread builds the sandbox on a thread (thread_linux.go) that
 // then waits for the command.
 func (p *Prepared) prepareOnThread(ctx context.Context, cfg *initConfig, io3 *stdioFiles) error {
-	tl, err := p.r.launchThread(cfg, io3)
+	tl, err := p.r.launchThread(cfg, io3, nil)
 	if err != nil {
 		return err
 	}

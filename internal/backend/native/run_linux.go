@@ -382,12 +382,16 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		}
 	}
 	defer io3.closeChild()
-	// Signals are caught from before the launch: a thread-built sandbox
-	// can start its command before launchThread returns, and a SIGTERM
-	// meant for that command must reach it (wait forwards what came
-	// meanwhile), not kill agentkernel by default.
+	// Signals are caught from before the command starts: a SIGTERM meant
+	// for the command must reach it (wait forwards what came meanwhile),
+	// not kill agentkernel by default. A thread-built sandbox can start
+	// its command before launchThread returns; launchThread catches them
+	// while the thread builds (signal.Notify costs about a millisecond of
+	// round trips to the runtime's signal thread) and before it lets the
+	// command start. Until then a signal ends agentkernel as it would
+	// have during its start-up, and the unstarted sandbox with it.
 	sigCh := make(chan os.Signal, 8)
-	signal.Notify(sigCh, forwarded...)
+	catch := func() { signal.Notify(sigCh, forwarded...) }
 	// signal.Stop waits until Go's signal-forwarding goroutine is idle,
 	// 0.2 ms here at the end of every run: it need not delay the result.
 	// A signal that still arrives meanwhile goes to sigCh, which nobody
@@ -396,10 +400,11 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	var l *launched
 	if r.threadable(cfg) {
 		var tl *threadLaunch
-		if tl, err = r.launchThread(cfg, io3); err == nil {
+		if tl, err = r.launchThread(cfg, io3, catch); err == nil {
 			l = tl.l
 		}
 	} else {
+		catch()
 		l, err = r.launch(cfg, io3)
 	}
 	if err != nil {

@@ -92,7 +92,9 @@ func (r *runState) threadable(cfg *initConfig) bool {
 
 // launchThread starts building the sandbox on a locked thread and returns
 // once its command's process exists (or the build failed before that).
-func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch, error) {
+// before, when not nil, runs here while the thread builds, and always
+// before the thread may start the command.
+func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func()) (*threadLaunch, error) {
 	tl := &threadLaunch{
 		l:       &launched{waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1), direct: true},
 		io3:     io3,
@@ -104,6 +106,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 		tl.l.result = make(chan syscall.WaitStatus, 1)
 	}
 	tl.cgroup = make(chan error, 1)
+	if cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s parent: taking thread\n", monotonic())
+	}
 	if th := prestart.Take(); th != nil {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
@@ -123,6 +128,13 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles) (*threadLaunch
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
 	}
+	if before != nil {
+		before()
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s parent: signals caught\n", monotonic())
+		}
+	}
+	// The thread starts the command only once it has the filter.
 	tl.filter <- r.filterMessage(&cfg.Exec)
 	if err := <-tl.started; err != nil {
 		return nil, err
