@@ -29,7 +29,7 @@ type Config struct {
 
 	// Sources says where each value came from, by dotted key
 	// ("resources.memory_mb", "files[0].dest", "daemon.agents.claude.runtime").
-	// Every schema key has an entry; unset ones say SourceDefault.
+	// Keys that no file set have no entry (Source says SourceDefault).
 	Sources map[string]Source `toml:"-"`
 	// Loaded lists the files that were read, lowest precedence first
 	// (Line is 0).
@@ -191,10 +191,10 @@ func Defaults() *Config {
 		Security: Security{Profile: ProfileModerate},
 		Secrets:  Secrets{Backend: "file"},
 	}
+	// Keys no file sets have no entry: Source reports SourceDefault for
+	// them. (Listing every key here meant rendering every value, a fifth
+	// of a millisecond on each run.)
 	c.Sources = make(map[string]Source)
-	for _, v := range c.Values() {
-		c.Sources[v.Key] = Source{Kind: SourceDefault}
-	}
 	return c
 }
 
