@@ -17,6 +17,7 @@ import (
 func main() {
 	n := flag.Int("n", 30, "timed runs per command")
 	warm := flag.Int("warmup", 3, "untimed runs per command first")
+	settle := flag.Duration("settle", 0, "pause after every run, so that work a command leaves to the kernel or to a process of its own after it exits (a network namespace's cleanup, a sandbox's unmounting) does not land in the next run's time")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: timeit [-n N] [-warmup N] 'name=command line' ...")
 		flag.PrintDefaults()
@@ -36,7 +37,7 @@ func main() {
 		if strings.ContainsAny(cmd, "|&;<>()$`\\\"'*?") {
 			argv = []string{"sh", "-c", cmd} // needs a shell; costs the same for every case that does
 		}
-		cases = append(cases, harness.Case{Name: name, Argv: argv})
+		cases = append(cases, harness.Case{Name: name, Argv: argv, Settle: *settle})
 	}
 	stats := harness.Run(context.Background(), cases, harness.Options{Runs: *n, Warmup: *warm, Interleave: true})
 	harness.Report(os.Stdout, stats)
