@@ -40,6 +40,11 @@ func (want Meta) Check(root string, data []byte) error {
 	if err := json.Unmarshal(data, &have); err != nil {
 		return fmt.Errorf("image store %s: store.json: %w", root, err)
 	}
+	return want.compare(root, have)
+}
+
+// compare is Check once store.json is decoded.
+func (want Meta) compare(root string, have Meta) error {
 	if have.Version != Format {
 		return fmt.Errorf("image store %s: format version %d, this agentkernel understands %d", root, have.Version, Format)
 	}
@@ -65,6 +70,9 @@ type Cache struct {
 	indexFile string
 	snapMu    sync.Mutex
 	snap      atomic.Pointer[Snapshot]
+	// lean: Lookup's cache, whose records carry only what a run needs
+	// (parseIndexLean).
+	lean bool
 }
 
 // New reads the store at root (<data-dir>/images, absolute).
@@ -187,7 +195,11 @@ func (c *Cache) load(f *os.File) (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
-	idx, err := ParseIndex(data)
+	parse := ParseIndex
+	if c.lean {
+		parse = parseIndexLean
+	}
+	idx, err := parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("image store %s: %w", c.indexFile, err)
 	}
@@ -262,10 +274,15 @@ func Lookup(dataDir, ref string, want Meta) (Rootfs, bool, error) {
 	if err != nil {
 		return Rootfs{}, false, fmt.Errorf("image store: %w", err)
 	}
-	if err := want.Check(root, data); err != nil {
+	have, err := decodeMetaLean(data)
+	if err != nil {
+		return Rootfs{}, false, fmt.Errorf("image store %s: store.json: %w", root, err)
+	}
+	if err := want.compare(root, have); err != nil {
 		return Rootfs{}, false, err
 	}
 	c := New(root)
+	c.lean = true
 	defer c.Close()
 	sn, err := c.Current()
 	if err != nil {

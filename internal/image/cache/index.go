@@ -61,6 +61,11 @@ func ParseIndex(data []byte) (*Index, error) {
 	if err := json.Unmarshal(data, idx); err != nil {
 		return nil, err
 	}
+	return idx.check()
+}
+
+// check validates a decoded index and drops the records it cannot trust.
+func (idx *Index) check() (*Index, error) {
 	if idx.Version != IndexVersion {
 		return nil, fmt.Errorf("index format %d, this agentkernel understands %d", idx.Version, IndexVersion)
 	}
