@@ -73,25 +73,33 @@ func (s *initState) setupNetwork() error {
 // writable layer and the new root's mount point. It covers a host
 // directory, but only in our private mount namespace.
 func (s *initState) prepareScratch() error {
-	used := append(append([]string{}, s.cfg.Layers...), s.cfg.Upper)
-	for _, m := range s.cfg.Mounts {
-		used = append(used, m.Source)
-	}
-	for _, c := range scratchCandidates {
-		if fi, err := os.Stat(c); err != nil || !fi.IsDir() || underAny(c, used) {
-			continue
-		}
-		s.scratch = c
-		break
-	}
 	if s.scratch == "" {
-		return fmt.Errorf("no directory for scratch space (all of %v hold layers or volumes)", scratchCandidates)
+		var err error
+		if s.scratch, err = scratchDir(s.cfg); err != nil {
+			return err
+		}
 	}
 	if err := mount("tmpfs", s.scratch, "tmpfs", msTmp, "mode=0700,size="+strconv.FormatInt(s.cfg.DiskMB, 10)+"m"); err != nil {
 		return err
 	}
 	s.root = s.scratch + "/root"
 	return os.Mkdir(s.root, 0o755)
+}
+
+// scratchDir picks the directory the scratch tmpfs is mounted on: the
+// first candidate that exists and holds no layer, upper dir or volume.
+func scratchDir(cfg *initConfig) (string, error) {
+	used := append(append([]string{}, cfg.Layers...), cfg.Upper)
+	for _, m := range cfg.Mounts {
+		used = append(used, m.Source)
+	}
+	for _, c := range scratchCandidates {
+		if fi, err := os.Stat(c); err != nil || !fi.IsDir() || underAny(c, used) {
+			continue
+		}
+		return c, nil
+	}
+	return "", fmt.Errorf("no directory for scratch space (all of %v hold layers or volumes)", scratchCandidates)
 }
 
 func underAny(dir string, paths []string) bool {

@@ -113,6 +113,12 @@ func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 	if os.Geteuid() != 0 || res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0 {
 		return func() {}
 	}
+	if prestart.Pending() {
+		// Run makes it while it waits for the prestarted thread
+		// (launchThread): a goroutine now would compete for the CPUs
+		// with the thread being made and with this one.
+		return func() {}
+	}
 	e := &earlyCgroup{id: spec.ID, done: make(chan struct{})}
 	if e.id == "" {
 		e.id = randomID()

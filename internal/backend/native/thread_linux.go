@@ -59,7 +59,28 @@ type threadInit struct {
 	// it starts are in the cgroup.
 	forked   prestart.Init
 	inCgroup bool
-	masks    []prestart.Mask // looked up during start-up, or nil
+	// script is PID 1's script, built by the caller while it waited for
+	// a prestarted thread (threadPrep), or nil.
+	script0 *stubScript
+}
+
+// threadPrep is what the caller of a run with a prestarted thread works
+// out while it waits for that thread, which is still making namespaces
+// and forking PID 1 then: which paths of /proc and /sys to mask, where
+// the scratch space goes, and PID 1's script. The thread would otherwise
+// do it on the run's critical path.
+type threadPrep struct {
+	scratch string
+	script  *stubScript
+}
+
+func prepareForThread(cfg *initConfig) *threadPrep {
+	scratch, err := scratchDir(cfg)
+	if err != nil {
+		return nil // the thread reports it
+	}
+	masks := append(prestart.LookupMasks("/proc/"), prestart.LookupMasks("/sys/")...)
+	return &threadPrep{scratch: scratch, script: stubInitScript(scratch, cfg, masks)}
 }
 
 // threadLaunch is what the parent and the thread share while it builds.
@@ -109,25 +130,48 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: taking thread\n", monotonic())
 	}
+	// While a prestarted thread is still being made (it usually is: it
+	// unshares the namespaces and forks PID 1 while agentkernel starts),
+	// the work that needs no thread is done here instead of on its
+	// critical path: PID 1's script and the cgroup.
+	var prep *threadPrep
+	var cgErr error
+	cgMade := false
+	if prestart.Pending() {
+		prep = prepareForThread(cfg)
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s parent: PID 1's script built\n", monotonic())
+		}
+		cgErr, cgMade = r.makeCgroup(cfg), true
+		if cgErr == nil && r.cg != nil && !r.cg.v2 && r.cgTasks == nil {
+			r.cgTasks, _ = r.cg.openTasks() // else the thread opens them
+		}
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s parent: cgroup made\n", monotonic())
+		}
+	}
 	if th := prestart.Take(); th != nil {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
 		}
-		th.Run(func() { r.buildOnThread(cfg, tl, th) })
+		th.Run(func() { r.buildOnThread(cfg, tl, th, prep) })
 	} else {
-		go r.buildOnThread(cfg, tl, nil)
+		go r.buildOnThread(cfg, tl, nil, nil)
 	}
 	// Meanwhile, here: the cgroup, which the thread needs first, then the
 	// seccomp filter, which it needs last. (Goroutines of their own would
 	// start later: waking another thread costs a few hundred microseconds
 	// on a small VM.)
-	if cfg.Trace {
-		fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
+	if !cgMade {
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
+		}
+		cgErr = r.makeCgroup(cfg)
+		if cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
+		}
 	}
-	tl.cgroup <- r.makeCgroup(cfg)
-	if cfg.Trace {
-		fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
-	}
+	tl.cgroup <- cgErr
 	if before != nil {
 		before()
 		if cfg.Trace {
@@ -145,7 +189,7 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 // buildOnThread is the locked thread's life; see the top of this file.
 // pre is package prestart's thread when this is it: already locked, in
 // its namespaces, with lo up and usually PID 1 forked.
-func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestart.Thread) {
+func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestart.Thread, prep *threadPrep) {
 	io3, l := tl.io3, tl.l
 	prestarted := pre != nil
 	if !prestarted {
@@ -158,7 +202,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			r.buildOnThread(cfg, tl, nil)
+			r.buildOnThread(cfg, tl, nil, nil)
 		}()
 		<-held
 		runtime.UnlockOSThread()
@@ -166,10 +210,16 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	}
 	t := &threadInit{}
 	if prestarted {
-		t.forked, t.masks = pre.Init, pre.Masks
+		t.forked = pre.Init
+	}
+	if prep != nil {
+		t.script0 = prep.script
 	}
 	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
+	if prep != nil {
+		s.scratch = prep.scratch // PID 1's script names it
+	}
 	stopped := func() {
 		for _, pid := range []int{s.execPid, t.pid} {
 			if pid > 0 {
@@ -353,7 +403,10 @@ func (s *initState) startInitStub() error {
 
 // sendScript hands PID 1 its whole life (stubInitScript).
 func (t *threadInit) sendScript(scratch string, cfg *initConfig) error {
-	t.script = stubInitScript(scratch, cfg, t.masks)
+	t.script = t.script0
+	if t.script == nil {
+		t.script = stubInitScript(scratch, cfg, nil)
+	}
 	b, err := t.script.encode()
 	if err != nil {
 		return err

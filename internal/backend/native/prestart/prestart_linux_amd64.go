@@ -23,9 +23,6 @@ type Thread struct {
 	// failed: Run's work then forks it). Run's work owns it; a discarded
 	// thread kills and reaps it.
 	Init Init
-	// Masks are the masked and read-only paths of /proc and /sys that
-	// exist here (LookupMasks), looked up meanwhile.
-	Masks []Mask
 }
 
 // Run runs f on the thread; the thread ends, namespaces and all, when f
@@ -144,7 +141,6 @@ func serve(unused chan struct{}) {
 	}
 	t := &Thread{efd: int(efd)}
 	t.Init, _ = ForkStub(stub.Argv0Init, &syscall.SysProcAttr{Setsid: true})
-	t.Masks = append(LookupMasks("/proc/"), LookupMasks("/sys/")...)
 	deliver(t)
 	var buf [8]byte
 	for {
@@ -227,6 +223,10 @@ func prepare() error {
 	}
 	return LoopbackUp()
 }
+
+// Pending reports whether a thread is being made or waits to be taken:
+// Take would get it.
+func Pending() bool { return inflight.Load() }
 
 // Take returns the thread started for this process, waiting for it if it
 // is still being made, or nil when there is none (not a `run`, not root,

@@ -6,12 +6,14 @@ import "syscall"
 
 // Thread is a prestarted sandbox thread; there are none on this platform.
 type Thread struct {
-	Init  Init
-	Masks []Mask
+	Init Init
 }
 
 // Run is never called: Take returns nil here.
 func (t *Thread) Run(f func()) {}
+
+// Pending reports false: nothing is prestarted on this platform.
+func Pending() bool { return false }
 
 // Take returns nil: nothing is prestarted on this platform.
 func Take() *Thread { return nil }
