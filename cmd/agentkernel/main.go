@@ -65,11 +65,15 @@ func run() int {
 		// to agentkernel-full prints its own.
 		HoldWarnings: true,
 	}
-	root := runcli.NewRoot(app)
-	runcli.TraceStage("root built")
-	err := root.Execute()
+	err := app.Execute(os.Args[1:])
 	if errors.Is(err, runcli.ErrNeedsFull) {
 		app.DropWarnings()
+		if errors.Is(err, runcli.ErrRunHelp) {
+			if _, ferr := runcli.FullPath(); ferr != nil {
+				app.PrintRunHelp(os.Stdout) // cobra's is agentkernel-full's
+				return 0
+			}
+		}
 		return handOff()
 	}
 	app.FlushWarnings()

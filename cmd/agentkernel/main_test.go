@@ -31,6 +31,11 @@ func TestRunPathDependencies(t *testing.T) {
 		"net/http",
 		"crypto/tls",
 		"encoding/gob",
+		// The command tree: a run's command line is parsed with pflag
+		// alone (runcli.App.Execute).
+		"github.com/spf13/cobra",
+		"text/template",
+		"regexp",
 		"github.com/agentkernel/agentkernel/internal/cli",
 		"github.com/agentkernel/agentkernel/internal/image",
 		"github.com/agentkernel/agentkernel/internal/api",

@@ -362,7 +362,7 @@ here with --image.`,
   agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ov.Set = runcli.ChangedFlags(cmd)
+			ov.Set = runcli.ChangedFlags(cmd.Flags())
 			if strings.EqualFold(ov.Mode, "native") {
 				ov.Mode = ""
 			}

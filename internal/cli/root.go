@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
-	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 )
 
 // NewRootCommand builds the whole command tree.
@@ -21,7 +20,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 
 func newRoot(a *App, full bool) *cobra.Command {
 	a.OpenImages = a.runImages
-	root := runcli.NewRoot(a.App)
+	root := newBaseRoot(a.App)
 	if !full {
 		return root
 	}

@@ -215,7 +215,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
   agentkernel sandbox create api --dir ~/src/api -p permissive`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.overrides.Set = runcli.ChangedFlags(cmd)
+			o.overrides.Set = runcli.ChangedFlags(cmd.Flags())
 			name := ""
 			if len(args) == 1 {
 				name = args[0]

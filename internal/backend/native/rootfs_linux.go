@@ -266,8 +266,14 @@ func (s *initState) moveProc() error {
 	if s.thread != nil {
 		// The stub init mounted it on the scratch space; /proc stays the
 		// host's, whose pids the thread knows its stages by.
+		if s.cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s thread: waiting for PID 1's mounts\n", monotonic())
+		}
 		if err := s.thread.procMounted(); err != nil {
 			return err
+		}
+		if s.cfg.Trace {
+			fmt.Fprintf(os.Stderr, "%s thread: PID 1's mounts ready\n", monotonic())
 		}
 		src = s.scratch + "/proc"
 	}

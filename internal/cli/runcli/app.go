@@ -1,7 +1,9 @@
 // Package runcli is the part of agentkernel's command line that the
-// agentkernel binary itself carries: the root command with its global
-// flags, and 'run'. Every other command lives in package cli, which
-// builds on this one, and in the agentkernel-full binary.
+// agentkernel binary itself carries: the global flags and 'run', parsed
+// with pflag alone (App.Execute). The cobra command tree — the root
+// command, 'run' as cobra sees it, and every other command — lives in
+// package cli, which builds on this one, and in the agentkernel-full
+// binary.
 //
 // The split exists for start-up time. A Go program initialises every
 // package it links before main runs, on every start; 'run' is what users

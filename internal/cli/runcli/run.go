@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
@@ -20,7 +19,8 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-const runLong = `Run a command in a fresh sandbox and remove the sandbox afterwards.
+// RunLong is run's --help text.
+const RunLong = `Run a command in a fresh sandbox and remove the sandbox afterwards.
 
 The image is picked from the command (python3 → python:3.12-alpine, node →
 node:22-alpine, go → golang:1.23-alpine, …), else from the project files in
@@ -48,7 +48,8 @@ Exit status: the command's own, 128+N when it died of signal N, 124 when
 --timeout ended it, 125 when agentkernel failed, 126 when the command cannot
 be invoked, 127 when it does not exist.`
 
-const runExample = `  agentkernel run python3 -c 'print(1)'
+// RunExample is run's --help examples.
+const RunExample = `  agentkernel run python3 -c 'print(1)'
   agentkernel run -- sh -c 'echo $HOSTNAME; id'
   agentkernel run --image alpine:3.20 -p restrictive -- ls /workspace
   agentkernel run -e DEBUG=1 -v "$PWD/data:/data:ro" -- ./process /data
@@ -57,29 +58,20 @@ const runExample = `  agentkernel run python3 -c 'print(1)'
   echo hi | agentkernel run -- cat               # stdin is passed through
   agentkernel run --dry-run -- npm test          # print the resolved spec`
 
-type runOptions struct {
+// RunOptions are run's own flags (see BindRunFlags).
+type RunOptions struct {
 	overrides policy.Overrides
 	backend   string
 	dryRun    bool
 	noDaemon  bool
-	daemon    *daemonClient // set by runRun when the daemon may serve the run
+	daemon    *daemonClient // set by RunCommand when the daemon may serve the run
 }
 
-func newRunCmd(a *App) *cobra.Command {
-	var o runOptions
-	cmd := &cobra.Command{
-		Use:     "run [flags] [--] COMMAND [ARG...]",
-		Short:   "Run a command in a fresh, isolated sandbox",
-		Long:    runLong,
-		Example: runExample,
-		Args:    cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.overrides.Set = ChangedFlags(cmd)
-			return a.runRun(cmd.Context(), &o, args)
-		},
-	}
-	fs := cmd.Flags()
-	fs.SetInterspersed(false) // "run python3 -c x": -c belongs to python3
+// BindRunFlags registers run's flags (the sandbox's, BindSpecFlags, and
+// --backend, --dry-run, --no-daemon) into fs. Parsing stops at the first
+// argument that is not a flag: "run python3 -c x" gives -c to python3.
+func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
+	fs.SetInterspersed(false)
 	BindSpecFlags(fs, &o.overrides)
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
@@ -87,18 +79,24 @@ func newRunCmd(a *App) *cobra.Command {
 	if f := fs.Lookup("network"); f != nil {
 		f.Usage = "ask for network egress: refused on the native backend until the network policy proxy exists"
 	}
-	return cmd
 }
 
-// ChangedFlags is the set of cmd's flags given on the command line, by
+// ChangedFlags is the set of fs's flags given on the command line, by
 // long name (policy.Overrides.Set).
-func ChangedFlags(cmd *cobra.Command) map[string]bool {
+func ChangedFlags(fs *pflag.FlagSet) map[string]bool {
 	set := map[string]bool{}
-	cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 	return set
 }
 
-func (a *App) runRun(ctx context.Context, o *runOptions, args []string) error {
+// RunCommand is 'run': o's flags were parsed, set are the flags given
+// (ChangedFlags), args the command.
+func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool, args []string) error {
+	o.overrides.Set = set
+	return a.runRun(ctx, o, args)
+}
+
+func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 	TraceStage("runRun")
 	if ctx == nil {
 		ctx = context.Background()

@@ -16,7 +16,7 @@ type daemonClient = daemon.Client
 // startDaemonRun returns a client of the running daemon, setting itself
 // up while the spec resolves, or nil when this run will not use one
 // (opted out, another backend, no daemon socket).
-func (a *App) startDaemonRun(o *runOptions) *daemonClient {
+func (a *App) startDaemonRun(o *RunOptions) *daemonClient {
 	if o.noDaemon || o.dryRun || os.Getenv("AGENTKERNEL_NO_DAEMON") != "" && os.Getenv("AGENTKERNEL_NO_DAEMON") != "0" {
 		return nil
 	}

@@ -13,7 +13,7 @@ type daemonClient struct{}
 
 func (*daemonClient) Close() {}
 
-func (a *App) startDaemonRun(o *runOptions) *daemonClient { return nil }
+func (a *App) startDaemonRun(o *RunOptions) *daemonClient { return nil }
 
 func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, dc *daemonClient, spec *sandbox.Spec) (sandbox.Result, error, bool) {
 	return sandbox.Result{}, nil, false
