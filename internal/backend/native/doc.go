@@ -261,9 +261,11 @@
 //
 // # What is left
 //
-//   - Speed: 2.3-2.4× bwrap, not the 1.5× target. The init is a second Go
-//     start per run (~2 ms with this binary's package inits); turning it
-//     into a stub script planned by the parent is the next step.
+//   - Speed: a CLI run of a cached image takes about 1.5× bwrap's time on
+//     a 2-vCPU VM (bench/README.md), using twice bwrap's CPU time; with
+//     both CPUs busy, only less work makes it faster. What remains: the
+//     Go process itself (start-up, page faults, its exit), the namespaces,
+//     two forks of the stub, v1 cgroups in three hierarchies, the mounts.
 //   - Rootless runs map one uid; newuidmap/newgidmap with /etc/subuid
 //     ranges are not used yet, so multi-uid images show unmapped files.
 //   - The tty's pty comes from the host's devpts (the command's ttyname
