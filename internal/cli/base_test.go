@@ -56,11 +56,7 @@ func TestRunFlagsKnownToPrestart(t *testing.T) {
 // ErrNeedsFull, which hands it to agentkernel-full.
 func TestLeanRunParse(t *testing.T) {
 	dir := t.TempDir()
-	wd, _ := os.Getwd()
-	t.Cleanup(func() { os.Chdir(wd) })
-	if err := os.Chdir(dir); err != nil {
-		t.Fatal(err)
-	}
+	t.Chdir(dir)
 	t.Setenv("HOME", dir)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
 	if err := os.WriteFile("env.txt", []byte("FROM_FILE=1\n"), 0o644); err != nil {
