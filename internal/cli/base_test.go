@@ -74,6 +74,7 @@ func TestLeanRunParse(t *testing.T) {
 		{"--config=other.toml", "run", "--memory", "64m", "--cpus", "0.5", "--timeout", "30s", "-t", "--interactive", "sh"},
 		{"-cother.toml", "run", "x"},
 		{"-c", "other.toml", "--quiet=true", "run", "x"},
+		{"-c=other.toml", "--quiet=false", "-q", "run", "x"},
 		{"run", "--no-network", "--read-only", "-u", "1000:1000", "-w", "/w", "--hostname", "h", "-k", "--userns", "host",
 			"--no-daemon", "-B", "native", "--pull", "never", "-p", "restrictive", "--mode", "codex", "--env-file", "env.txt", "--pids", "10", "--", "x", "-y"},
 		{"--log-level", "debug", "run", "--data-dir", data, "-i", "alpine:3.20", "cat", "--image", "not-a-flag-here"},
@@ -123,6 +124,8 @@ func TestLeanRunParse(t *testing.T) {
 		{"--bogus", "run", "true"},
 		{"--image", "alpine", "run", "true"}, // cobra takes it; the lean parser leaves it to cobra
 		{"-qc", "x.toml", "run", "true"},
+		{"-x", "run", "true"},
+		{"-", "run", "true"},
 		{"version"},
 		{"--data-dir"},
 		{"run", "--memory"},

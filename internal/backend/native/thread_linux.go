@@ -59,9 +59,9 @@ type threadInit struct {
 	// it starts are in the cgroup.
 	forked   prestart.Init
 	inCgroup bool
-	// script is PID 1's script, built by the caller while it waited for
-	// a prestarted thread (threadPrep), or nil.
-	script0 *stubScript
+	// prebuilt is PID 1's script, built by the caller while it waited
+	// for a prestarted thread (threadPrep), or nil: build it here.
+	prebuilt *stubScript
 }
 
 // threadPrep is what the caller of a run with a prestarted thread works
@@ -158,10 +158,10 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 	} else {
 		go r.buildOnThread(cfg, tl, nil, nil)
 	}
-	// Meanwhile, here: the cgroup, which the thread needs first, then the
-	// seccomp filter, which it needs last. (Goroutines of their own would
-	// start later: waking another thread costs a few hundred microseconds
-	// on a small VM.)
+	// Meanwhile, here: the cgroup, which the thread needs first (unless
+	// it was made above), then the seccomp filter, which it needs last.
+	// (Goroutines of their own would start later: waking another thread
+	// costs a few hundred microseconds on a small VM.)
 	if !cgMade {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
@@ -213,7 +213,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		t.forked = pre.Init
 	}
 	if prep != nil {
-		t.script0 = prep.script
+		t.prebuilt = prep.script
 	}
 	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
@@ -403,7 +403,7 @@ func (s *initState) startInitStub() error {
 
 // sendScript hands PID 1 its whole life (stubInitScript).
 func (t *threadInit) sendScript(scratch string, cfg *initConfig) error {
-	t.script = t.script0
+	t.script = t.prebuilt
 	if t.script == nil {
 		t.script = stubInitScript(scratch, cfg, nil)
 	}

@@ -13,13 +13,13 @@ import (
 // Execute runs a 'run' command line (argv without the program name) with
 // pflag alone, as the agentkernel binary does: linking cobra, its
 // templates and regular expressions, and building its command tree, cost
-// a run 0.4 ms of start-up. It handles the forms a run is written in —
-// global flags, then "run", then run's flags and the command — exactly as
-// the cobra command line of agentkernel-full does (TestLeanRunParse in
-// package cli holds the two to the same result). Anything else — help,
-// a flag it does not know, a global flag it cannot place, a parse error —
-// is ErrNeedsFull before anything happened, and agentkernel-full, with
-// cobra, answers it.
+// each run 0.2 to 0.3 ms (bench/README.md). It handles the forms a run is
+// written in — global flags, then "run", then run's flags and the
+// command — exactly as the cobra command line of agentkernel-full does
+// (TestLeanRunParse in package cli holds the two to the same result).
+// Anything else — help, a flag it does not know, a run flag before "run",
+// grouped short flags, a parse error — is ErrNeedsFull before anything
+// happened, and agentkernel-full, with cobra, answers it.
 func (a *App) Execute(argv []string) error {
 	o, set, args, err := a.ParseRun(argv)
 	if err != nil {
@@ -41,14 +41,17 @@ func (a *App) ParseRun(argv []string) (o *RunOptions, set map[string]bool, args 
 	o = &RunOptions{}
 	BindRunFlags(fs, o)
 	// The global flags before "run", which cobra parses with run's. Only
-	// flags of their own are taken here; cobra also accepts others there.
+	// global flags are taken here (cobra reads others there by its own
+	// rules), each found in the same bindings the parse below uses.
+	globals := pflag.NewFlagSet("global", pflag.ContinueOnError)
+	BindGlobalFlags(globals, &App{})
 	i := 0
 	for i < len(argv) && argv[i] != "run" {
-		name, value, isFlag := flagName(argv[i])
-		if !isFlag || !globalFlag(name) {
+		f, attached := globalFlagAt(globals, argv[i])
+		if f == nil {
 			return nil, nil, nil, ErrNeedsFull
 		}
-		if !value && globalTakesValue(name) {
+		if !attached && f.NoOptDefVal == "" {
 			i++ // its value
 		}
 		i++
@@ -82,31 +85,20 @@ func (a *App) PrintRunHelp(w io.Writer) {
 		RunLong, RunExample, run.FlagUsages(), global.FlagUsages())
 }
 
-// flagName splits "--name", "--name=v", "-n", "-nv" into the flag's long
-// name (short ones resolved) and whether its value is attached.
-func flagName(arg string) (name string, value, isFlag bool) {
+// globalFlagAt is the global flag arg names ("--name", "--name=v",
+// "-n", or "-nVALUE" for a flag that takes a value) and whether its value
+// is attached; nil for anything else, grouped short flags included.
+func globalFlagAt(globals *pflag.FlagSet, arg string) (f *pflag.Flag, attached bool) {
 	switch {
 	case strings.HasPrefix(arg, "--") && len(arg) > 2:
-		name, _, value = strings.Cut(arg[2:], "=")
-		return name, value, true
-	case strings.HasPrefix(arg, "-") && len(arg) > 1 && arg[1] != '-':
-		switch {
-		case arg[1] == 'c':
-			return "config", len(arg) > 2, true // -c PATH, -cPATH, -c=PATH
-		case arg == "-q":
-			return "quiet", false, true
+		name, _, attached := strings.Cut(arg[2:], "=")
+		return globals.Lookup(name), attached
+	case len(arg) >= 2 && arg[0] == '-' && arg[1] != '-':
+		f := globals.ShorthandLookup(arg[1:2])
+		if f == nil || len(arg) > 2 && f.NoOptDefVal != "" {
+			return nil, false // unknown, or -qX: grouped switches
 		}
-		return "", false, true // grouped or other short flags: cobra's
+		return f, len(arg) > 2
 	}
-	return "", false, false
+	return nil, false
 }
-
-func globalFlag(name string) bool {
-	switch name {
-	case "config", "data-dir", "log-level", "quiet":
-		return true
-	}
-	return false
-}
-
-func globalTakesValue(name string) bool { return name != "quiet" }
