@@ -54,8 +54,18 @@ func TestThread(t *testing.T) {
 	if initPid <= 0 {
 		t.Fatal("no PID 1 was forked on the thread")
 	}
-	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(initPid) + "/cmdline"); string(b) != "agentkernel:init\x00" {
-		t.Errorf("PID 1's command line is %q", b)
+	// The vfork returns once the stub's execve is past its point of no
+	// return, a moment before the kernel lays out its argument pages:
+	// until then /proc/PID/cmdline reads empty.
+	var cmdline []byte
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		cmdline, _ = os.ReadFile("/proc/" + strconv.Itoa(initPid) + "/cmdline")
+		if len(cmdline) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if string(cmdline) != "agentkernel:init\x00" {
+		t.Errorf("PID 1's command line is %q", cmdline)
 	}
 	if b, _ := os.ReadFile("/proc/" + strconv.Itoa(initPid) + "/status"); !strings.Contains(string(b), "\nNSpid:\t"+strconv.Itoa(initPid)+"\t1\n") {
 		t.Errorf("the stub is not PID 1 of a PID namespace of its own:\n%s", b)
