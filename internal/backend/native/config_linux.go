@@ -110,4 +110,7 @@ type execConfig struct {
 	// (prepared sandboxes, stubRecvStdio).
 	RecvStdio bool   `json:"recv_stdio,omitempty"`
 	NoFile    uint64 `json:"nofile,omitempty"`
+	// filterLoaded: the stub loaded Filter in its first script
+	// (initState.earlyFilter), so its last one does not.
+	filterLoaded bool
 }

@@ -76,6 +76,12 @@ type initState struct {
 	// cgroupTasks are the v1 tasks files the exec stage's stub moves
 	// itself in by (thread-built sandboxes).
 	cgroupTasks []*os.File
+	// earlyFilter is the seccomp program the stub loads in its first
+	// script, while the root is still being mounted, rather than just
+	// before its execve (thread-built sandboxes whose filter allows every
+	// later step of the stub: earlySeccomp); enter is that first script.
+	earlyFilter []byte
+	enter       *stubScript
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -320,7 +326,9 @@ func (s *initState) startExecStage() error {
 		}
 		s.stub = err == nil
 		if s.stub {
-			b, err := stubEnterScript(s.cfg.NestUserNS, len(s.cgroupTasks)).encode()
+			s.enter = stubEnterScript(s.cfg.NestUserNS, len(s.cgroupTasks), s.earlyFilter)
+			s.cfg.Exec.filterLoaded = s.earlyFilter != nil
+			b, err := s.enter.encode()
 			if err != nil {
 				return err
 			}
@@ -363,7 +371,7 @@ func (s *initState) stubEntered() error {
 	if _, err := s.execCfgW.Read(ready[:]); err != nil {
 		var report [16]byte
 		n, _ := io.ReadFull(s.stubErrR, report[:])
-		return reportedError(stubError(stubEnterScript(s.cfg.NestUserNS, len(s.cgroupTasks)), report[:n]))
+		return reportedError(stubError(s.enter, report[:n]))
 	}
 	if !s.cfg.NestUserNS {
 		return nil

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -517,6 +518,52 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// filterAllows reports whether the raw seccomp program prog (sock_filter
+// records) allows system call nr of this architecture whatever its
+// arguments. It is false when the verdict depends on an argument, and
+// for any instruction outside the few assemble emits.
+func filterAllows(prog []byte, nr uint32) bool {
+	n := len(prog) / 8
+	var a uint32
+	for pc := 0; pc < n; pc++ {
+		in := prog[8*pc:]
+		code := binary.NativeEndian.Uint16(in)
+		jt, jf := int(in[2]), int(in[3])
+		k := binary.NativeEndian.Uint32(in[4:])
+		jump := func(cond bool) {
+			if cond {
+				pc += jt
+			} else {
+				pc += jf
+			}
+		}
+		switch code {
+		case bpfLdAbs:
+			switch k {
+			case offNr:
+				a = nr
+			case offArch:
+				a = auditArch
+			default:
+				return false // an argument or the instruction pointer
+			}
+		case bpfJeq:
+			jump(a == k)
+		case bpfJgt:
+			jump(a > k)
+		case bpfJge:
+			jump(a >= k)
+		case bpfJset:
+			jump(a&k != 0)
+		case bpfRet:
+			return k == retAllow
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // loadSeccomp installs prog on the calling thread (no_new_privs is

@@ -3,6 +3,7 @@ package native
 import (
 	"encoding/binary"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -152,6 +153,64 @@ func TestSeccompProgramMatchesRules(t *testing.T) {
 				}
 				t.Logf("%s caps=%d extra=%v: %d instructions, %d verdicts checked", profile, len(caps), extra, len(prog), checked)
 			}
+		}
+	}
+}
+
+// TestEarlySeccomp: filterAllows never says "allowed" where the rules
+// say otherwise for some arguments, and says it for every syscall the
+// rules allow unconditionally; docker's profiles may be loaded early by
+// the stub (earlySeccomp), but not with the idmap guards (they look at
+// openat's mode), nor the allowlist profile, which lacks capset and
+// Landlock.
+func TestEarlySeccomp(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, c := range []struct {
+		profile string
+		extra   bool
+		early   bool
+	}{{"default", false, true}, {"default", true, false}, {"default-no-ptrace", false, true}, {"allowlist", false, false}} {
+		rules, err := seccompRules(c.profile, dockerCaps, c.extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, err := assemble(rules, seccompDefault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := make([]byte, 8*len(prog))
+		for i, f := range prog {
+			binary.NativeEndian.PutUint16(raw[8*i:], f.Code)
+			raw[8*i+2], raw[8*i+3] = f.Jt, f.Jf
+			binary.NativeEndian.PutUint32(raw[8*i+4:], f.K)
+		}
+		for nr := uint32(0); nr < 600; nr++ {
+			first := slices.IndexFunc(rules, func(r seccompRule) bool { return r.nr == nr })
+			uncond := first >= 0 && len(rules[first].conds) == 0 && rules[first].action == retAllow
+			got := filterAllows(raw, nr)
+			if got != uncond {
+				t.Errorf("%s: syscall %d: filterAllows %v, the rules allow it unconditionally: %v", c.profile, nr, got, uncond)
+			}
+			if !got {
+				continue
+			}
+			for i := 0; i < 50; i++ {
+				var args [6]uint64
+				for j := range args {
+					args[j] = rng.Uint64() >> uint(rng.Intn(64))
+				}
+				if v := decide(rules, nr, args); v != retAllow {
+					t.Fatalf("%s: syscall %d allowed by filterAllows, the rules say %#x for %v", c.profile, nr, v, args)
+				}
+			}
+		}
+		if got := earlySeccomp(append([]byte{'F'}, raw...)) != nil; got != c.early {
+			t.Errorf("%s (extra %v): loaded early %v, want %v", c.profile, c.extra, got, c.early)
+		}
+	}
+	for _, msg := range [][]byte{nil, {'F'}, []byte("Eno filter"), {'F', 1, 2, 3}} {
+		if earlySeccomp(msg) != nil {
+			t.Errorf("earlySeccomp(%q) is not nil", msg)
 		}
 	}
 }

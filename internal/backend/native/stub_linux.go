@@ -146,12 +146,17 @@ func (s *stubScript) encode() ([]byte, error) {
 // its own (nest) and a cgroup namespace, say so on fd 3, and wait for the
 // next script. Doing this in the stub rather than with CLONE_NEWUSER lets
 // the init fork it the cheap way (vfork); the init writes the id maps in
-// between.
-func stubEnterScript(nest bool, tasks int) *stubScript {
-	// Its data (the cgroup writes' "0") right after its few records: a
-	// few hundred bytes to write and for the stub to read and fault in,
-	// not the 64 KiB record area.
-	s := &stubScript{dataOff: stubHeader + (5+tasks)*stubRecSize}
+// between. A non-nil filter is loaded right after the namespaces are
+// entered (earlySeccomp): the exec stage then waits for its last script
+// with its seccomp filter in place, and loading it (0.1 ms here: the
+// kernel translates the program and precomputes which syscalls it always
+// allows) overlaps the mounting of the root instead of delaying the
+// command.
+func stubEnterScript(nest bool, tasks int, filter []byte) *stubScript {
+	// Its data (the cgroup writes' "0", the filter) right after its few
+	// records: a few hundred bytes to write and for the stub to read and
+	// fault in, not the 64 KiB record area.
+	s := &stubScript{dataOff: stubHeader + (6+tasks)*stubRecSize}
 	// Set here too, not only by the fork: Go's fork checks that the
 	// parent is alive by comparing parent pids, which a stub forked into
 	// a PID namespace the parent's thread unshared (thread_linux.go)
@@ -172,6 +177,9 @@ func stubEnterScript(nest bool, tasks int) *stubScript {
 		flags |= unix.CLONE_NEWUSER
 	}
 	s.add("entering namespaces", unix.SYS_UNSHARE, flags)
+	if filter != nil {
+		addSeccompLoad(s, filter)
+	}
 	s.add("reporting ready", unix.SYS_WRITE, 3, uint64(stubBase), 1)
 	s.add("reading script", stubChain)
 	return s
@@ -248,13 +256,49 @@ func buildStubPrepared(c *execConfig) (setup, rest *stubScript, err error) {
 	return setup, rest, nil
 }
 
-// stubSeccomp loads the seccomp filter (the last step before execve).
+// stubSeccomp loads the seccomp filter (the last step before execve),
+// unless the stub's first script did (earlySeccomp).
 func stubSeccomp(s *stubScript, c *execConfig) {
-	if len(c.Filter) > 0 {
-		filter := s.bytes(c.Filter)
-		fprog := s.bytes(u64s(uint64(len(c.Filter)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
-		s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
+	if len(c.Filter) > 0 && !c.filterLoaded {
+		addSeccompLoad(s, c.Filter)
 	}
+}
+
+func addSeccompLoad(s *stubScript, prog []byte) {
+	filter := s.bytes(prog)
+	fprog := s.bytes(u64s(uint64(len(prog)/8), filter)) // struct sock_fprog {u16 len; pad; ptr}
+	s.add("loading seccomp filter", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, fprog)
+}
+
+// stubLateSyscalls are every system call the stub may make after its
+// first script: the steps stubSetup, stubRecvStdio and addStubExec
+// emit, and the stub's own reads of its next script (read), reports
+// (write) and exit on failure (exit_group). TestStubLateSyscalls keeps
+// the list complete.
+var stubLateSyscalls = []uint32{
+	unix.SYS_READ, unix.SYS_WRITE, unix.SYS_EXIT_GROUP,
+	unix.SYS_FCNTL, unix.SYS_PRCTL, unix.SYS_SETGROUPS, unix.SYS_SETRESGID, unix.SYS_SETRESUID,
+	unix.SYS_CAPSET, unix.SYS_CHDIR, unix.SYS_PRLIMIT64,
+	unix.SYS_LANDLOCK_CREATE_RULESET, unix.SYS_OPENAT, unix.SYS_LANDLOCK_ADD_RULE, unix.SYS_LANDLOCK_RESTRICT_SELF,
+	unix.SYS_CLOSE, unix.SYS_RECVMSG, unix.SYS_EXECVE,
+}
+
+// earlySeccomp returns the seccomp program of the filter message msg
+// when the stub may load it in its first script: the program allows
+// every later step of the stub whatever its arguments. Docker's profile
+// does; the allowlist profile (no capset, no Landlock) does not, and its
+// filter keeps coming last.
+func earlySeccomp(msg []byte) []byte {
+	if len(msg) < 9 || msg[0] != 'F' || (len(msg)-1)%8 != 0 {
+		return nil
+	}
+	prog := msg[1:]
+	for _, nr := range stubLateSyscalls {
+		if !filterAllows(prog, nr) {
+			return nil
+		}
+	}
+	return prog
 }
 
 // stubSetup adds the exec stage's steps between its stdio and its

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestStubScriptLayout: a usual exec stage script is compact (data right
@@ -80,5 +82,52 @@ func TestStubPreparedSplit(t *testing.T) {
 		if _, err := s.encode(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestStubLateSyscalls: every system call a stub script makes after an
+// early seccomp load (the rest of the first script, then the last one
+// with each optional step switched on) is in stubLateSyscalls, which
+// earlySeccomp checks the filter against.
+func TestStubLateSyscalls(t *testing.T) {
+	late := map[uint64]bool{}
+	for _, nr := range stubLateSyscalls {
+		late[uint64(nr)] = true
+	}
+	check := func(name string, recs []stubRecord) {
+		for _, r := range recs {
+			if r.nr == stubPoke || r.nr == stubChain {
+				continue
+			}
+			if !late[r.nr] {
+				t.Errorf("%s: %q makes syscall %d, not in stubLateSyscalls", name, r.desc, r.nr)
+			}
+		}
+	}
+	filter := make([]byte, 8*4)
+	enter := stubEnterScript(true, 3, filter)
+	at := slices.IndexFunc(enter.recs, func(r stubRecord) bool { return r.nr == unix.SYS_SECCOMP })
+	if at < 0 || enter.recs[at-1].nr != unix.SYS_UNSHARE {
+		t.Fatalf("the first script does not load the filter right after entering its namespaces: %+v", enter.recs)
+	}
+	check("first script", enter.recs[at+1:])
+	if slices.ContainsFunc(stubEnterScript(true, 3, nil).recs, func(r stubRecord) bool { return r.nr == unix.SYS_SECCOMP }) {
+		t.Error("a first script without a filter loads one")
+	}
+	cfg := execConfig{Args: []string{"/bin/true"}, Workdir: "/", Landlock: true, NoFile: 1024,
+		Groups: []int{1, 2}, RecvStdio: true, LandlockRW: []string{"/tmp"}, Filter: filter, filterLoaded: true}
+	s, err := buildStubPrefixAt(&cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addStubExec(s, &cfg, "/bin/true")
+	if slices.ContainsFunc(s.recs, func(r stubRecord) bool { return r.nr == unix.SYS_SECCOMP }) {
+		t.Error("the last script loads a filter the first one loaded")
+	}
+	check("last script", s.recs)
+	cfg.filterLoaded = false
+	s, _ = buildStubPrefixAt(&cfg, 0)
+	if !slices.ContainsFunc(s.recs, func(r stubRecord) bool { return r.nr == unix.SYS_SECCOMP }) {
+		t.Error("the last script does not load the filter when the first did not")
 	}
 }

@@ -85,11 +85,16 @@ func prepareForThread(cfg *initConfig) *threadPrep {
 
 // threadLaunch is what the parent and the thread share while it builds.
 type threadLaunch struct {
-	l       *launched
-	io3     *stdioFiles
-	filter  chan []byte // the seccomp filter message, computed meanwhile
-	cgroup  chan error  // the cgroup made meanwhile (runState.makeCgroup)
-	started chan error  // the command's process exists, or why not
+	l      *launched
+	io3    *stdioFiles
+	filter chan []byte // the seccomp filter message, computed meanwhile
+	// early is the same message, computed before the exec stage starts
+	// and published to the thread with the cgroup (the send on cgroup,
+	// or starting the thread), so that the stub may load the filter
+	// first (earlySeccomp). nil for a prepared sandbox.
+	early   []byte
+	cgroup  chan error // the cgroup made meanwhile (runState.makeCgroup)
+	started chan error // the command's process exists, or why not
 	// prepared sandboxes: ready is closed once the sandbox waits for its
 	// command, which comes on cmd (closed: discarded).
 	ready chan struct{}
@@ -146,6 +151,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		if cgErr == nil && r.cg != nil && !r.cg.v2 && r.cgTasks == nil {
 			r.cgTasks, _ = r.cg.openTasks() // else the thread opens them
 		}
+		if !cfg.Deferred {
+			tl.early = r.filterMessage(&cfg.Exec)
+		}
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s parent: cgroup made\n", monotonic())
 		}
@@ -170,6 +178,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
 		}
+		if !cfg.Deferred {
+			tl.early = r.filterMessage(&cfg.Exec)
+		}
 	}
 	tl.cgroup <- cgErr
 	if before != nil {
@@ -179,7 +190,11 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		}
 	}
 	// The thread starts the command only once it has the filter.
-	tl.filter <- r.filterMessage(&cfg.Exec)
+	if tl.early != nil {
+		tl.filter <- tl.early
+	} else {
+		tl.filter <- r.filterMessage(&cfg.Exec)
+	}
 	if err := <-tl.started; err != nil {
 		return nil, err
 	}
@@ -261,6 +276,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		if err := <-tl.cgroup; err != nil {
 			return err
 		}
+		s.earlyFilter = earlySeccomp(tl.early)
 		switch {
 		case r.cg == nil:
 		case r.cg.v2:
