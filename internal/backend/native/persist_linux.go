@@ -632,7 +632,7 @@ func (a *agentState) exec(req agent.Request, fds []int) {
 	if er.User != "" {
 		c.User = er.User
 	}
-	u, err := resolveUser("", c.User)
+	u, err := resolveUser("", -1, c.User)
 	if err != nil {
 		_ = a.conn.Send(agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"})
 		return

@@ -1,6 +1,7 @@
 package native
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -619,6 +620,32 @@ func (s *initState) inRoot(p string) (string, error) {
 		return "", err
 	}
 	return s.root + r, nil
+}
+
+// errNoOpenat2: openInRoot cannot help (no root descriptor, or a kernel
+// before openat2); the caller resolves with resolveIn instead.
+var errNoOpenat2 = errors.New("openat2 unavailable")
+
+// openInRoot opens p inside the directory rootFd the way the sandbox will
+// see it, as resolveIn does — symlinks followed and ".." clamped at the
+// root (RESOLVE_IN_ROOT), magic links refused — in one system call.
+func openInRoot(rootFd int, p string, flags int) (int, error) {
+	if rootFd < 0 {
+		return -1, errNoOpenat2
+	}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(rootFd, p, &how)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN && i < 8: // a rename raced the look-up
+			continue
+		case err == unix.ENOSYS:
+			return -1, errNoOpenat2
+		}
+		return fd, err
+	}
 }
 
 // maxLinks is the symlink budget of resolveIn, the kernel's own.

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -214,7 +213,10 @@ func buildStubPrefix(c *execConfig) (*stubScript, error) {
 }
 
 func buildStubPrefixAt(c *execConfig, dataOff int) (*stubScript, error) {
-	s := &stubScript{dataOff: dataOff}
+	// Room for the usual records (the bounding set alone is ~40) and data
+	// (the seccomp program, the environment) up front: growing them
+	// record by record allocated and faulted in a dozen times.
+	s := &stubScript{dataOff: dataOff, recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
 	if c.RecvStdio {
 		stubRecvStdio(s)
 	}
@@ -312,15 +314,9 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	if err != nil {
 		return err
 	}
-	last := 40
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
-		}
-	}
-	for cap := 0; cap <= last; cap++ {
+	for cap := 0; cap <= lastCap(); cap++ {
 		if keep&(1<<cap) == 0 {
-			s.add("dropping capability "+strconv.Itoa(cap)+" from the bounding set", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, cap)
+			s.add(descCapDrop, unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, cap)
 		}
 	}
 	i := s.add("clearing ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -370,10 +366,11 @@ func stubSetup(s *stubScript, c *execConfig) error {
 				if rule.kind == ruleFile {
 					access &= llFileRW
 				}
-				fd := s.add("landlock rule "+rule.path, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
+				desc := "landlock rule " + rule.path
+				fd := s.add(desc, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
 				attr := s.bytes(u64s(access, 0)) // struct landlock_path_beneath_attr + padding
-				s.add("landlock rule "+rule.path, stubPoke, attr+8, ref(fd))
-				s.add("landlock rule "+rule.path, unix.SYS_LANDLOCK_ADD_RULE, ref(rs), unix.LANDLOCK_RULE_PATH_BENEATH, attr, 0)
+				s.add(desc, stubPoke, attr+8, ref(fd))
+				s.add(desc, unix.SYS_LANDLOCK_ADD_RULE, ref(rs), unix.LANDLOCK_RULE_PATH_BENEATH, attr, 0)
 			}
 			s.add("landlock_restrict_self", unix.SYS_LANDLOCK_RESTRICT_SELF, ref(rs), 0)
 		}
@@ -445,6 +442,11 @@ func startStub(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, er
 	return stub.Start(argv0, files, sys)
 }
 
+// descCapDrop describes a bounding set drop; stubError names the
+// capability (the record's second argument), which saves building a
+// string per capability for the error that does not happen.
+const descCapDrop = "dropping a capability from the bounding set"
+
 // stubError turns the stub's {index, errno} report into the parent's
 // error line ("exec|setup <errno> <message>").
 func stubError(s *stubScript, report []byte) string {
@@ -461,7 +463,11 @@ func stubError(s *stubScript, report []byte) string {
 	if r.exec {
 		kind = "exec"
 	}
-	return fmt.Sprintf("%s %d %s: %v", kind, int(errno), r.desc, errno)
+	desc := r.desc
+	if desc == descCapDrop {
+		desc = "dropping capability " + strconv.FormatUint(r.args[1], 10) + " from the bounding set"
+	}
+	return fmt.Sprintf("%s %d %s: %v", kind, int(errno), desc, errno)
 }
 
 // stubInitScript is the whole life of a sandbox's PID 1 when the parent

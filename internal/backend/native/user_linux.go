@@ -2,11 +2,15 @@ package native
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // prepareProcess resolves the command's user against the sandbox's own
@@ -14,7 +18,16 @@ import (
 // and lists the Landlock-writable paths.
 func (s *initState) prepareProcess() error {
 	e := &s.cfg.Exec
-	u, err := resolveUser(s.root, e.User)
+	// Look-ups below go through the root's descriptor with openat2's
+	// RESOLVE_IN_ROOT when the kernel has it (5.6): one system call per
+	// path instead of one per component, with the same meaning (resolveIn).
+	rootFd, err := unix.Open(s.root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		rootFd = -1
+	} else {
+		defer unix.Close(rootFd)
+	}
+	u, err := resolveUser(s.root, rootFd, e.User)
 	if err != nil {
 		return err
 	}
@@ -23,11 +36,11 @@ func (s *initState) prepareProcess() error {
 		e.Env = append(e.Env, "HOME="+u.home)
 		s.homeAdded = true
 	}
-	wd, err := s.inRoot(e.Workdir)
-	if err != nil {
+	if fd, err := openInRoot(rootFd, e.Workdir, unix.O_PATH); err == nil {
+		unix.Close(fd) // it exists: the usual case
+	} else if wd, err := s.inRoot(e.Workdir); err != nil {
 		return fmt.Errorf("workdir %s: %w", e.Workdir, err)
-	}
-	if _, err := os.Stat(wd); err != nil {
+	} else if _, err := os.Stat(wd); err != nil {
 		uid, gid := s.cfg.RootUID+u.uid, s.cfg.RootGID+u.gid
 		if s.cfg.Rootless && u.uid != 0 {
 			uid, gid = 0, 0
@@ -59,9 +72,7 @@ func (s *initState) prepareProcess() error {
 					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
 				} else if ent.Type()&os.ModeSymlink == 0 {
 					continue
-				} else if p, err := s.inRoot("/" + ent.Name()); err != nil {
-					continue
-				} else if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				} else if isDirIn(s.root, rootFd, "/"+ent.Name()) {
 					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
 				}
 			}
@@ -108,14 +119,15 @@ type user struct {
 }
 
 // resolveUser interprets "", "name", "uid", "name:group" or "uid:gid"
-// against root/etc/passwd and root/etc/group, like docker does.
-func resolveUser(root, spec string) (user, error) {
+// against root/etc/passwd and root/etc/group, like docker does. rootFd is
+// root opened, or -1.
+func resolveUser(root string, rootFd int, spec string) (user, error) {
 	u := user{home: "/"}
 	name, group, hasGroup := strings.Cut(spec, ":")
 	if name == "" {
 		name = "0"
 	}
-	passwd := readColonFile(root, "/etc/passwd")
+	passwd := readColonFile(root, rootFd, "/etc/passwd")
 	found := false
 	uname := ""
 	for _, f := range passwd {
@@ -137,7 +149,7 @@ func resolveUser(root, spec string) (user, error) {
 		}
 		u.uid, u.gid = n, 0
 	}
-	groups := readColonFile(root, "/etc/group")
+	groups := readColonFile(root, rootFd, "/etc/group")
 	if hasGroup {
 		gfound := false
 		for _, f := range groups {
@@ -173,20 +185,31 @@ func resolveUser(root, spec string) (user, error) {
 	return u, nil
 }
 
-// readColonFile reads p of the image at root; a missing or unresolvable
-// file reads as empty.
-func readColonFile(root, p string) [][]string {
-	r, err := resolveIn(root, p)
-	if err != nil {
+// readColonFile reads p of the image at root (opened as rootFd, or -1);
+// a missing or unresolvable file reads as empty.
+func readColonFile(root string, rootFd int, p string) [][]string {
+	var r io.Reader
+	fd, err := openInRoot(rootFd, p, unix.O_RDONLY)
+	switch {
+	case err == nil:
+		defer unix.Close(fd)
+		r = fdReader(fd)
+	case errors.Is(err, errNoOpenat2):
+		rp, err := resolveIn(root, p)
+		if err != nil {
+			return nil
+		}
+		f, err := os.Open(root + rp)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		r = f
+	default:
 		return nil
 	}
-	f, err := os.Open(root + r)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var out [][]string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || line[0] == '#' {
@@ -195,4 +218,42 @@ func readColonFile(root, p string) [][]string {
 		out = append(out, strings.Split(line, ":"))
 	}
 	return out
+}
+
+// fdReader reads a descriptor without an os.File (which would look the
+// descriptor up for the poller first).
+type fdReader int
+
+func (f fdReader) Read(b []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(f), b)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// isDirIn reports whether p, resolved inside root, is a directory.
+func isDirIn(root string, rootFd int, p string) bool {
+	fd, err := openInRoot(rootFd, p, unix.O_PATH)
+	if errors.Is(err, errNoOpenat2) {
+		rp, err := resolveIn(root, p)
+		if err != nil {
+			return false
+		}
+		fi, err := os.Stat(root + rp)
+		return err == nil && fi.IsDir()
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }
