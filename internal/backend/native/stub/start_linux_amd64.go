@@ -1,6 +1,7 @@
 package stub
 
 import (
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -24,18 +25,45 @@ func Start(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, error)
 	if Binary == "" {
 		return 0, syscall.ENOSYS
 	}
-	name := [...]byte{'a', 'g', 'e', 'n', 't', 'k', 'e', 'r', 'n', 'e', 'l', '-', 's', 't', 'u', 'b', 0}
-	r, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec|mfdAllowSealing, 0)
-	if errno != 0 {
-		return 0, errno
-	}
-	fd := int(r)
-	defer syscall.Close(fd)
-	if _, err := syscall.Write(fd, []byte(Binary)); err != nil {
+	fd, err := binaryFd()
+	if err != nil {
 		return 0, err
 	}
-	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), fAddSeals, sealsAll)
 	n := len(files) // below 10: the stub's descriptors are few
 	path := "/proc/self/fd/" + string(rune('0'+n))
 	return syscall.ForkExec(path, []string{argv0}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
+}
+
+// memfd is the sealed memfd holding Binary plus one (0: not made yet).
+// It is made once per process and kept open (close-on-exec): a run
+// starts the stub twice (PID 1, the exec stage) and a daemon many times,
+// and each memfd made, written and sealed cost a shmem inode and four
+// system calls.
+var memfd atomic.Int64
+
+func binaryFd() (int, error) {
+	if v := memfd.Load(); v > 0 {
+		return int(v - 1), nil
+	}
+	name := [...]byte{'a', 'g', 'e', 'n', 't', 'k', 'e', 'r', 'n', 'e', 'l', '-', 's', 't', 'u', 'b', 0}
+	r, _, errno := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec|mfdAllowSealing, 0)
+	if errno != 0 {
+		return -1, errno
+	}
+	fd := int(r)
+	if _, err := syscall.Write(fd, []byte(Binary)); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	// Sealed, nobody (not a stub that kept it open) can change what the
+	// next stub runs.
+	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), fAddSeals, sealsAll); errno != 0 {
+		syscall.Close(fd)
+		return -1, errno
+	}
+	if !memfd.CompareAndSwap(0, int64(fd)+1) {
+		syscall.Close(fd) // another Start made one meanwhile
+		return int(memfd.Load() - 1), nil
+	}
+	return fd, nil
 }
