@@ -238,10 +238,18 @@ func Take() *Thread {
 	}
 	if ready >= 0 {
 		// The wait is bounded: the thread delivers, nil or not, as soon
-		// as its namespaces and PID 1 are made or have failed.
+		// as its namespaces and PID 1 are made or have failed. A raw read
+		// keeps this goroutine's P, which the thread's goroutine must
+		// not need: with a single P (one CPU, GOMAXPROCS=1) it could
+		// never run again, and the read would wait for ever. There the
+		// read goes through the scheduler.
+		read := syscall.RawSyscall
+		if runtime.GOMAXPROCS(0) < 2 {
+			read = syscall.Syscall
+		}
 		var buf [8]byte
 		for {
-			_, _, errno := syscall.RawSyscall(syscall.SYS_READ, uintptr(ready), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+			_, _, errno := read(syscall.SYS_READ, uintptr(ready), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
 			if errno != syscall.EINTR {
 				break
 			}

@@ -3,6 +3,8 @@ package prestart
 import (
 	"net"
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,5 +166,41 @@ func TestAbandon(t *testing.T) {
 		if Take() != nil {
 			t.Errorf("discard first %v: Take got an abandoned thread", discardFirst)
 		}
+	}
+}
+
+// TestTakeWithOneP: with a single P (one CPU, or GOMAXPROCS=1) the
+// thread's goroutine and Take's caller share it; Take must not hold it
+// while it waits. Run in a child process, which is killed if it hangs.
+func TestTakeWithOneP(t *testing.T) {
+	if os.Getenv("PRESTART_TEST_ONE_P") == "1" {
+		runtime.GOMAXPROCS(1)
+		begin()
+		th := Take()
+		if th == nil {
+			os.Exit(3)
+		}
+		th.Run(nil)
+		os.Exit(0)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the thread is only made for root")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeWithOneP$")
+	cmd.Env = append(os.Environ(), "PRESTART_TEST_ONE_P=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the child failed: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatal("Take never returned with GOMAXPROCS=1")
 	}
 }
