@@ -72,6 +72,7 @@ func init() {
 
 // begin starts making the thread.
 func begin() {
+	mainCPU = currentCPU()
 	ch := make(chan struct{})
 	unused.Store(&ch)
 	if fd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC, 0); errno == 0 {
@@ -128,7 +129,10 @@ func start(unused chan struct{}) {
 // serve makes the namespaces on the calling (locked) thread and runs the
 // work it is then given.
 func serve(unused chan struct{}) {
-	if err := prepare(); err != nil {
+	restore := awayFrom(mainCPU)
+	err := prepare()
+	restore()
+	if err != nil {
 		close(unused)
 		deliver(nil) // Run starts from scratch and reports what fails
 		return
@@ -167,6 +171,55 @@ func deliver(t *Thread) {
 				break
 			}
 		}
+	}
+}
+
+// mainCPU is the CPU the process's main thread was on when begin ran,
+// or -1.
+var mainCPU = -1
+
+// sysGetcpu is getcpu(2) on amd64 (package syscall has no name for it).
+const sysGetcpu = 309
+
+func currentCPU() int {
+	var cpu uint32
+	if _, _, errno := syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return -1
+	}
+	return int(cpu)
+}
+
+// cpuMask is a sched_setaffinity(2) mask of up to 1024 CPUs.
+type cpuMask [16]uint64
+
+// awayFrom keeps the calling thread off cpu while it unshares the
+// namespaces, and returns what gives the thread its CPUs back. The
+// thread is woken on the CPU of the main thread that started it, and
+// its millisecond of kernel work there (the network namespace above
+// all) kept agentkernel's own start-up waiting, runnable, on that CPU
+// while another one idled: the scheduler does not move a thread that
+// has just run (it counts as cache-hot). Moving the thread instead
+// costs two system calls. Nothing changes on a single CPU, or when
+// the affinity cannot be read or set (a cpuset that forbids it).
+func awayFrom(cpu int) (restore func()) {
+	none := func() {}
+	if cpu < 0 || cpu >= 64*len(cpuMask{}) {
+		return none
+	}
+	var all cpuMask
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(all), uintptr(unsafe.Pointer(&all))); errno != 0 {
+		return none
+	}
+	away := all
+	away[cpu/64] &^= 1 << (cpu % 64)
+	if away == (cpuMask{}) {
+		return none // the main thread's CPU is the only one
+	}
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(away), uintptr(unsafe.Pointer(&away))); errno != 0 {
+		return none
+	}
+	return func() {
+		_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(all), uintptr(unsafe.Pointer(&all)))
 	}
 }
 

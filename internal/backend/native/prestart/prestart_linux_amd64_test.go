@@ -38,6 +38,10 @@ func TestThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var wantCPUs unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &wantCPUs); err != nil {
+		t.Fatal(err)
+	}
 	begin()
 	th := Take()
 	if th == nil {
@@ -76,6 +80,13 @@ func TestThread(t *testing.T) {
 	th.Run(func() {
 		defer th.Init.discard() // the work owns PID 1
 		s := seen{tid: unix.Gettid(), ns: namespaces(t)}
+		// Kept off the main thread's CPU while it unshares, the thread
+		// has every CPU back (its children, the command among them,
+		// inherit its affinity).
+		var got unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &got); err != nil || got != wantCPUs {
+			t.Errorf("the thread may run on %v CPUs (%v), the process on %v", got.Count(), err, wantCPUs.Count())
+		}
 		lo, err := net.InterfaceByName("lo")
 		s.err = err
 		s.loUp = err == nil && lo.Flags&net.FlagUp != 0
