@@ -131,7 +131,9 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 			}
 		}
 		if err != nil {
-			return fail(fmt.Errorf("creating cgroup: %w", &os.PathError{Op: "mkdir", Path: dir, Err: err}))
+			// The parent, not the cgroup's own random name: the message
+			// is the same for every run (a warning, when rootless).
+			return fail(fmt.Errorf("creating a cgroup in %s: %w", parent, err))
 		}
 		cg.dirs = append(cg.dirs, dir)
 		if err := setV1Limits(c, dir, r); err != nil {
