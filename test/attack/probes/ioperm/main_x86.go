@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || 386)
 
 // Probe ioperm tries to get direct access to I/O ports (ioperm, iopl).
 package main
