@@ -158,12 +158,22 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 			fmt.Fprintf(os.Stderr, "%s parent: cgroup made\n", monotonic())
 		}
 	}
-	if th := prestart.Take(); th != nil {
+	// The prestarted thread goes on with the build as soon as it is
+	// made (or at once, if it waits already); meanwhile this goroutine
+	// does its share below.
+	given := prestart.Give(func(th *prestart.Thread) {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
 		}
-		th.Run(func() { r.buildOnThread(cfg, tl, th, prep) })
-	} else {
+		if th == nil {
+			// Its namespaces could not be made: the build starts from
+			// scratch on this thread, and reports what fails.
+			r.buildOnThread(cfg, tl, nil, nil)
+			return
+		}
+		r.buildOnThread(cfg, tl, th, prep)
+	})
+	if !given {
 		go r.buildOnThread(cfg, tl, nil, nil)
 	}
 	// Meanwhile, here: the cgroup, which the thread needs first (unless

@@ -13,7 +13,9 @@
 // goroutine that locks an OS thread, unshares the mount, PID, network,
 // IPC and UTS namespaces, makes the mount tree private and brings the
 // loopback interface up. The native backend's Run then builds the
-// sandbox on that thread (Take) instead of starting one. While it
+// sandbox on that thread (Give: the thread goes on with the build as
+// soon as it is made, or at once if it waits already; Take, which waits
+// for the thread, remains for tests) instead of starting one. While it
 // unshares, the thread keeps off the CPU the main thread was on
 // (awayFrom): woken there, it used to hold agentkernel's own start-up
 // off its CPU for that millisecond while another CPU idled.

@@ -182,7 +182,8 @@ func TestAbandon(t *testing.T) {
 
 // TestTakeWithOneP: with a single P (one CPU, or GOMAXPROCS=1) the
 // thread's goroutine and Take's caller share it; Take must not hold it
-// while it waits. Run in a child process, which is killed if it hangs.
+// while it waits, nor must Give. Run in a child process, which is killed
+// if it hangs.
 func TestTakeWithOneP(t *testing.T) {
 	if os.Getenv("PRESTART_TEST_ONE_P") == "1" {
 		runtime.GOMAXPROCS(1)
@@ -192,6 +193,12 @@ func TestTakeWithOneP(t *testing.T) {
 			os.Exit(3)
 		}
 		th.Run(nil)
+		<-*unused.Load() // that thread has ended
+		begin()
+		done := make(chan bool)
+		if !Give(func(th *Thread) { done <- th != nil }) || !<-done {
+			os.Exit(4)
+		}
 		os.Exit(0)
 	}
 	if os.Geteuid() != 0 {
@@ -213,5 +220,67 @@ func TestTakeWithOneP(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatal("Take never returned with GOMAXPROCS=1")
+	}
+}
+
+// TestGive: the work handed over with Give runs once, on the thread, in
+// its namespaces, with PID 1 forked: both when the thread is still being
+// made (it goes on with the work itself) and when it already waits.
+func TestGive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the thread is only made for root")
+	}
+	mine := namespaces(t)
+	for _, waitFirst := range []bool{false, true} {
+		begin()
+		if waitFirst {
+			// Made and delivered: the eventfd Take would read is written.
+			for deadline := time.Now().Add(5 * time.Second); len(slot) == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the thread was not made in 5 s")
+				}
+			}
+		}
+		type seen struct {
+			tid  int
+			ns   map[string]string
+			init int
+		}
+		ch := make(chan seen, 2)
+		if !Give(func(th *Thread) {
+			s := seen{tid: unix.Gettid(), ns: namespaces(t)}
+			if th != nil {
+				s.init = th.Init.Pid
+				th.Init.discard()
+			}
+			ch <- s
+		}) {
+			t.Fatalf("wait first %v: Give found no thread", waitFirst)
+		}
+		if Give(func(*Thread) {}) || Take() != nil {
+			t.Errorf("wait first %v: the thread was handed out twice", waitFirst)
+		}
+		var s seen
+		select {
+		case s = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("wait first %v: the work never ran", waitFirst)
+		}
+		if s.tid == unix.Getpid() {
+			t.Errorf("wait first %v: the work ran on the main thread", waitFirst)
+		}
+		if s.init <= 0 {
+			t.Errorf("wait first %v: no PID 1 was forked", waitFirst)
+		}
+		for _, ns := range []string{"mnt", "uts", "ipc", "net"} {
+			if s.ns[ns] == mine[ns] {
+				t.Errorf("wait first %v: the work shares the caller's %s namespace", waitFirst, ns)
+			}
+		}
+		select {
+		case <-ch:
+			t.Errorf("wait first %v: the work ran twice", waitFirst)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

@@ -18,6 +18,9 @@ func Pending() bool { return false }
 // Take returns nil: nothing is prestarted on this platform.
 func Take() *Thread { return nil }
 
+// Give reports false: nothing is prestarted on this platform.
+func Give(f func(*Thread)) bool { return false }
+
 // Abandon does nothing on this platform.
 func Abandon() {}
 
