@@ -363,6 +363,7 @@ func Give(f func(*Thread)) bool {
 		// Take's eventfd is not needed.
 		if ready >= 0 {
 			syscall.Close(ready)
+			ready = -1
 		}
 		return true
 	}
