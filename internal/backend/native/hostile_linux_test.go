@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -78,5 +79,40 @@ func TestTmpfsVolumeSized(t *testing.T) {
 	o := mustRun(t, spec, 0)
 	if f := strings.Fields(o.stdout); len(f) < 2 || f[1] != "8" {
 		t.Fatalf("df: %q", o.stdout)
+	}
+}
+
+// TestImageHostileUserFiles: an image whose /etc/passwd is a FIFO (an
+// open for reading would wait for a writer for ever) and whose
+// /etc/group is a symlink to /dev/zero (a read that never ends) still
+// runs its command (as root, the default), and at once.
+func TestImageHostileUserFiles(t *testing.T) {
+	layer := t.TempDir()
+	etc := filepath.Join(layer, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(filepath.Join(etc, "passwd"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(etc, "group")); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		for _, p := range []string{layer, etc, filepath.Join(etc, "passwd"), filepath.Join(etc, "group")} {
+			_ = os.Lchown(p, subIDBase, subIDBase)
+		}
+	}
+	spec := newSpec("echo", "ran")
+	spec.Rootfs = image.Rootfs{Layers: []string{testImage, layer}}
+	done := make(chan outcome, 1)
+	go func() { done <- runSpec(t, spec, nil) }()
+	select {
+	case o := <-done:
+		if o.err != nil || o.res.ExitCode != 0 || o.stdout != "ran\n" {
+			t.Fatalf("echo: %v, exit %d, %q (stderr %q)", o.err, o.res.ExitCode, o.stdout, o.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the run waited on the image's /etc/passwd")
 	}
 }

@@ -185,31 +185,33 @@ func resolveUser(root string, rootFd int, spec string) (user, error) {
 	return u, nil
 }
 
+// maxColonFile is how much of an image's /etc/passwd or /etc/group is
+// read: real ones are a few KiB.
+const maxColonFile = 4 << 20
+
 // readColonFile reads p of the image at root (opened as rootFd, or -1);
-// a missing or unresolvable file reads as empty.
+// a missing or unresolvable file reads as empty, and so does anything
+// but a regular file: the image is untrusted, and a FIFO there would
+// keep the open waiting for a writer for ever (hence O_NONBLOCK), a
+// device such as /dev/zero would never end.
 func readColonFile(root string, rootFd int, p string) [][]string {
-	var r io.Reader
-	fd, err := openInRoot(rootFd, p, unix.O_RDONLY)
-	switch {
-	case err == nil:
-		defer unix.Close(fd)
-		r = fdReader(fd)
-	case errors.Is(err, errNoOpenat2):
-		rp, err := resolveIn(root, p)
-		if err != nil {
-			return nil
+	fd, err := openInRoot(rootFd, p, unix.O_RDONLY|unix.O_NONBLOCK)
+	if errors.Is(err, errNoOpenat2) {
+		var rp string
+		if rp, err = resolveIn(root, p); err == nil {
+			fd, err = unix.Open(root+rp, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		}
-		f, err := os.Open(root + rp)
-		if err != nil {
-			return nil
-		}
-		defer f.Close()
-		r = f
-	default:
+	}
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
 	var out [][]string
-	sc := bufio.NewScanner(r)
+	sc := bufio.NewScanner(io.LimitReader(fdReader(fd), maxColonFile))
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || line[0] == '#' {
