@@ -314,7 +314,8 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	if err != nil {
 		return err
 	}
-	for cap := 0; cap <= lastCap(); cap++ {
+	last := lastCap()
+	for cap := 0; cap <= last; cap++ {
 		if keep&(1<<cap) == 0 {
 			s.add(descCapDrop, unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, cap)
 		}

@@ -131,3 +131,27 @@ func TestStubLateSyscalls(t *testing.T) {
 		t.Error("the last script does not load the filter when the first did not")
 	}
 }
+
+// TestStubErrorNamesCapability: a failed bounding-set drop is reported
+// with the capability's number, which the record's description leaves
+// out.
+func TestStubErrorNamesCapability(t *testing.T) {
+	cfg := execConfig{Args: []string{"/bin/true"}, Workdir: "/", Caps: []string{"CAP_CHOWN"}}
+	s, err := buildStubPrefixAt(&cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := slices.IndexFunc(s.recs, func(r stubRecord) bool {
+		return r.desc == descCapDrop && r.args[1] == unix.CAP_SYS_ADMIN
+	})
+	if idx < 0 {
+		t.Fatal("no drop of CAP_SYS_ADMIN in the script")
+	}
+	report := make([]byte, 16)
+	binary.LittleEndian.PutUint64(report, uint64(idx))
+	binary.LittleEndian.PutUint64(report[8:], uint64(unix.EPERM))
+	want := "setup 1 dropping capability 21 from the bounding set: operation not permitted"
+	if got := stubError(s, report); got != want {
+		t.Errorf("stubError = %q, want %q", got, want)
+	}
+}
