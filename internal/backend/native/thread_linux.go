@@ -88,10 +88,10 @@ type threadLaunch struct {
 	l      *launched
 	io3    *stdioFiles
 	filter chan []byte // the seccomp filter message, computed meanwhile
-	// early is the same message, computed before the exec stage starts
-	// and published to the thread with the cgroup (the send on cgroup,
-	// or starting the thread), so that the stub may load the filter
-	// first (earlySeccomp). nil for a prepared sandbox.
+	// early is the same message, published to the thread with the
+	// cgroup (the send on cgroup) so that the stub may load the filter
+	// first (earlySeccomp). nil for a prepared sandbox, whose exec stage
+	// keeps its split scripts (buildStubPrepared).
 	early   []byte
 	cgroup  chan error // the cgroup made meanwhile (runState.makeCgroup)
 	started chan error // the command's process exists, or why not
@@ -141,6 +141,7 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 	// critical path: PID 1's script and the cgroup.
 	var prep *threadPrep
 	var cgErr error
+	var filter []byte // the seccomp filter message
 	cgMade := false
 	if prestart.Pending() {
 		prep = prepareForThread(cfg)
@@ -151,9 +152,7 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		if cgErr == nil && r.cg != nil && !r.cg.v2 && r.cgTasks == nil {
 			r.cgTasks, _ = r.cg.openTasks() // else the thread opens them
 		}
-		if !cfg.Deferred {
-			tl.early = r.filterMessage(&cfg.Exec)
-		}
+		filter = r.filterMessage(&cfg.Exec)
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s parent: cgroup made\n", monotonic())
 		}
@@ -165,21 +164,18 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s thread: prestarted\n", monotonic())
 		}
-		if th == nil {
-			// Its namespaces could not be made: the build starts from
-			// scratch on this thread, and reports what fails.
-			r.buildOnThread(cfg, tl, nil, nil)
-			return
-		}
+		// th is nil when its namespaces could not be made: the build
+		// then starts from scratch on this thread and reports what fails.
 		r.buildOnThread(cfg, tl, th, prep)
 	})
 	if !given {
 		go r.buildOnThread(cfg, tl, nil, nil)
 	}
-	// Meanwhile, here: the cgroup, which the thread needs first (unless
-	// it was made above), then the seccomp filter, which it needs last.
-	// (Goroutines of their own would start later: waking another thread
-	// costs a few hundred microseconds on a small VM.)
+	// Meanwhile, here (unless done above): the cgroup and the seccomp
+	// filter, both before the thread forks the exec stage, which may
+	// load the filter first thing (earlySeccomp). (Goroutines of their
+	// own would start later: waking another thread costs a few hundred
+	// microseconds on a small VM.)
 	if !cgMade {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
@@ -188,9 +184,10 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s cgroup: made\n", monotonic())
 		}
-		if !cfg.Deferred {
-			tl.early = r.filterMessage(&cfg.Exec)
-		}
+		filter = r.filterMessage(&cfg.Exec)
+	}
+	if !cfg.Deferred {
+		tl.early = filter // published to the thread by the send on cgroup
 	}
 	tl.cgroup <- cgErr
 	if before != nil {
@@ -199,12 +196,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 			fmt.Fprintf(os.Stderr, "%s parent: signals caught\n", monotonic())
 		}
 	}
-	// The thread starts the command only once it has the filter.
-	if tl.early != nil {
-		tl.filter <- tl.early
-	} else {
-		tl.filter <- r.filterMessage(&cfg.Exec)
-	}
+	// The thread starts the command only once it has the filter (and so
+	// only once the signals are caught).
+	tl.filter <- filter
 	if err := <-tl.started; err != nil {
 		return nil, err
 	}
