@@ -122,12 +122,12 @@
 // a thread-built sandbox's stub loads it in the first script, right
 // after entering its namespaces, so that the kernel's 0.1 ms of work on
 // it (BenchmarkLoadSeccomp) overlaps the mounting of the root
-// (earlySeccomp). The stub
-// must enter its user namespace before pivot_root: while the old root is
-// still stacked on the new one the kernel refuses CLONE_NEWUSER as if the
-// process were chrooted. On other architectures (and in tests, to keep it
-// covered) the exec stage is agentkernel re-executed (execMain / fence in
-// exec_linux.go), cloned into its user namespace by Go.
+// (earlySeccomp). The stub must enter its user namespace before
+// pivot_root: while the old root is still stacked on the new one the
+// kernel refuses CLONE_NEWUSER as if the process were chrooted. On
+// other architectures (and in tests, to keep it covered) the exec stage
+// is agentkernel re-executed (execMain / fence in exec_linux.go), cloned
+// into its user namespace by Go.
 // A prepared sandbox (prepare_linux.go) splits that second script: the
 // steps that do not need the command run while it is prepared, and its
 // command brings only the stdio, the seccomp filter and the execve

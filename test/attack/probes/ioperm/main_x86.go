@@ -1,17 +1,12 @@
 //go:build linux && (amd64 || 386)
 
-// Probe ioperm tries to get direct access to I/O ports (ioperm, iopl).
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
 )
-
-const name = "ioperm"
 
 func main() {
 	e1 := unix.Ioperm(0x80, 1, 1)
@@ -20,14 +15,4 @@ func main() {
 		report("allowed", fmt.Sprintf("ioperm: %v, iopl: %v", e1, e2))
 	}
 	report("blocked", fmt.Sprintf("ioperm: %v; iopl: %v", e1, e2))
-}
-
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
 }
