@@ -276,11 +276,13 @@
 //
 // # What is left
 //
-//   - Speed: a CLI run of a cached image takes about 1.5× bwrap's time on
-//     a 2-vCPU VM (bench/README.md), using twice bwrap's CPU time; with
-//     both CPUs busy, only less work makes it faster. What remains: the
-//     Go process itself (start-up, page faults, its exit), the namespaces,
-//     two forks of the stub, v1 cgroups in three hierarchies, the mounts.
+//   - Speed: a CLI run of a cached image takes about 1.4× bwrap's time on
+//     a 2-vCPU VM (bench/README.md; the binary built static, as the README
+//     does: a cgo build starts about 1 ms slower), using 1.5× bwrap's CPU
+//     time; with both CPUs busy, only less work makes it faster. What
+//     remains: the Go process itself (start-up, page faults, its exit),
+//     the namespaces, two forks of the stub, v1 cgroups in three
+//     hierarchies, the mounts.
 //   - Rootless runs map one uid; newuidmap/newgidmap with /etc/subuid
 //     ranges are not used yet, so multi-uid images show unmapped files.
 //   - The tty's pty comes from the host's devpts (the command's ttyname
