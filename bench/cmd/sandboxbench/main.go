@@ -79,22 +79,31 @@ func checkStatic(ak string) error {
 		bins = append(bins, ak, filepath.Join(filepath.Dir(ak), "agentkernel-full"))
 	}
 	for _, b := range bins {
-		f, err := elf.Open(b)
+		dynamic, err := dynamicallyLinked(b)
 		if err != nil {
-			return fmt.Errorf("%s: %w", b, err)
+			return err
 		}
-		dynamic := false
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				dynamic = true
-			}
-		}
-		f.Close()
 		if dynamic {
 			return fmt.Errorf("%s is dynamically linked (built with cgo): rebuild it with CGO_ENABLED=0, as the README does, or pass -allow-cgo to time it anyway", b)
 		}
 	}
 	return nil
+}
+
+// dynamicallyLinked reports whether the ELF executable at path asks for
+// a program interpreter (the dynamic loader).
+func dynamicallyLinked(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // spec is the moderate-profile-like Spec every agentkernel case runs.
