@@ -276,7 +276,7 @@
 //
 // # What is left
 //
-//   - Speed: a CLI run of a cached image takes about 1.4× bwrap's time on
+//   - Speed: a CLI run of a cached image takes about 1.45× bwrap's time on
 //     a 2-vCPU VM (bench/README.md; the binary built static, as the README
 //     does: a cgo build starts about 1 ms slower), using 1.5× bwrap's CPU
 //     time; with both CPUs busy, only less work makes it faster. What
