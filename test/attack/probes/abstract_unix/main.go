@@ -6,12 +6,12 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"net"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "abstract_unix"
@@ -35,12 +35,4 @@ func main() {
 	report("blocked", "connected, but not to the host listener")
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

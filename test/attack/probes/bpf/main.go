@@ -5,12 +5,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "bpf"
@@ -46,12 +46,4 @@ func main() {
 	report("blocked", fmt.Sprintf("map_create: %v; prog_load: %v", e1, e2))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

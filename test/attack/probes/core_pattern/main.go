@@ -6,9 +6,9 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "core_pattern"
@@ -31,12 +31,4 @@ func main() {
 	report("blocked", "write: "+err.Error())
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

@@ -8,11 +8,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "disk_fill"
@@ -49,12 +50,4 @@ func main() {
 	report("blocked", strings.Join(notes, "; "))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

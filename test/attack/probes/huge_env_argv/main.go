@@ -7,9 +7,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "huge_env_argv"
@@ -25,12 +26,4 @@ func main() {
 	report("allowed", fmt.Sprintf("received %d args (%d bytes) and %d env entries (%d bytes)", len(os.Args), a, len(os.Environ()), e))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

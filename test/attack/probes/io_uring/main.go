@@ -5,12 +5,11 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "io_uring"
@@ -25,12 +24,4 @@ func main() {
 	report("blocked", "io_uring_setup: "+e.Error())
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

@@ -6,11 +6,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "kexec_load"
@@ -26,12 +26,4 @@ func main() {
 	report("blocked", fmt.Sprintf("kexec_load: %v; kexec_file_load: %v", e1, e2))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

@@ -8,12 +8,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "memory_bomb"
@@ -48,12 +49,4 @@ func main() {
 	report("blocked", fmt.Sprintf("child stopped: %v %s", err, string(out)))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

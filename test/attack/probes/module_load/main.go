@@ -6,12 +6,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "module_load"
@@ -33,12 +33,4 @@ func main() {
 	report("blocked", fmt.Sprintf("finit_module: %v; init_module: %v; delete_module: %v", e1, e2, e3))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

@@ -6,13 +6,13 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "ptrace_init"
@@ -54,12 +54,4 @@ func main() {
 	report("blocked", strings.Join(errs, "; "))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

@@ -6,12 +6,12 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "ptrace_traceme"
@@ -32,12 +32,4 @@ func main() {
 	report("allowed", "child started under PTRACE_TRACEME")
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }

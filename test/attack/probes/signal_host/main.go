@@ -7,13 +7,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "signal_host"
@@ -44,12 +45,4 @@ func main() {
 	report("blocked", "host victim not signalled; "+strings.Join(notes, "; "))
 }
 
-func report(result, detail string) {
-	line, _ := json.Marshal(struct {
-		Probe  string `json:"probe"`
-		Result string `json:"result"`
-		Detail string `json:"detail"`
-	}{name, result, detail})
-	fmt.Println(string(line))
-	os.Exit(0)
-}
+func report(result, detail string) { probe.Report(name, result, detail) }
