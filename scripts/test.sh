@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
+# A test whose prerequisite (root, a tool) is missing fails here instead of
+# skipping (internal/testenv).
+export AGENTKERNEL_TEST_STRICT=1
 FUZZTIME=${FUZZTIME:-10s}
 FUZZCOUNT=${FUZZCOUNT:-5000x}
 
