@@ -197,6 +197,13 @@ func TestRootless(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(work, "f")); err == nil {
 		t.Error("cow write reached the host")
 	}
+	// PID 1 (the re-executed init, root of the sandbox's user namespace
+	// while it builds) holds nothing once the command runs.
+	if out, errs, code := run(newSpecIn(img, "sh", "-c", pid1Status)); code != 0 {
+		t.Errorf("PID 1 status: %d %q %q", code, out, errs)
+	} else {
+		checkPID1(t, "rootless", out)
+	}
 	// Exit codes and exec errors as rootless.
 	if _, errs, code := run(newSpecIn(img, "no-such-cmd")); code != 125 || !strings.Contains(errs, "not found") {
 		t.Errorf("not found: %d %q", code, errs)

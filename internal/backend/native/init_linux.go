@@ -82,6 +82,8 @@ type initState struct {
 	// later step of the stub: earlySeccomp); enter is that first script.
 	earlyFilter []byte
 	enter       *stubScript
+	// locked: lockdown has run (PID 1 holds nothing any more).
+	locked bool
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -435,6 +437,9 @@ func (s *initState) releaseExecStage() error {
 	if err != nil {
 		return err
 	}
+	if err := s.lockdown(); err != nil {
+		return err
+	}
 	_, err = s.execCfgW.Write(b)
 	s.execCfgW.Close()
 	if s.usernsFd >= 0 {
@@ -550,6 +555,12 @@ func (s *initState) releaseStub() error {
 	}
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: script built\n", monotonic())
+	}
+	if s.thread == nil {
+		// This process stays on as PID 1 while the command runs.
+		if err := s.lockdown(); err != nil {
+			return err
+		}
 	}
 	_, err = s.execCfgW.Write(b)
 	if err == nil && s.cmdStdio != nil {

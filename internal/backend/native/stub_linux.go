@@ -488,7 +488,7 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 	if masks == nil {
 		masks = append(prestart.LookupMasks("/proc/"), prestart.LookupMasks("/sys/")...)
 	}
-	s := &stubScript{dataOff: stubHeader + (48+len(masks))*stubRecSize}
+	s := &stubScript{dataOff: stubHeader + (48+lockdownRecords+len(masks))*stubRecSize}
 	s.add("parent death signal", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, int(unix.SIGKILL), 0, 0, 0)
 	i := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
 	s.recs[i].flags |= stubIgnore
@@ -555,13 +555,78 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 		mount("mounting "+t.dir, "tmpfs", scratch+t.dir, "tmpfs", msTmp, t.opts)
 	}
 
-	s.add("reporting", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
-	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
 	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
 	// restorer, mask.
 	s.add("ignoring SIGCHLD", unix.SYS_RT_SIGACTION, int(unix.SIGCHLD), s.bytes(u64s(1, 0, 0, 0)), 0, 8)
+	addLockdown(s)
+	s.add("reporting", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
+	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
 	i = s.add("waiting", unix.SYS_READ, fdConfig, s.bytes(make([]byte, 8)), 8)
 	s.recs[i].flags |= stubIgnore
 	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
 	return s
+}
+
+// lockdownRecords is how many records addLockdown may add: a bounding
+// set drop per capability (at most 64), securebits, ambient set,
+// capset, no_new_privs and the filter.
+const lockdownRecords = 64 + 5
+
+// addLockdown leaves the stub that stays on as a sandbox's PID 1 with
+// nothing once its mounts are staged: every capability gone from every
+// set (bounding, permitted, effective, inheritable, ambient), securebits
+// that keep root from regaining any by execve and lock themselves,
+// no_new_privs, and a seccomp filter (pid1Filter) that allows only what
+// the rest of its script does. Reaping orphans needs no system call at
+// all: with SIGCHLD ignored the kernel does it.
+func addLockdown(s *stubScript) {
+	last := lastCap()
+	for c := 0; c <= last; c++ {
+		s.add(descCapDrop, unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c)
+	}
+	s.add("securebits", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, pid1Securebits, 0, 0, 0)
+	i := s.add("clearing ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	s.recs[i].flags |= stubIgnore
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	s.add("dropping capabilities", unix.SYS_CAPSET,
+		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), unsafe.Sizeof(hdr))),
+		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), unsafe.Sizeof(data))))
+	s.add("no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	if prog := pid1Filter(); prog != nil {
+		addSeccompLoad(s, prog)
+	}
+}
+
+// pid1Securebits are SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP and
+// SECBIT_NO_CAP_AMBIENT_RAISE, each with its lock, and SECBIT_KEEP_CAPS
+// locked off: uid 0 gains no capability from execve or setuid, ever.
+const pid1Securebits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<5 | 1<<6 | 1<<7
+
+// pid1Syscalls are all the stub's script makes after its lockdown: the
+// report (write), closing the error pipe, the wait (read), and the exit
+// (exit_group; exit, rt_sigreturn and restart_syscall for the kernel's
+// own sake).
+var pid1Syscalls = []uint32{
+	unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CLOSE, unix.SYS_EXIT, unix.SYS_EXIT_GROUP,
+	unix.SYS_RT_SIGRETURN, unix.SYS_RESTART_SYSCALL,
+}
+
+// pid1Filter is the seccomp program of an idle stub PID 1: pid1Syscalls
+// allowed, anything else kills it (and with it the sandbox: PID 1 doing
+// anything else means something is badly wrong). nil where no filter is
+// built for the architecture.
+func pid1Filter() []byte {
+	if auditArch == 0 {
+		return nil
+	}
+	rules := make([]seccompRule, 0, len(pid1Syscalls))
+	for _, nr := range pid1Syscalls {
+		rules = append(rules, seccompRule{nr: nr, action: retAllow})
+	}
+	prog, err := assemble(rules, retKill)
+	if err != nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), len(prog)*8)
 }
