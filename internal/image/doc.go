@@ -60,13 +60,20 @@
 // Ownership: as root, files are chowned to the tar's uid/gid shifted by
 // [Options.IDMap] (ids at or above IDMap.Size become the overflow id
 // 65534, shifted); rootless, nothing is chowned and every file belongs to
-// the caller, which a user namespace then maps to root. The IDMap is
-// recorded in store.json and [Open] refuses a store unpacked with another.
+// the caller, which a user namespace then maps to root. The native
+// backend's map ([DefaultIDMap]) keeps the image's own ids 0..65535 with
+// no shift, as docker's and containerd's stores do: every sandbox sees the
+// layers through idmapped mounts that shift them into a block of host ids
+// of its own, so the store is tied to no id range. The IDMap is recorded
+// in store.json and [Open] refuses a store unpacked with another, except
+// one unpacked with the earlier default, which shifted image ids by
+// 100000 ([cache.LegacyIDMap]): that store is converted once, in place,
+// under gc.lock, keeping set-id bits and file capabilities.
 //
 // Xattrs: "user.*" is kept (except "user.overlay.*"); "security.capability"
-// is kept only as root and rewritten as a v3 (namespaced) capability whose
-// root id is the shifted root, so file capabilities work inside the
-// sandbox and nowhere else; "trusted.*" (which would let an image forge
+// is kept only as root and rewritten for the shifted root (a v3,
+// namespaced capability; with no shift a v2 one, which the kernel maps
+// through a sandbox's idmapped mount to that sandbox's root); "trusted.*" (which would let an image forge
 // overlayfs metadata), other "security.*" labels and POSIX ACLs (whose ids
 // we would have to shift) are dropped and counted.
 //

@@ -171,7 +171,11 @@ func (s *Store) checkMeta() error {
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	return want.Check(s.root, data)
+	err = want.Check(s.root, data)
+	if errors.Is(err, cache.ErrLegacyStore) {
+		return s.convertLegacy(want)
+	}
+	return err
 }
 
 func (s *Store) create(want cache.Meta) error {

@@ -28,13 +28,16 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/image/cache"
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 func openStore(t testing.TB, dir string, opts image.Options) *image.Store {
@@ -840,7 +843,8 @@ func TestIDMapRecordedAndEnforced(t *testing.T) {
 		t.Fatalf("store with another id map opened: %v", err)
 	}
 
-	// A shifted store chowns the image's files.
+	// A root store keeps the image's own ids (sandboxes see them through
+	// idmapped mounts).
 	reg := imagetest.NewRegistry(t)
 	ref := imagetest.PushBusybox(t, reg.Host, "bb:1")
 	sdir := t.TempDir()
@@ -849,7 +853,7 @@ func TestIDMapRecordedAndEnforced(t *testing.T) {
 	if rfs.IDMap != image.DefaultIDMap() {
 		t.Fatalf("rootfs id map: %+v", rfs.IDMap)
 	}
-	for p, want := range map[string]uint32{"": 100000, "etc/passwd": 100000, "home/app": 101000, "bin/sh": 100000} {
+	for p, want := range map[string]uint32{"": 0, "etc/passwd": 0, "home/app": 1000, "bin/sh": 0} {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(rfs.Layers[0], p), &st); err != nil {
 			t.Fatal(err)
@@ -859,8 +863,78 @@ func TestIDMapRecordedAndEnforced(t *testing.T) {
 		}
 	}
 	meta, _ := os.ReadFile(filepath.Join(sdir, "images", "store.json"))
-	if !strings.Contains(string(meta), `"uid": 100000`) {
+	if !strings.Contains(string(meta), `"uid": 0`) || !strings.Contains(string(meta), `"size": 65536`) {
 		t.Fatalf("store.json: %s", meta)
+	}
+}
+
+// TestLegacyStoreConverted: a root store unpacked with the legacy shift
+// (image ids + 100000 on disk) is converted once when opened with the
+// current map: owners unshifted, set-id bits and file capabilities kept,
+// a lean Lookup meanwhile answering "not cached" rather than failing.
+func TestLegacyStoreConverted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Missing(t, "converting a store chowns files: needs root")
+	}
+	reg := imagetest.NewRegistry(t)
+	v2 := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // cap_net_raw+ep
+	img := imagetest.Image(t, imagetest.BusyboxConfig(), imagetest.Layer(t,
+		imagetest.File{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		imagetest.File{Name: "bin/su", Body: "x", Mode: 0o4755},
+		imagetest.File{Name: "bin/ping", Body: "x", Mode: 0o755, Xattrs: map[string]string{"security.capability": string(v2)}},
+		imagetest.File{Name: "home/", Type: tar.TypeDir, Mode: 0o755},
+		imagetest.File{Name: "home/app/", Type: tar.TypeDir, Mode: 0o700, Uid: 1000, Gid: 1000},
+		imagetest.File{Name: "odd", Body: "x", Uid: 70000, Gid: 70000},
+	))
+	r, err := name.ParseReference(reg.Host + "/legacy:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	old := openStore(t, dir, image.Options{IDMap: cache.LegacyIDMap})
+	rfs := ensure(t, old, r.String(), image.PullMissing)
+	old.Close()
+	layer := rfs.Layers[0]
+	owner := func(p string) (uint32, uint32, uint32) {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(layer, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Uid, st.Gid, st.Mode & 0o7777
+	}
+	if u, _, _ := owner("bin/su"); u != 100000 {
+		t.Fatalf("legacy store not shifted: bin/su owned by %d", u)
+	}
+	if _, ok, err := cache.Lookup(dir, r.String(), cache.MetaFor(image.DefaultIDMap())); ok || err != nil {
+		t.Fatalf("lean lookup in a legacy store: ok=%v err=%v, want a miss", ok, err)
+	}
+
+	var progress bytes.Buffer
+	s := openStore(t, dir, image.Options{IDMap: image.DefaultIDMap(), Progress: &progress})
+	if !strings.Contains(progress.String(), "Converting the image store") {
+		t.Errorf("no progress message: %q", progress.String())
+	}
+	for p, want := range map[string][3]uint32{
+		"": {0, 0, 0o755}, "bin/su": {0, 0, 0o4755}, "bin/ping": {0, 0, 0o755},
+		"home/app": {1000, 1000, 0o700}, "odd": {65534, 65534, 0o644},
+	} {
+		if u, g, m := owner(p); u != want[0] || g != want[1] || m != want[2] {
+			t.Errorf("%q: %d:%d %o, want %d:%d %o", p, u, g, m, want[0], want[1], want[2])
+		}
+	}
+	buf := make([]byte, 64)
+	n, err := unix.Lgetxattr(filepath.Join(layer, "bin/ping"), "security.capability", buf)
+	if err != nil || !bytes.Equal(buf[:n], v2) {
+		t.Errorf("file capability after conversion: %x %v, want %x", buf[:max(n, 0)], err, v2)
+	}
+	if got := ensure(t, s, r.String(), image.PullNever); got.Layers[0] != layer {
+		t.Errorf("converted store lost the image: %v", got.Layers)
+	}
+	if _, ok, err := cache.Lookup(dir, r.String(), cache.MetaFor(image.DefaultIDMap())); !ok || err != nil {
+		t.Errorf("lean lookup after conversion: ok=%v err=%v", ok, err)
 	}
 }
 

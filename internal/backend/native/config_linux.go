@@ -1,6 +1,7 @@
 package native
 
 import (
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/backend/native/stub"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -22,12 +23,10 @@ const (
 	fdErr    = 4
 )
 
-// Sandbox root's host ids when agentkernel runs as root: the same range the
-// image store shifts layer ownership into at unpack.
-const (
-	subIDBase = 100000
-	subIDSize = 65536
-)
+// subIDSize is how many ids a root caller's sandbox maps: sandbox ids
+// 0…subIDSize-1 are host ids RootUID…RootUID+subIDSize-1, a block of
+// its own (package idrange).
+const subIDSize = idrange.Size
 
 // initConfig is what the parent sends to the init. It is small on purpose:
 // the init decodes it on every run.
@@ -38,10 +37,12 @@ type initConfig struct {
 	// caller's uid is root there) and execs the command without another one.
 	Rootless bool `json:"rootless,omitempty"`
 	// NestUserNS: the command gets its own user namespace mapping 0 to
-	// subIDBase (root caller, no --userns=host).
+	// RootUID (root caller, no --userns=host).
 	NestUserNS bool `json:"nest_userns,omitempty"`
 	// RootUID/RootGID are the ids, as the init sees them, of the sandbox's
 	// root: new tmpfs mounts and directories the sandbox should own get them.
+	// For a root caller they are the first ids of the sandbox's own block
+	// (idrange), which image layers and host directories are idmapped into.
 	RootUID int `json:"root_uid"`
 	RootGID int `json:"root_gid"`
 

@@ -34,11 +34,7 @@ func TestMain(m *testing.M) {
 	}
 	if d := os.Getenv("AK_BUILD_IMAGE"); d != "" {
 		// Build the test image at d and exit (for benchmarks and manual runs).
-		shift := 0
-		if os.Geteuid() == 0 {
-			shift = subIDBase
-		}
-		if err := buildBusybox(d, shift); err != nil {
+		if err := buildBusybox(d, 0); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -49,12 +45,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	shift := 0
-	if os.Geteuid() == 0 {
-		shift = subIDBase
-	}
 	testImage = filepath.Join(dir, "rootfs")
-	if err := buildBusybox(testImage, shift); err != nil {
+	if err := buildBusybox(testImage, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "building busybox image:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -86,7 +78,8 @@ func helperMain() int {
 
 // buildBusybox makes a minimal image directory from the host's static
 // busybox: applet links, /etc/passwd (root, nobody, app:1000) and
-// /etc/group, ownership shifted by shift like the image store does.
+// /etc/group, owned by the image's ids (plus shift) as the image store
+// keeps them.
 func buildBusybox(root string, shift int) error {
 	bb, err := exec.LookPath("busybox")
 	if err != nil {

@@ -26,7 +26,7 @@ func TestImageSymlinkChain(t *testing.T) {
 			t.Fatal(err)
 		}
 		if os.Geteuid() == 0 {
-			_ = os.Lchown(p, subIDBase, subIDBase)
+			_ = os.Lchown(p, 0, 0)
 		}
 	}
 	link("home", "h0")
@@ -35,7 +35,7 @@ func TestImageSymlinkChain(t *testing.T) {
 	}
 	link("h69", target)
 	if os.Geteuid() == 0 {
-		_ = os.Lchown(layer, subIDBase, subIDBase)
+		_ = os.Lchown(layer, 0, 0)
 	}
 	for _, spec := range []*sandbox.Spec{newSpec("true")} {
 		spec.Rootfs = image.Rootfs{Layers: []string{testImage, layer}}
@@ -100,7 +100,7 @@ func TestImageHostileUserFiles(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		for _, p := range []string{layer, etc, filepath.Join(etc, "passwd"), filepath.Join(etc, "group")} {
-			_ = os.Lchown(p, subIDBase, subIDBase)
+			_ = os.Lchown(p, 0, 0)
 		}
 	}
 	spec := newSpec("echo", "ran")

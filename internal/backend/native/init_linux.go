@@ -272,7 +272,7 @@ func (s *initState) joinExecStage() error {
 // startExecStage forks the exec stage now, so that its Go runtime boots
 // while we build the root filesystem. It waits for its config on a pipe,
 // which releaseExecStage writes once the root is ready. With NestUserNS it
-// gets a user namespace of its own mapping root to subIDBase: that
+// gets a user namespace of its own mapping root to RootUID: that
 // namespace owns none of the sandbox's other namespaces.
 func (s *initState) startExecStage() error {
 	// A socketpair rather than a pipe: the exec stage first says it is
@@ -295,11 +295,11 @@ func (s *initState) startExecStage() error {
 	}
 	if s.cfg.NestUserNS {
 		sys.Cloneflags |= unix.CLONE_NEWUSER
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: subIDBase, Size: subIDSize}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: subIDBase, Size: subIDSize}}
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.cfg.RootUID, Size: subIDSize}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: s.cfg.RootGID, Size: subIDSize}}
 		sys.GidMappingsEnableSetgroups = true
 		// Creating a user namespace does not change our ids: become the
-		// namespace's root (host subIDBase), or we stay host root.
+		// namespace's root (host RootUID), or we stay host root.
 		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 	}
 	var pid int
@@ -379,11 +379,10 @@ func (s *initState) stubEntered() error {
 		return nil
 	}
 	proc := s.proc + "/" + strconv.Itoa(s.execPid)
-	m := []byte("0 " + strconv.Itoa(subIDBase) + " " + strconv.Itoa(subIDSize) + "\n")
-	if err := os.WriteFile(proc+"/uid_map", m, 0); err != nil {
+	if err := os.WriteFile(proc+"/uid_map", []byte("0 "+strconv.Itoa(s.cfg.RootUID)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
 		return err
 	}
-	if err := os.WriteFile(proc+"/gid_map", m, 0); err != nil {
+	if err := os.WriteFile(proc+"/gid_map", []byte("0 "+strconv.Itoa(s.cfg.RootGID)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
 		return err
 	}
 	if needsIDMap(s.cfg) {
@@ -556,8 +555,9 @@ func (s *initState) releaseStub() error {
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: script built\n", monotonic())
 	}
-	if s.thread == nil {
-		// This process stays on as PID 1 while the command runs.
+	if s.thread == nil && !s.cfg.Persistent {
+		// This process stays on as PID 1 while the command runs (a
+		// persistent sandbox's agent forks exec stages for good).
 		if err := s.lockdown(); err != nil {
 			return err
 		}

@@ -11,17 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // TestUserNamespace checks root inside is uid 0 of a namespace that maps
-// it to host uid 100000, both from inside and from the host's /proc.
+// it to the first id of a block of its own (idrange), both from inside
+// and from the host's /proc.
 func TestUserNamespace(t *testing.T) {
 	requireRoot(t)
-	o := mustRun(t, newSpec("sh", "-c", "id -u; cat /proc/self/uid_map"), 0)
+	o := mustRun(t, newSpec("sh", "-c", "id -u; cat /proc/self/uid_map /proc/self/gid_map"), 0)
 	f := strings.Fields(o.stdout)
-	if len(f) != 4 || f[0] != "0" || f[1] != "0" || f[2] != "100000" || f[3] != "65536" {
-		t.Fatalf("id/uid_map: %q", o.stdout)
+	if len(f) != 7 || f[0] != "0" || f[1] != "0" || f[3] != "65536" || f[4] != "0" || f[6] != "65536" {
+		t.Fatalf("id/uid_map/gid_map: %q", o.stdout)
+	}
+	if base, err := strconv.Atoi(f[2]); err != nil || base < idrange.First || base+idrange.Size > idrange.End || (base-idrange.First)%idrange.Size != 0 || f[5] != f[2] {
+		t.Fatalf("root maps to host %s:%s, not a block of systemd's container range", f[2], f[5])
 	}
 
 	// From the host: find the sandboxed sleep and read its credentials.
@@ -35,7 +40,7 @@ func TestUserNamespace(t *testing.T) {
 		res, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard})
 		done <- outcome{res: res, err: err}
 	}()
-	var status string
+	var status, base string
 	for deadline := time.Now().Add(5 * time.Second); status == "" && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
@@ -43,6 +48,10 @@ func TestUserNamespace(t *testing.T) {
 			if err == nil && string(cl) == "sleep\x00"+marker+"\x00" {
 				st, _ := os.ReadFile("/proc/" + e.Name() + "/status")
 				status = string(st)
+				m, _ := os.ReadFile("/proc/" + e.Name() + "/uid_map")
+				if f := strings.Fields(string(m)); len(f) == 3 {
+					base = f[1]
+				}
 			}
 		}
 	}
@@ -56,8 +65,8 @@ func TestUserNamespace(t *testing.T) {
 	}
 	for _, l := range strings.Split(status, "\n") {
 		if strings.HasPrefix(l, "Uid:") || strings.HasPrefix(l, "Gid:") {
-			if f := strings.Fields(l); f[1] != "100000" || f[2] != "100000" {
-				t.Errorf("host view %q, want 100000", l)
+			if f := strings.Fields(l); f[1] != base || f[2] != base {
+				t.Errorf("host view %q, want %s (its uid_map)", l, base)
 			}
 		}
 		if strings.HasPrefix(l, "NoNewPrivs:") && !strings.HasSuffix(l, "1") {

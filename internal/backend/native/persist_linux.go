@@ -60,6 +60,13 @@ func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec, dir string, std
 	if r.id == "" {
 		r.id = randomID()
 	}
+	if os.Geteuid() == 0 && !spec.Security.HostUserNS {
+		base, err := b.persistentIDs(spec, dir)
+		if err != nil {
+			return nil, err
+		}
+		r.idBase = base
+	}
 	inst, err := r.startPersistent(ctx, dir, stderr)
 	if err != nil {
 		r.cleanup()

@@ -130,10 +130,14 @@ func (s *initState) mountRootfs() error {
 			return err
 		}
 	}
+	layers, err := s.idmappedLayers()
+	if err != nil {
+		return err
+	}
 	// The merged root's owner and mode come from the upper dir: copy the
-	// top layer's.
+	// top layer's (as the sandbox sees it: through its idmap).
 	var st unix.Stat_t
-	if err := unix.Stat(s.cfg.Layers[len(s.cfg.Layers)-1], &st); err != nil {
+	if err := unix.Stat(layers[len(layers)-1], &st); err != nil {
 		return err
 	}
 	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
@@ -142,11 +146,47 @@ func (s *initState) mountRootfs() error {
 	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
 		return err
 	}
-	lower := make([]string, len(s.cfg.Layers))
-	for i, l := range s.cfg.Layers {
+	lower := make([]string, len(layers))
+	for i, l := range layers {
 		lower[len(lower)-1-i] = l // overlay wants the top layer first
 	}
 	return s.mountOverlay(lower, upper, work, s.root, unix.MS_NODEV)
+}
+
+// idmappedLayers returns the directories to stack as the overlay's
+// lower layers. The image store keeps layers with the image's own owners
+// (uid 0 is 0 on disk); a root caller's sandbox sees them through
+// read-only idmapped clones, attached on the scratch space, that shift
+// them into its own block of host ids by the command's user namespace,
+// so that no two sandboxes share ids and no file of the store ever
+// appears as host root's. Rootless (no nested user namespace), the
+// layers are the caller's own files and are stacked as they are.
+func (s *initState) idmappedLayers() ([]string, error) {
+	if !s.cfg.NestUserNS {
+		return s.cfg.Layers, nil
+	}
+	if err := s.stubEntered(); err != nil {
+		return nil, err
+	}
+	if s.usernsFd < 0 {
+		return nil, errors.New("no user namespace to idmap the image layers with")
+	}
+	dir := s.scratch + "/layers"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(s.cfg.Layers))
+	for i, l := range s.cfg.Layers {
+		dst := dir + "/" + strconv.Itoa(i)
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return nil, err
+		}
+		if err := s.idmapped(l, dst, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NODEV); err != nil {
+			return nil, fmt.Errorf("image layer %s: %w", l, err)
+		}
+		out[i] = dst
+	}
+	return out, nil
 }
 
 // mountOverlay mounts an overlay, falling back to paths relative to the
@@ -539,18 +579,22 @@ func (s *initState) mountBind(m sandbox.Mount, dst string) error {
 // the command's user namespace: files the host sees as uid N appear as N
 // inside. nosuid always.
 func (s *initState) idmappedBind(src, dst string, ro bool) error {
+	flags := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if ro {
+		flags |= unix.MOUNT_ATTR_RDONLY
+	}
+	return s.idmapped(src, dst, flags)
+}
+
+// idmapped attaches at dst a clone of src whose ids are shifted by the
+// command's user namespace, with the mount attributes in flags.
+func (s *initState) idmapped(src, dst string, flags uint64) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := &unix.MountAttr{
-		Attr_set:  unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
-		Userns_fd: uint64(s.usernsFd),
-	}
-	if ro {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | flags, Userns_fd: uint64(s.usernsFd)}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		return fmt.Errorf("idmapping %s: %w", src, err)
 	}
@@ -601,9 +645,13 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 	return s.mountOverlay([]string{lower}, upper, work, dst, unix.MS_NOSUID|unix.MS_NODEV)
 }
 
-// needsIDMap reports whether any volume is a host directory that the
-// command's user namespace should see with shifted ids.
+// needsIDMap reports whether the init needs the command's user namespace
+// to idmap something: the image's layers, or a volume that is a host
+// directory.
 func needsIDMap(cfg *initConfig) bool {
+	if !cfg.Host {
+		return true
+	}
 	for _, m := range cfg.Mounts {
 		if m.Kind != sandbox.MountTmpfs {
 			return true

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -94,6 +95,10 @@ type runState struct {
 	// exec stage has them.
 	early   *earlyCgroup
 	cgTasks []*os.File
+	// ids is an ephemeral sandbox's block of host ids, held until the
+	// sandbox is gone; idBase a persistent sandbox's reserved block.
+	ids    *idrange.Lease
+	idBase uint32
 }
 
 // earlyCgroup is a cgroup being made for a Run that has not started yet.
@@ -214,7 +219,15 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		r.b.opts.Warn("--userns=host: root in the sandbox is root on the host")
 	default:
 		cfg.NestUserNS = true
-		cfg.RootUID, cfg.RootGID = subIDBase, subIDBase
+		base := r.idBase
+		if base == 0 {
+			l, err := idrange.Default().Acquire()
+			if err != nil {
+				return nil, fmt.Errorf("allocating the sandbox's host uid range: %w", err)
+			}
+			r.ids, base = l, l.Base
+		}
+		cfg.RootUID, cfg.RootGID = int(base), int(base)
 	}
 
 	args := spec.Args
@@ -366,6 +379,7 @@ func (r *runState) cleanup() {
 	if r.lock != nil {
 		r.lock.Close()
 	}
+	r.ids.Release()
 }
 
 // start launches the init, waits for it, forwards signals and enforces

@@ -53,6 +53,8 @@ func (want Meta) compare(root string, have Meta) error {
 		who := map[bool]string{true: "root", false: "a non-root user"}
 		return fmt.Errorf("image store %s was unpacked by %s and cannot be used by %s: use another --data-dir",
 			root, who[have.Privileged], who[want.Privileged])
+	case have.IDMap == LegacyIDMap && want.IDMap == DefaultIDMap() && want.Privileged:
+		return fmt.Errorf("image store %s: %w", root, ErrLegacyStore)
 	case have.IDMap != want.IDMap:
 		return fmt.Errorf("image store %s was unpacked with id map %s, this process uses %s: use another --data-dir",
 			root, have.IDMap, want.IDMap)
@@ -279,6 +281,9 @@ func Lookup(dataDir, ref string, want Meta) (Rootfs, bool, error) {
 		return Rootfs{}, false, fmt.Errorf("image store %s: store.json: %w", root, err)
 	}
 	if err := want.compare(root, have); err != nil {
+		if errors.Is(err, ErrLegacyStore) {
+			return Rootfs{}, false, nil // the full store converts it
+		}
 		return Rootfs{}, false, err
 	}
 	c := New(root)

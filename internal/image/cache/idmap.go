@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -23,15 +24,26 @@ type IDMap struct {
 	Size uint32 `json:"size"`
 }
 
-// DefaultIDMap is the map the native backend uses: in-sandbox ids
-// 0..65535 on host ids 100000..165535 when running as root, and the zero
-// map (no shift, no chown) otherwise.
+// DefaultIDMap is the map the native backend uses. As root, layers keep
+// the image's own ids 0..65535 (no shift; ids above are stored as the
+// overflow id 65534): each sandbox sees them through idmapped mounts
+// shifted into a block of host ids of its own. Rootless it is the zero
+// map (no chown: every file is the caller's).
 func DefaultIDMap() IDMap {
 	if os.Geteuid() == 0 {
-		return IDMap{UID: 100000, GID: 100000, Size: 65536}
+		return IDMap{UID: 0, GID: 0, Size: 65536}
 	}
 	return IDMap{}
 }
+
+// LegacyIDMap is the map root stores were unpacked with before layers
+// kept the image's own ids: image ids 0..65535 on host ids
+// 100000..165535. Such a store is converted once (image.Open).
+var LegacyIDMap = IDMap{UID: 100000, GID: 100000, Size: 65536}
+
+// ErrLegacyStore is returned by Lookup for a root store unpacked with
+// LegacyIDMap: the full image store converts it.
+var ErrLegacyStore = errors.New("image store unpacked with the legacy id map")
 
 // IsZero reports whether m is the zero map (no shift).
 func (m IDMap) IsZero() bool { return m == IDMap{} }

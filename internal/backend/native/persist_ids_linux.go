@@ -1,0 +1,218 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// A persistent sandbox keeps one block of host ids (idrange) from its
+// first start to its removal: its writable layer on disk is owned by
+// them. The block's first id is recorded in <dir>/idrange and reserved in
+// the machine-wide allocator under the sandbox's data directory, name and
+// id; ReleaseIDs frees it and GCIDs frees the blocks of sandboxes that no
+// longer exist.
+
+// idrangeFile names the recorded block in a persistent sandbox's
+// directory.
+const idrangeFile = "idrange"
+
+// legacyIDBase is where sandboxes created before blocks existed had their
+// ids (their writable layers are re-owned on their next start).
+const legacyIDBase = 100000
+
+func reservation(dataDir string, spec *sandbox.Spec) idrange.Reservation {
+	id := spec.ID
+	if id == "" {
+		id = spec.Name
+	}
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		abs = dataDir
+	}
+	return idrange.Reservation{DataDir: abs, Name: spec.Name, UUID: id}
+}
+
+// persistentIDs returns the persistent sandbox's block (whose files live
+// in dir), reserving one on its first start. A block recorded but lost
+// (its reservation removed by hand, the allocator's directory wiped) is
+// claimed again when free; when it is not, a new block is reserved and
+// the writable layer re-owned into it, as for a sandbox made before
+// blocks existed.
+func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) {
+	alloc := idrange.Default()
+	r := reservation(b.opts.DataDir, spec)
+	old := uint32(legacyIDBase)
+	if data, err := os.ReadFile(filepath.Join(dir, idrangeFile)); err == nil {
+		n, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
+		if perr != nil {
+			return 0, fmt.Errorf("%s: %w", filepath.Join(dir, idrangeFile), perr)
+		}
+		base := uint32(n)
+		if held, err := alloc.Held(base, r); err != nil {
+			return 0, err
+		} else if held {
+			return base, nil
+		}
+		if ok, err := alloc.Claim(base, r); err != nil {
+			return 0, err
+		} else if ok {
+			return base, nil
+		}
+		old = base
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	base, err := alloc.Reserve(r)
+	if err != nil {
+		return 0, fmt.Errorf("reserving the sandbox's host uid range: %w", err)
+	}
+	if err := reown(filepath.Join(dir, "upper"), old, base); err != nil {
+		_ = alloc.Free(base, r)
+		return 0, fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
+	}
+	// The work directory holds nothing between mounts.
+	if ents, err := os.ReadDir(filepath.Join(dir, "work")); err == nil {
+		for _, e := range ents {
+			_ = os.RemoveAll(filepath.Join(dir, "work", e.Name()))
+		}
+	}
+	if err := writeFileAtomic(filepath.Join(dir, idrangeFile), []byte(strconv.FormatUint(uint64(base), 10)+"\n")); err != nil {
+		_ = alloc.Free(base, r)
+		return 0, err
+	}
+	return base, nil
+}
+
+// ReleaseIDs frees the block of the persistent sandbox of data directory
+// dataDir whose files live in dir (when it is being removed).
+func ReleaseIDs(dataDir string, spec *sandbox.Spec, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, idrangeFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
+	if err != nil {
+		return nil
+	}
+	return idrange.Default().Free(uint32(n), reservation(dataDir, spec))
+}
+
+// GCIDs frees the blocks reserved for sandboxes of data directory dataDir
+// that no longer exist: known maps each existing sandbox's name to its
+// id. It returns what it freed.
+func GCIDs(dataDir string, known map[string]string, dryRun bool) ([]string, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	alloc := idrange.Default()
+	res, err := alloc.Reservations()
+	if err != nil {
+		return nil, err
+	}
+	mine := reservation(dataDir, &sandbox.Spec{}).DataDir
+	var freed []string
+	var errs []error
+	for base, r := range res {
+		if r.DataDir != mine {
+			continue
+		}
+		if id, ok := known[r.Name]; ok && (id == r.UUID || r.UUID == r.Name) {
+			continue
+		}
+		freed = append(freed, fmt.Sprintf("host uid range %d-%d (sandbox %s)", base, base+idrange.Size-1, r.Name))
+		if !dryRun {
+			if err := alloc.Free(base, r); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return freed, errors.Join(errs...)
+}
+
+// reown gives every file under root owned by an id of the block starting
+// at from the same id of the block starting at to, keeping set-id bits
+// and file capabilities (which chown clears).
+func reown(root string, from, to uint32) error {
+	if from == to {
+		return nil
+	}
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		move := func(id uint32) uint32 {
+			if id >= from && id-from < idrange.Size {
+				return to + (id - from)
+			}
+			return id
+		}
+		uid, gid := move(st.Uid), move(st.Gid)
+		if uid == st.Uid && gid == st.Gid {
+			return nil
+		}
+		var capv []byte
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			buf := make([]byte, 64)
+			if n, err := unix.Lgetxattr(p, "security.capability", buf); err == nil && n > 0 {
+				capv = buf[:n]
+			}
+		}
+		if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return nil
+		}
+		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+			if err := unix.Chmod(p, st.Mode&0o7777); err != nil {
+				return err
+			}
+		}
+		if capv != nil {
+			_ = unix.Lsetxattr(p, "security.capability", capv, 0)
+		}
+		return nil
+	})
+}
+
+// writeFileAtomic writes data to path through a synced temporary file
+// and a rename.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
