@@ -40,7 +40,13 @@ func newExecCmd(a *App) *cobra.Command {
 		Long: `Run a command in a running persistent sandbox, with the same isolation as
 'run': its own user namespace, dropped capabilities, no_new_privs, Landlock
 and seccomp, inside the sandbox's cgroup. Without -i the command's stdin is
-empty. Exit status: the command's own, 128+N on signal N, 125/126/127 as run.`,
+empty. Exit status: the command's own, 128+N on signal N, 125/126/127 as run.
+
+[security.commands] applies as it does to run, with the rules the sandbox was
+created with (a later change of agentkernel.toml does not change them): a
+command they do not allow is not started, exit status 126. A sandbox created
+by a version of agentkernel that did not record the rules has none, and each
+exec warns about it.`,
 		Example: `  agentkernel exec dev -- sh -c 'echo hi'
   echo data | agentkernel exec -i dev -- cat
   agentkernel exec -it dev -- sh`,
@@ -75,7 +81,9 @@ func newAttachCmd(a *App) *cobra.Command {
 		Long: `Open an interactive shell with a terminal in a running sandbox: exec -it
 NAME -- SHELL, where SHELL is --shell, else /bin/bash when the sandbox has
 it, else /bin/sh. The terminal follows your window's size. Exit the shell
-(exit, Ctrl-D) to detach; the sandbox keeps running.`,
+(exit, Ctrl-D) to detach; the sandbox keeps running. The sandbox's
+[security.commands] rules apply to the shell as to any exec (exit status 126
+when they do not allow it).`,
 		Example: `  agentkernel attach dev
   agentkernel attach --shell /bin/ash -w /workspace dev`,
 		Args: cobra.ExactArgs(1),

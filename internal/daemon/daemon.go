@@ -108,8 +108,8 @@ type Reply struct {
 	Signal   int    `json:"signal,omitempty"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	Error    string `json:"error,omitempty"`
-	// Kind classifies Error: not_found, cannot_invoke, unsupported or
-	// "" (any other failure).
+	// Kind classifies Error: not_found, cannot_invoke, command_refused
+	// ([security.commands]), unsupported or "" (any other failure).
 	Kind string `json:"kind,omitempty"`
 	// Served says how the run was served: hit (a warm sandbox) or
 	// prepared (a sandbox prepared for it).
@@ -122,12 +122,23 @@ func errorReply(err error) Reply {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		r.Kind = "not_found"
+	case errors.Is(err, sandbox.ErrCommandRefused):
+		r.Kind = "command_refused"
 	case errors.Is(err, sandbox.ErrCannotInvoke):
 		r.Kind = "cannot_invoke"
 	case errors.Is(err, sandbox.ErrUnsupported):
 		r.Kind = "unsupported"
 	}
 	return r
+}
+
+// refusedError is a command refusal from the daemon, worded as the
+// daemon worded it (the CLI prints it as a direct run would).
+type refusedError string
+
+func (e refusedError) Error() string { return string(e) }
+func (e refusedError) Unwrap() []error {
+	return []error{sandbox.ErrCommandRefused, sandbox.ErrCannotInvoke}
 }
 
 // err turns a reply's error back into one the CLI maps to exit codes.
@@ -140,6 +151,8 @@ func (r Reply) err() error {
 		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrNotFound.Error()), sandbox.ErrNotFound)
 	case "cannot_invoke":
 		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrCannotInvoke.Error()), sandbox.ErrCannotInvoke)
+	case "command_refused":
+		return refusedError(r.Error)
 	case "unsupported":
 		return fmt.Errorf("%s: %w", r.Error, ErrNotServed)
 	case "stale":

@@ -227,30 +227,44 @@ func ParseEnvFile(r io.Reader, name string, lookup func(string) (string, bool)) 
 	return out, nil
 }
 
+// CommandRules resolves [security.commands] into the spec's rules, with
+// where each list was set for the messages. It never returns nil.
+func CommandRules(cfg *config.Config) *sandbox.CommandRules {
+	c := cfg.Security.Commands
+	r := &sandbox.CommandRules{
+		Allow:         slices.Clone(c.Allow),
+		Block:         slices.Clone(c.Block),
+		AllowlistOnly: c.AllowlistOnly,
+		BlockFrom:     setIn(cfg, "security.commands.block"),
+		AllowFrom:     setIn(cfg, "security.commands.allowlist_only"),
+	}
+	if r.AllowFrom == "" {
+		r.AllowFrom = setIn(cfg, "security.commands.allow")
+	}
+	return r
+}
+
+// setIn is "path:line" of the file that set key ("" for defaults).
+func setIn(cfg *config.Config, key string) string {
+	s := cfg.Source(key)
+	switch {
+	case s.Path == "":
+		return ""
+	case s.Line > 0:
+		return s.Path + ":" + strconv.Itoa(s.Line)
+	}
+	return s.Path
+}
+
 // CheckCommand applies [security.commands] to argv[0] (its first word,
 // compared by full string and by basename): a blocked command, or one
-// missing from the allow list when allowlist_only is set, is an error.
-// Like upstream, this is a guard-rail, not a boundary: 'sh -c' gets past it.
+// missing from the allow list when allowlist_only is set, is an error
+// wrapping sandbox.ErrCommandRefused. The Manager applies the same rules
+// from Spec.Commands wherever a command starts. Like upstream, this is a
+// guard-rail, not a boundary: 'sh -c' gets past it.
 func CheckCommand(c config.Commands, args []string) error {
-	if len(args) == 0 {
-		return nil
-	}
-	fields := strings.Fields(args[0])
-	if len(fields) == 0 {
-		return nil
-	}
-	full := fields[0]
-	base := filepath.Base(full)
-	match := func(list []string) bool {
-		return slices.Contains(list, full) || slices.Contains(list, base)
-	}
-	if match(c.Block) {
-		return fmt.Errorf("command %q is blocked by [security.commands] in agentkernel.toml", full)
-	}
-	if c.AllowlistOnly && !match(c.Allow) {
-		return fmt.Errorf("command %q is not in the allow list of [security.commands] in agentkernel.toml", full)
-	}
-	return nil
+	r := sandbox.CommandRules{Allow: c.Allow, Block: c.Block, AllowlistOnly: c.AllowlistOnly}
+	return r.Check(args)
 }
 
 // NewID returns a random 12-hex-digit sandbox ID.

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -167,8 +168,12 @@ func TestCheckCommand(t *testing.T) {
 		{config.Commands{Block: []string{"rm"}}, []string{"rm -rf /"}, false},
 	}
 	for _, tt := range tests {
-		if err := CheckCommand(tt.c, tt.args); (err == nil) != tt.ok {
+		err := CheckCommand(tt.c, tt.args)
+		if (err == nil) != tt.ok {
 			t.Errorf("CheckCommand(%+v, %q) = %v", tt.c, tt.args, err)
+		}
+		if err != nil && (!errors.Is(err, sandbox.ErrCommandRefused) || !errors.Is(err, sandbox.ErrCannotInvoke)) {
+			t.Errorf("CheckCommand(%+v, %q) = %v: not a command refusal", tt.c, tt.args, err)
 		}
 	}
 }

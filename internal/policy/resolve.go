@@ -91,7 +91,10 @@ type Input struct {
 
 // Resolve builds the Spec for one sandbox. Warnings are things the user
 // should know but that do not stop the run; errors are bad input (an
-// unknown profile or mode, a bad flag value, a blocked command).
+// unknown profile or mode, a bad flag value). A command that
+// [security.commands] does not allow is not an error here: the rules go
+// into Spec.Commands and sandbox.Manager refuses the command when it
+// would start, on every path (run, exec, attach, warm pools).
 func Resolve(in Input) (*sandbox.Spec, []string, error) {
 	cfg := in.Config
 	if cfg == nil {
@@ -142,9 +145,9 @@ func Resolve(in Input) (*sandbox.Spec, []string, error) {
 		}
 		spec.Name = o.Name
 	}
-	if err := CheckCommand(cfg.Security.Commands, in.Args); err != nil {
-		return nil, warns, err
-	}
+	// [security.commands] travels with the spec: the Manager checks it
+	// wherever a command starts (run, exec, attach, warm pools).
+	spec.Commands = CommandRules(cfg)
 
 	if err := resolveImage(spec, cfg, o, in); err != nil {
 		return nil, warns, err

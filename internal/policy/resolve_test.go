@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -428,6 +430,20 @@ func TestConfigLayer(t *testing.T) {
 		}},
 		{"allowed command", "[security.commands]\nallow = [\"python3\"]\nallowlist_only = true\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
 			eq(t, s.Args[0], "python3")
+			if s.Commands == nil || !s.Commands.AllowlistOnly || len(s.Commands.Allow) != 1 || s.Commands.Check(s.Args) != nil {
+				t.Errorf("rules %+v", s.Commands)
+			}
+			eq(t, s.Commands.AllowFrom, "agentkernel.toml:3")
+			if err := s.Commands.Check([]string{"node"}); !errors.Is(err, sandbox.ErrCommandRefused) || !strings.Contains(err.Error(), "agentkernel.toml:3") {
+				t.Errorf("node: %v", err)
+			}
+		}},
+		{"no command rules", "", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
+			// Always set, so that a persistent sandbox's spec says its
+			// rules were recorded even when there are none.
+			if s.Commands == nil || s.Commands.Check([]string{"curl"}) != nil {
+				t.Errorf("rules %+v", s.Commands)
+			}
 		}},
 	}
 	for _, tt := range tests {
@@ -484,8 +500,6 @@ func TestBadInputs(t *testing.T) {
 		{"volume", "", Overrides{Volumes: []string{"/nonexistent-xyz:/data"}}, nil, "does not exist"},
 		{"env", "", Overrides{Env: []string{"=x"}}, nil, "empty name"},
 		{"env file missing", "", Overrides{EnvFiles: []string{"nope.env"}}, nil, "--env-file"},
-		{"blocked command", "[security.commands]\nblock = [\"curl\"]\n", Overrides{}, []string{"/usr/bin/curl", "x"}, "blocked"},
-		{"command not allowed", "[security.commands]\nallow = [\"ls\"]\nallowlist_only = true\n", Overrides{}, []string{"python3"}, "allow list"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -576,5 +590,35 @@ func eq[T any](t *testing.T, got, want T) {
 	t.Helper()
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+// TestCommandRulesInSpec: [security.commands] is not checked by Resolve
+// but carried in the spec, with the file and line of each rule, for the
+// Manager to enforce wherever a command starts.
+func TestCommandRulesInSpec(t *testing.T) {
+	f := newFixture(t)
+	cfg := parse(t, "[sandbox]\nname = \"x\"\n\n[security.commands]\nblock = [\"curl\", \"/usr/bin/wget\"]\n")
+	spec, _, err := Resolve(f.input(cfg, Overrides{}, "/usr/bin/curl", "-s", "x"))
+	if err != nil {
+		t.Fatalf("Resolve refused a blocked command itself: %v", err)
+	}
+	if spec.Commands == nil || spec.Commands.BlockFrom != "agentkernel.toml:5" {
+		t.Fatalf("rules %+v", spec.Commands)
+	}
+	err = spec.Commands.Check(spec.Args)
+	if !errors.Is(err, sandbox.ErrCommandRefused) || !errors.Is(err, sandbox.ErrCannotInvoke) {
+		t.Fatalf("check: %v", err)
+	}
+	for _, want := range []string{`"/usr/bin/curl"`, "[security.commands] block", "agentkernel.toml:5"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message %q lacks %q", err, want)
+		}
+	}
+	// The spec's JSON (state store, daemon socket) keeps the rules.
+	b, _ := json.Marshal(spec)
+	var back sandbox.Spec
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back.Commands, spec.Commands) {
+		t.Errorf("round trip: %v %+v", err, back.Commands)
 	}
 }

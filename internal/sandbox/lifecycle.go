@@ -264,7 +264,11 @@ func (m *Manager) Connect(ctx context.Context, name string) (Conn, error) {
 
 // Exec runs a command in a running sandbox and returns how it ended
 // (ExitCode as Run's). stdio's writers may be buffers: the API passes
-// one to collect the output.
+// one to collect the output. A command the sandbox's rules
+// ([security.commands] as they were when it was created) do not allow is
+// refused with ErrCommandRefused (exit code 126) and audited as such. A
+// sandbox created before the rules were recorded has none: its commands
+// are not checked, and each exec says so through Warn.
 func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio Stdio, signals <-chan os.Signal) (Result, error) {
 	if len(req.Args) == 0 {
 		return Result{}, errors.New("no command given")
@@ -275,7 +279,11 @@ func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio 
 	}
 	defer c.Close()
 	start := time.Now()
-	res, err := c.Exec(ctx, req, stdio, signals)
+	var res Result
+	err = m.checkExec(ctx, name, req.Args)
+	if err == nil {
+		res, err = c.Exec(ctx, req, stdio, signals)
+	}
 	e := audit.Entry{Sandbox: name, Action: audit.ActionExec, Command: req.Args}
 	if err == nil {
 		code := res.ExitCode
@@ -285,6 +293,29 @@ func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio 
 	}
 	m.audit(e, start, err)
 	return res, err
+}
+
+// checkExec applies the sandbox's command rules to args. Rules that
+// cannot be read refuse the command: the check fails closed.
+func (m *Manager) checkExec(ctx context.Context, name string, args []string) error {
+	lc, err := m.lifecycle()
+	if err != nil {
+		return err
+	}
+	spec, err := lc.Spec(ctx, name)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: cannot read its command rules, so the command is not started: %w", name, err)
+	}
+	if spec.Commands == nil {
+		m.opts.Warn("sandbox %s was created by a version of agentkernel that did not record [security.commands] with the sandbox: its commands are not checked (recreate it to apply the rules)", name)
+		return nil
+	}
+	err = spec.Commands.Check(args)
+	var ce *CommandRefusedError
+	if errors.As(err, &ce) {
+		ce.Sandbox = name
+	}
+	return err
 }
 
 // startFailureCode is the exit code a failure to start maps to (0 when

@@ -123,8 +123,12 @@ func autoDetected(rule string) bool {
 }
 
 // Run prepares the root filesystem if needed and runs spec to completion
-// on the named backend.
+// on the named backend. A command spec.Commands does not allow is refused
+// (ErrCommandRefused) before anything is prepared.
 func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Stdio) (Result, error) {
+	if err := spec.Commands.Check(spec.Args); err != nil {
+		return Result{}, err
+	}
 	b, err := m.Backend(backend)
 	if err != nil {
 		return Result{}, err
@@ -144,6 +148,8 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 
 // Prepare builds a sandbox for spec on the named backend up to the start
 // of its command (warm pools); ErrUnsupported when the backend cannot.
+// The prepared sandbox's Run refuses (and discards the sandbox for) a
+// command that spec.Commands does not allow.
 func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prepared, error) {
 	b, err := m.Backend(backend)
 	if err != nil {
@@ -158,7 +164,11 @@ func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prep
 			return nil, err
 		}
 	}
-	return pb.Prepare(ctx, spec)
+	p, err := pb.Prepare(ctx, spec)
+	if err != nil || spec.Commands == nil {
+		return p, err
+	}
+	return checkedPrepared{Prepared: p, rules: spec.Commands}, nil
 }
 
 // Drain waits until the sandboxes of finished runs are completely torn

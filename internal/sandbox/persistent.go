@@ -119,6 +119,9 @@ type Lifecycle interface {
 	GC(ctx context.Context, dryRun bool) ([]string, error)
 	// Connect opens a connection to a running sandbox (ErrNotRunning).
 	Connect(ctx context.Context, name string) (Conn, error)
+	// Spec returns the spec the sandbox runs with (the one recorded at
+	// create); Exec checks its command rules.
+	Spec(ctx context.Context, name string) (*Spec, error)
 	// DiskUsage is the size of the sandbox's writable layer.
 	DiskUsage(ctx context.Context, name string) (int64, error)
 	// Host reports the machine's totals (Sandboxes and Running are

@@ -51,6 +51,12 @@ type Spec struct {
 	Network   Network   `json:"network"`
 	Resources Resources `json:"resources"`
 	Security  Security  `json:"security"`
+	// Commands are the [security.commands] rules every command started in
+	// this sandbox is checked against (Manager.Run, Exec, prepared runs).
+	// policy.Resolve always sets them; nil means a spec from before the
+	// rules were recorded (a persistent sandbox created by an older
+	// version), whose commands are not checked.
+	Commands *CommandRules `json:"commands,omitempty"`
 
 	// Keep leaves the writable layer in place after an ephemeral run.
 	Keep bool `json:"keep,omitempty"`

@@ -460,6 +460,28 @@ func (m *Manager) Connect(ctx context.Context, name string) (sandbox.Conn, error
 	return Conn{C: c, Dir: m.Dir(name)}, nil
 }
 
+// Spec returns the spec the sandbox runs with: spec.json in its
+// directory, written at each start from the state store (no database
+// open on the exec path), else the state store's copy.
+func (m *Manager) Spec(ctx context.Context, name string) (*sandbox.Spec, error) {
+	b, err := os.ReadFile(filepath.Join(m.Dir(name), "spec.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		sb, gerr := m.get(ctx, name)
+		if gerr != nil {
+			return nil, gerr
+		}
+		b, err = sb.Spec, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var spec sandbox.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("the spec of sandbox %q: %w", name, err)
+	}
+	return &spec, nil
+}
+
 // DiskUsage is the size of the sandbox's writable layer.
 func (m *Manager) DiskUsage(_ context.Context, name string) (int64, error) {
 	return dirSize(filepath.Join(m.Dir(name), "upper")), nil

@@ -45,6 +45,10 @@ type initConfig struct {
 	// (idrange), which image layers and host directories are idmapped into.
 	RootUID int `json:"root_uid"`
 	RootGID int `json:"root_gid"`
+	// OwnerUID/OwnerGID are the invoking user's host ids: the sandbox's
+	// root stands for them in writable host directories (bindns_linux.go).
+	OwnerUID int `json:"owner_uid,omitempty"`
+	OwnerGID int `json:"owner_gid,omitempty"`
 
 	Layers []string `json:"layers,omitempty"`
 	Host   bool     `json:"host,omitempty"`

@@ -19,7 +19,7 @@ import (
 // sandbox stage (the init or the exec stage). main calls it before doing
 // anything else and hands control to InitMain when it is true.
 func IsInit() bool {
-	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec)
+	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec || os.Args[0] == argv0Userns)
 }
 
 // InitMain runs the stage this process was re-executed for and returns
@@ -30,6 +30,8 @@ func InitMain() int {
 		return initMain()
 	case argv0Exec:
 		return execMain()
+	case argv0Userns:
+		return usernsMain()
 	}
 	return 125
 }
@@ -84,6 +86,9 @@ type initState struct {
 	enter       *stubScript
 	// locked: lockdown has run (PID 1 holds nothing any more).
 	locked bool
+	// ownerNsFd is the user namespace writable host directories are
+	// idmapped through (ownerUserns), or -1.
+	ownerNsFd int
 }
 
 // initMain is PID 1 of the sandbox. The stages, in order, are the methods
@@ -92,9 +97,10 @@ func initMain() int {
 	s := &initState{
 		sock:     os.NewFile(fdConfig, "config"),
 		errW:     os.NewFile(fdErr, "errors"),
-		usernsFd: -1,
-		cgroupFD: -1,
-		proc:     "/proc",
+		usernsFd:  -1,
+		ownerNsFd: -1,
+		cgroupFD:  -1,
+		proc:      "/proc",
 		sigs:     make(chan os.Signal, 8),
 		stdio:    [3]uintptr{0, 1, 2},
 	}

@@ -659,7 +659,7 @@ func (a *agentState) exec(req agent.Request, fds []int) {
 		return
 	}
 	defer errR.Close()
-	es := &initState{cfg: &cfg, errW: errW, proc: "/proc", usernsFd: -1, cgroupFD: -1,
+	es := &initState{cfg: &cfg, errW: errW, proc: "/proc", usernsFd: -1, ownerNsFd: -1, cgroupFD: -1,
 		stdio: [3]uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}}
 	err = es.startExecStage()
 	if err != nil {

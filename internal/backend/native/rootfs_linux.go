@@ -543,6 +543,10 @@ func (s *initState) mountVolumes() error {
 			return fmt.Errorf("%s %s:%s: %w", m.Kind, m.Source, m.Dest, err)
 		}
 	}
+	if s.ownerNsFd >= 0 { // the mounts keep the namespace
+		unix.Close(s.ownerNsFd)
+		s.ownerNsFd = -1
+	}
 	return nil
 }
 
@@ -570,6 +574,15 @@ func (s *initState) mountBind(m sandbox.Mount, dst string) error {
 		return err
 	}
 	if s.usernsFd >= 0 {
+		if !m.ReadOnly {
+			// Written files and chowns land on the invoking user or the
+			// sandbox's own ids (bindns_linux.go).
+			fd, err := s.ownerUserns()
+			if err != nil {
+				return err
+			}
+			return s.idmappedVia(fd, m.Source, dst, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+		}
 		return s.idmappedBind(m.Source, dst, m.ReadOnly)
 	}
 	return bindMount(m.Source, dst, m.ReadOnly, false)
@@ -589,12 +602,18 @@ func (s *initState) idmappedBind(src, dst string, ro bool) error {
 // idmapped attaches at dst a clone of src whose ids are shifted by the
 // command's user namespace, with the mount attributes in flags.
 func (s *initState) idmapped(src, dst string, flags uint64) error {
+	return s.idmappedVia(s.usernsFd, src, dst, flags)
+}
+
+// idmappedVia attaches at dst a clone of src whose ids are shifted by
+// the user namespace userns.
+func (s *initState) idmappedVia(userns int, src, dst string, flags uint64) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(fd)
-	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | flags, Userns_fd: uint64(s.usernsFd)}
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | flags, Userns_fd: uint64(userns)}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
 		return fmt.Errorf("idmapping %s: %w", src, err)
 	}

@@ -234,7 +234,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	if prep != nil {
 		t.prebuilt = prep.script
 	}
-	s := &initState{cfg: cfg, usernsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
+	s := &initState{cfg: cfg, usernsFd: -1, ownerNsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
 		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
 	if prep != nil {
 		s.scratch = prep.scratch // PID 1's script names it

@@ -46,7 +46,8 @@ or --keep, and any run when no daemon answers, build their sandbox here.
 
 Exit status: the command's own, 128+N when it died of signal N, 124 when
 --timeout ended it, 125 when agentkernel failed, 126 when the command cannot
-be invoked, 127 when it does not exist.`
+be invoked or [security.commands] in agentkernel.toml does not allow it, 127
+when it does not exist.`
 
 // RunExample is run's --help examples.
 const RunExample = `  agentkernel run python3 -c 'print(1)'
@@ -195,6 +196,9 @@ func RunError(err error) error {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.Is(err, sandbox.ErrCommandRefused):
+		return &ExitError{Code: ExitCannotRun, Err: err,
+			Hint: "[security.commands] in agentkernel.toml decides which programs may start ('agentkernel config show' says where it is set)"}
 	case errors.Is(err, sandbox.ErrCannotInvoke):
 		return &ExitError{Code: ExitCannotRun, Err: err}
 	}
