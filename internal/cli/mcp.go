@@ -25,11 +25,26 @@ agentkernel sandboxes through tools:
   sandbox_start, sandbox_stop, sandbox_list, sandbox_remove
 
 stdout carries only JSON-RPC messages (one per line); diagnostics go to
-stderr. The agent starts this command itself: register it with
-'agentkernel plugin install claude|codex|gemini|opencode|mcp'. The
-server's working directory is the default project directory (cwd) of
-sandbox_run and sandbox_create. The same server is served over streamable
-HTTP at /mcp by 'agentkernel serve'.`
+stderr. A line that is not a JSON-RPC 2.0 message is answered with a
+JSON-RPC error (-32700 not JSON, -32600 not a valid request, longer than
+8 MiB, or a batch) and the session goes on; blank lines are skipped. The
+agent starts this command itself: register it with 'agentkernel plugin
+install claude|codex|gemini|opencode|mcp'. The same server is served over
+streamable HTTP at /mcp by 'agentkernel serve'.
+
+The server's working directory is the project directory: the default cwd
+of sandbox_run and sandbox_create. A sandbox_run cwd must be that
+directory or below it, or a directory listed (with what is below it) in
+[mcp] allowed_dirs of the server's own configuration: the agentkernel.toml
+of its working directory (or --config) and the user file
+(~/.config/agentkernel/config.toml), read when the server starts:
+
+  [mcp]
+  allowed_dirs = ["/home/me/shared-libs"]
+
+Paths are compared after resolving symbolic links; "/" is never allowed,
+nor is "..". An agentkernel.toml inside a requested cwd cannot add
+directories (it still sets that run's other settings, as for 'run').`
 
 const mcpServerExample = `  agentkernel mcp-server
   agentkernel mcp server                         # the same
@@ -78,6 +93,14 @@ func (a *App) runMCPServer(ctx context.Context) error {
 	defer done()
 	dir, _ := os.Getwd()
 	home, _ := os.UserHomeDir()
+	// [mcp] allowed_dirs comes from the server's own configuration,
+	// read once now: never from a requested cwd's agentkernel.toml.
+	var allowed []string
+	if cfg, err := a.LoadConfig(dir); err != nil {
+		a.Warnf("%v (until it is fixed, a tool call's cwd may only be %s or below it)", err, dir)
+	} else {
+		allowed = cfg.MCP.AllowedDirs
+	}
 	s := mcp.NewServer(mcp.Options{
 		Manager: m,
 		LoadConfig: func(dir string) (*config.Config, error) {
@@ -87,11 +110,12 @@ func (a *App) runMCPServer(ctx context.Context) error {
 			}
 			return c, nil
 		},
-		Dir:     dir,
-		HomeDir: home,
-		Version: a.Version.Version,
-		Logger:  a.Logger,
-		Warn:    a.Warnf,
+		Dir:         dir,
+		AllowedDirs: allowed,
+		HomeDir:     home,
+		Version:     a.Version.Version,
+		Logger:      a.Logger,
+		Warn:        a.Warnf,
 	})
 	a.Infof("agentkernel MCP server started (stdio)")
 	if err := mcp.Serve(ctx, s); err != nil && ctx.Err() == nil {

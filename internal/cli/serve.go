@@ -175,10 +175,12 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Manager:    m,
 		LoadConfig: func(dir string) (*config.Config, error) { return a.LoadConfig(dir) },
 		Dir:        cwd,
-		HomeDir:    home,
-		Version:    a.Version.Version,
-		Logger:     a.Logger,
-		Warn:       a.Warnf,
+		// The server's own configuration, never a requested cwd's.
+		AllowedDirs: cfg.MCP.AllowedDirs,
+		HomeDir:     home,
+		Version:     a.Version.Version,
+		Logger:      a.Logger,
+		Warn:        a.Warnf,
 	})
 	srv := api.New(api.Options{
 		Manager:       m,

@@ -63,6 +63,12 @@ profile = "moderate"
 # block = ["curl"]
 # allowlist_only = false
 
+[mcp]
+# The MCP server ('agentkernel mcp-server', /mcp on 'agentkernel serve') lets a
+# tool call's cwd be this directory or below it. List other host directories
+# it may use (absolute paths; each allows what is below it; "/" never):
+# allowed_dirs = ["/home/me/shared-libs"]
+
 # [[files]]                 # copy a host file into the sandbox
 # source = ".env.sandbox"
 # dest = "/workspace/.env"

@@ -1,12 +1,16 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -27,8 +31,14 @@ type Options struct {
 	// means config.Defaults.
 	LoadConfig func(dir string) (*config.Config, error)
 	// Dir is the project directory used when a call names no cwd
-	// (default: the process's working directory).
+	// (default: the process's working directory). A call's cwd must be
+	// Dir, a directory below it, or one of AllowedDirs (confine.go).
 	Dir string
+	// AllowedDirs are the other host directories (with what is below
+	// them) a call's cwd may name: [mcp] allowed_dirs of the server's own
+	// configuration, loaded by the face for Dir. The configuration of a
+	// requested cwd never adds to them.
+	AllowedDirs []string
 	// HomeDir is the host $HOME (mounted read-only by permissive).
 	HomeDir string
 	// Version is serverInfo.version.
@@ -97,18 +107,75 @@ func unknownToolAsResult(names map[string]bool) sdk.Middleware {
 }
 
 // Serve runs the server over stdin/stdout until the client goes away or
-// ctx is done. Only protocol messages are written to stdout.
+// ctx is done. Only protocol messages are written to stdout. Lines that
+// are not JSON-RPC 2.0 messages are answered with JSON-RPC errors and the
+// session goes on (stdio.go).
 func Serve(ctx context.Context, s *sdk.Server) error {
-	in, out := stdio(ctx)
-	return s.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out})
+	in, out := osStdio(ctx)
+	return serveIO(ctx, s, in, out)
+}
+
+func serveIO(ctx context.Context, s *sdk.Server, in io.ReadCloser, out io.WriteCloser) error {
+	// Vetted messages are re-encoded, which can make one up to twice as
+	// long (U+2028 becomes \u2028): the SDK's own bound, whose breach
+	// would end the session, stays out of reach.
+	return s.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: 3 * MaxMessageBytes})
 }
 
 // Handler serves s over the MCP streamable HTTP transport. Mount it at
 // /mcp behind the API's authentication:
 //
 //	mux.Handle("/mcp", auth(mcp.Handler(mcp.NewServer(opts), logger)))
+//
+// A POST body is vetted as a stdio line is: one that is not JSON is
+// answered 400 with a JSON-RPC -32700 Parse error, one that is not a
+// JSON-RPC 2.0 message (batches included) 400 with -32600 Invalid
+// Request, one over MaxMessageBytes 413 with -32600; the SDK gets the
+// others re-encoded.
 func Handler(s *sdk.Server, logger *slog.Logger) http.Handler {
-	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, &sdk.StreamableHTTPOptions{Logger: logger})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s },
+		&sdk.StreamableHTTPOptions{Logger: logger, MaxRequestBodyBytes: 3 * MaxMessageBytes})
+	return vetBodies(h)
+}
+
+// vetBodies checks POST bodies before the SDK reads them.
+func vetBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxMessageBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeRPCError(w, http.StatusRequestEntityTooLarge, errorResponse(nil, codeInvalidRequest,
+					fmt.Sprintf("Invalid Request: the message is longer than %d bytes", MaxMessageBytes)))
+				return
+			}
+			writeRPCError(w, http.StatusBadRequest, errorResponse(nil, codeParseError, "Parse error: the body could not be read"))
+			return
+		}
+		v := vet(body)
+		switch {
+		case v.reply != nil:
+			writeRPCError(w, http.StatusBadRequest, v.reply)
+			return
+		case v.msg == nil:
+			writeRPCError(w, http.StatusBadRequest, errorResponse(nil, codeParseError, "Parse error: the body is empty"))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(v.msg))
+		r.ContentLength = int64(len(v.msg))
+		r.Header.Set("Content-Length", strconv.Itoa(len(v.msg)))
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeRPCError(w http.ResponseWriter, status int, msg []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(msg, '\n'))
 }
 
 func textResult(text string) *sdk.CallToolResult {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -39,7 +38,7 @@ type runInput struct {
 	Command           []string          `json:"command" jsonschema:"the command and its arguments, e.g. [\"sh\",\"-c\",\"make test\"]"`
 	Image             string            `json:"image,omitempty" jsonschema:"OCI image to run in (default: detected from the command and the project files, e.g. python3 → python:3.12-alpine; \"host\" = the host's own tools read-only)"`
 	Fast              *bool             `json:"fast,omitempty" jsonschema:"accepted for compatibility; every run already starts in tens of milliseconds"`
-	Cwd               string            `json:"cwd,omitempty" jsonschema:"absolute host path of the project directory, shown at /workspace as the profile says (moderate: copy-on-write, permissive: read-write, restrictive: hidden); default: the server's working directory"`
+	Cwd               string            `json:"cwd,omitempty" jsonschema:"absolute host path of the project directory, shown at /workspace as the profile says (moderate: copy-on-write, permissive: read-write, restrictive: hidden); default: the server's working directory. It must be that directory or below it, or a directory listed in [mcp] allowed_dirs of the server's configuration"`
 	Env               map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, as an object of strings"`
 	TimeoutMS         int64             `json:"timeout_ms,omitempty" jsonschema:"stop the command after this many milliseconds (default 30000, or resources.timeout of agentkernel.toml)"`
 	Profile           string            `json:"profile,omitempty" jsonschema:"security profile (default moderate)"`
@@ -175,10 +174,10 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	}
 	dir := t.opts.Dir
 	if in.Cwd != "" {
-		if !filepath.IsAbs(in.Cwd) {
-			return errorResult(fmt.Sprintf("cwd %q: must be an absolute host path", in.Cwd)), nil, nil
+		var err error
+		if dir, err = t.confine("cwd", in.Cwd); err != nil {
+			return errorResult(err.Error()), nil, nil
 		}
-		dir = filepath.Clean(in.Cwd)
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return errorResult(fmt.Sprintf("cwd %s: not a directory", dir)), nil, nil

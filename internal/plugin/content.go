@@ -30,7 +30,8 @@ nothing.
 
 - ` + "`sandbox_run`" + ` with ` + "`command`" + ` as an array, e.g. ` + "`[\"sh\", \"-c\", \"npm ci && npm test\"]`" + `.
   The project directory is at ` + "`/workspace`" + ` (changes are thrown away
-  under the default ` + "`moderate`" + ` profile). Pass ` + "`cwd`" + ` for another project,
+  under the default ` + "`moderate`" + ` profile). Pass ` + "`cwd`" + ` for a subdirectory (or a
+  directory in ` + "`[mcp] allowed_dirs`" + ` of the server's agentkernel.toml),
   ` + "`env`" + ` as an object, ` + "`timeout_ms`" + ` for long jobs (default 30 s).
 - The image is picked from the command (python3, node, go, cargo, …) or the
   project files; set ` + "`image`" + ` to choose (` + "`\"host\"`" + ` = the host's own tools,

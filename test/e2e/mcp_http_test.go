@@ -66,7 +66,8 @@ func TestMCPOverServe(t *testing.T) {
 		t.Errorf("non-zero exit must be an isError result with the output: %q %v", text, isErr)
 	}
 	// cwd, env and timeout_ms are honoured over HTTP too.
-	proj := t.TempDir()
+	proj := filepath.Join(s.a.dir, "proj") // the server's project directory or below it
+	os.Mkdir(proj, 0o755)
 	if err := os.WriteFile(filepath.Join(proj, "marker"), []byte("from-cwd\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}

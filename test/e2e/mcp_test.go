@@ -156,11 +156,13 @@ func TestMCPRun(t *testing.T) {
 	if !isErr || !strings.Contains(text, "code 3") || !strings.Contains(text, "partial") {
 		t.Errorf("exit 3: %q %v", text, isErr)
 	}
-	// cwd: the default is the server's directory, else the named one; both at /workspace.
+	// cwd: the default is the server's directory, else the named one
+	// (below it: mcp_security_test.go has the rule); both at /workspace.
 	if out := mustCall(t, s, "sandbox_run", map[string]any{"command": []string{"cat", "/workspace/marker"}, "image": ref}); out != "from-server-dir\n" {
 		t.Errorf("default cwd: %q", out)
 	}
-	other := t.TempDir()
+	other := filepath.Join(a.dir, "other")
+	os.Mkdir(other, 0o755)
 	os.WriteFile(filepath.Join(other, "marker"), []byte("from-cwd\n"), 0o644)
 	if out := mustCall(t, s, "sandbox_run", map[string]any{"command": []string{"sh", "-c", "pwd; cat marker"}, "image": ref, "cwd": other}); out != "/workspace\nfrom-cwd\n" {
 		t.Errorf("cwd: %q", out)
