@@ -16,7 +16,9 @@ import (
 
 const name = "abstract_unix"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	sock, token := os.Getenv("ATTACK_ABSTRACT"), os.Getenv("ATTACK_NET_TOKEN")
 	if sock == "" || token == "" {
 		report("error", "ATTACK_ABSTRACT/ATTACK_NET_TOKEN not set")
@@ -34,5 +36,9 @@ func main() {
 	}
 	report("blocked", "connected, but not to the host listener")
 }
+
+// control: the same connection from the host's network namespace reaches
+// the test's listener and reads its token.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -23,12 +23,14 @@ var dangerous = map[int]string{2: "DAC_READ_SEARCH", 12: "NET_ADMIN", 16: "SYS_M
 	26: "SYS_TTY_CONFIG", 32: "MAC_OVERRIDE", 33: "MAC_ADMIN", 34: "SYSLOG", 35: "WAKE_ALARM",
 	36: "BLOCK_SUSPEND", 38: "PERFMON", 39: "BPF", 40: "CHECKPOINT_RESTORE"}
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// scan lists the dangerous capabilities in each set.
+func scan() (found, sets []string) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		report("error", err.Error())
 	}
-	var found, sets []string
 	for _, l := range strings.Split(string(b), "\n") {
 		for _, set := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
 			if !strings.HasPrefix(l, set+":") {
@@ -43,10 +45,25 @@ func main() {
 			}
 		}
 	}
+	return found, sets
+}
+
+func attack() {
+	found, sets := scan()
 	if len(found) > 0 {
 		report("allowed", "dangerous capabilities: "+strings.Join(found, " ")+" ("+strings.Join(sets, " ")+")")
 	}
 	report("blocked", strings.Join(sets, " "))
+}
+
+// control: the same scan outside any sandbox finds dangerous capabilities
+// (root's effective set; any process's bounding set).
+func control() {
+	found, sets := scan()
+	if len(found) > 0 {
+		report(probe.Reachable, fmt.Sprintf("outside a sandbox this process holds %d dangerous capability bits (%s)", len(found), strings.Join(sets, " ")))
+	}
+	report(probe.NotApplicable, "this host's processes hold no dangerous capability, not even in the bounding set: "+strings.Join(sets, " "))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -18,7 +18,10 @@ import (
 
 const name = "chroot_escape"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// escape tries the break-out; it only changes this process's root.
+func escape() (result, detail string) {
 	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
 	dir, err := os.MkdirTemp("", "attack-chroot")
 	if err != nil {
@@ -26,19 +29,35 @@ func main() {
 		os.MkdirAll(dir, 0o755)
 	}
 	if err := unix.Chroot(dir); err != nil {
-		report("blocked", "chroot: "+err.Error())
+		return "blocked", "chroot: " + err.Error()
 	}
 	for i := 0; i < 64; i++ {
 		unix.Chdir("..")
 	}
 	if err := unix.Chroot("."); err != nil {
-		report("blocked", "second chroot: "+err.Error())
+		return "blocked", "second chroot: " + err.Error()
 	}
 	b, err := os.ReadFile(canary)
 	if err == nil && strings.Contains(string(b), token) {
-		report("allowed", "escaped the chroot to the host root")
+		return "allowed", "escaped the chroot to the host root"
 	}
-	report("blocked", "chroot allowed, but climbing stops at the sandbox root: "+fmt.Sprint(err))
+	return "blocked", "chroot allowed, but climbing stops at the sandbox root: " + fmt.Sprint(err)
+}
+
+func attack() { report(escape()) }
+
+// control: the same break-out in a child process on the host (in a user
+// namespace of its own for an unprivileged user, where it holds
+// CAP_SYS_CHROOT as a sandbox's root does) climbs to the host root and
+// reads the canary.
+func control() {
+	probe.Isolated(name, 0, func() {
+		result, detail := escape()
+		if result == "allowed" {
+			report(probe.Reachable, detail)
+		}
+		report(probe.Unreachable, detail)
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

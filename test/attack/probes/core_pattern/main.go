@@ -13,13 +13,16 @@ import (
 
 const name = "core_pattern"
 
-func main() {
-	const p = "/proc/sys/kernel/core_pattern"
-	old, err := os.ReadFile(p)
+const path = "/proc/sys/kernel/core_pattern"
+
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
+	old, err := os.ReadFile(path)
 	if err != nil {
 		report("blocked", "read: "+err.Error())
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		report("blocked", "open for write: "+err.Error())
 	}
@@ -29,6 +32,23 @@ func main() {
 		report("allowed", "wrote core_pattern")
 	}
 	report("blocked", "write: "+err.Error())
+}
+
+// control: outside a sandbox core_pattern opens for writing (the
+// permission check is at open; nothing is written).
+func control() {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		f.Close()
+		report(probe.Reachable, "core_pattern opens for writing outside a sandbox (nothing written)")
+	}
+	if _, serr := os.Stat(path); serr != nil {
+		report(probe.NotApplicable, "no core_pattern on this machine: "+serr.Error())
+	}
+	if !probe.Privileged() {
+		report(probe.NotApplicable, "only root may write core_pattern, with or without a sandbox: "+err.Error())
+	}
+	report(probe.Unreachable, err.Error())
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

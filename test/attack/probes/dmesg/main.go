@@ -15,24 +15,47 @@ import (
 
 const name = "dmesg"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// try reads the kernel log (READ_ALL does not clear it).
+func try() (got, detail string) {
 	buf := make([]byte, 4096)
 	n, e1 := unix.Klogctl(3 /* SYSLOG_ACTION_READ_ALL */, buf)
 	if e1 == nil && n > 0 {
-		report("allowed", fmt.Sprintf("syslog(READ_ALL) returned %d bytes", n))
+		return fmt.Sprintf("syslog(READ_ALL) returned %d bytes", n), ""
 	}
 	var e2 error
 	if f, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
 		k, rerr := f.Read(buf)
 		f.Close()
 		if k > 0 {
-			report("allowed", "read /dev/kmsg")
+			return "read /dev/kmsg", ""
 		}
 		e2 = rerr
 	} else {
 		e2 = err
 	}
-	report("blocked", fmt.Sprintf("syslog: %v; /dev/kmsg: %v", e1, e2))
+	return "", fmt.Sprintf("syslog: %v; /dev/kmsg: %v", e1, e2)
+}
+
+func attack() {
+	got, detail := try()
+	if got != "" {
+		report("allowed", got)
+	}
+	report("blocked", detail)
+}
+
+// control: the same reads outside a sandbox.
+func control() {
+	got, detail := try()
+	switch {
+	case got != "":
+		report(probe.Reachable, got+" outside a sandbox")
+	case !probe.Privileged() && probe.Sysctl("kernel/dmesg_restrict") == "1":
+		report(probe.NotApplicable, "kernel.dmesg_restrict=1: unprivileged users cannot read the kernel log on this host, sandbox or not ("+detail+")")
+	}
+	report(probe.Unreachable, detail)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

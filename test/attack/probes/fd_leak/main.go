@@ -11,6 +11,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,7 +23,9 @@ import (
 
 const name = "fd_leak"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	// Read the fd table before the Go runtime opens anything else.
 	var leaked []string
 	for fd := 3; fd < 1024; fd++ {
@@ -81,6 +84,18 @@ func main() {
 	}
 	ents, _ := filepath.Glob("/proc/self/fd/*")
 	report("blocked", fmt.Sprintf("only stdio inherited (%d fds now open), cwd %s", len(ents), cwd))
+}
+
+// control: the attack, started on the host with the canary's directory
+// open on its descriptor 3 (as a careless caller leaks one), finds the
+// descriptor and reads the host canary through it.
+func control() {
+	dir, err := os.Open(filepath.Dir(os.Getenv("ATTACK_HOST_CANARY")))
+	if err != nil {
+		report(probe.Error, err.Error())
+	}
+	defer dir.Close()
+	probe.AttackReaches(name, func(c *exec.Cmd) { c.ExtraFiles = []*os.File{dir} }, nil)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -19,7 +19,9 @@ import (
 
 const name = "host_proc_visible"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	token := os.Getenv("ATTACK_VICTIM_TOKEN")
 	if token == "" {
 		report("error", "ATTACK_VICTIM_TOKEN not set")
@@ -37,5 +39,8 @@ func main() {
 	}
 	report("blocked", detail)
 }
+
+// control: the same search of the host's /proc finds the victim.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

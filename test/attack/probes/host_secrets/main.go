@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -21,14 +22,16 @@ import (
 
 const name = "host_secrets"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	host := os.Getenv("ATTACK_HOST_IMAGE") == "1"
 	var got, notes []string
 	read := func(p string) {
 		b, err := os.ReadFile(p)
 		switch {
 		case err != nil:
-			notes = append(notes, p+": "+short(err))
+			notes = append(notes, p+": "+probe.Errno(err))
 		case len(b) == 0:
 			notes = append(notes, p+": empty")
 		default:
@@ -68,11 +71,14 @@ func main() {
 	report("blocked", strings.Join(notes, "; "))
 }
 
-func short(err error) string {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err.Error()
-	}
-	return err.Error()
+// control: the attack, as on the host image, run on the host itself: root
+// reads the host's /etc/shadow (the hash matches) and the other secrets.
+func control() {
+	probe.AttackReaches(name, func(c *exec.Cmd) { c.Env = append(c.Env, "ATTACK_HOST_IMAGE=1") }, func(a probe.Attack) {
+		if !probe.Privileged() {
+			report(probe.NotApplicable, "this user cannot read the host's secrets, with or without a sandbox: "+a.Detail)
+		}
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -15,7 +15,9 @@ import (
 
 const name = "host_unix_socket"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	var errs []string
 	for _, p := range []string{os.Getenv("ATTACK_UNIX_PATH"), "/var/run/docker.sock", "/run/containerd/containerd.sock",
 		"/run/podman/podman.sock", "/run/dbus/system_bus_socket", "/run/systemd/private"} {
@@ -31,5 +33,9 @@ func main() {
 	}
 	report("blocked", strings.Join(errs, "; "))
 }
+
+// control: the same connection from the host reaches the test's socket
+// (tried first).
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -1,7 +1,8 @@
 //go:build linux
 
 // Probe ioperm tries to get direct access to I/O ports (ioperm, iopl).
-// main is per architecture: only x86 has those system calls.
+// attack and control are per architecture: only x86 has those system
+// calls.
 package main
 
 import (
@@ -9,5 +10,7 @@ import (
 )
 
 const name = "ioperm"
+
+func main() { probe.Run(name, attack, control) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -18,7 +18,9 @@ import (
 
 const name = "mknod_dev"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	dirs := []string{"/tmp", "/dev/shm", "/", "/workspace"}
 	var errs []string
 	for _, n := range []struct {
@@ -50,6 +52,38 @@ func main() {
 		}
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox a character device node (c 1:5, zero: the
+// harmless one) is created in a directory of its own and reads through to
+// its device.
+func control() {
+	dir, err := os.MkdirTemp("", "attack-mknod-control-")
+	if err != nil {
+		report(probe.Error, err.Error())
+	}
+	defer os.RemoveAll(dir)
+	p := filepath.Join(dir, "zero")
+	err = unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 5)))
+	if err != nil {
+		os.RemoveAll(dir)
+		if !probe.Privileged() {
+			report(probe.NotApplicable, "device nodes need CAP_MKNOD in the initial user namespace, which this user lacks with or without a sandbox: "+err.Error())
+		}
+		report(probe.Unreachable, "mknod: "+err.Error())
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		os.RemoveAll(dir)
+		report(probe.Unreachable, "created, but open: "+err.Error())
+	}
+	k, _ := f.Read(make([]byte, 16))
+	f.Close()
+	os.RemoveAll(dir)
+	if k != 16 {
+		report(probe.Unreachable, fmt.Sprintf("created, but read %d bytes", k))
+	}
+	report(probe.Reachable, "outside a sandbox mknod makes a character device node (c 1:5) that reads through to its device")
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -16,7 +16,11 @@ import (
 
 const name = "module_load"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// try makes the three calls; none can load or remove anything (no image,
+// no such module).
+func try() []error {
 	var e1 error = unix.EBADF
 	if fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0); err == nil {
 		e1 = unix.FinitModule(fd, "", 0)
@@ -25,12 +29,45 @@ func main() {
 	e2 := unix.InitModule([]byte{0}, "")
 	mod := []byte("attack_no_such_module\x00")
 	_, _, e3 := unix.Syscall(unix.SYS_DELETE_MODULE, uintptr(unsafe.Pointer(&mod[0])), unix.O_NONBLOCK, 0)
-	for _, e := range []error{e1, e2, e3} {
+	var err3 error
+	if e3 != 0 {
+		err3 = e3
+	}
+	return []error{e1, e2, err3}
+}
+
+func passed(errs []error) bool {
+	for _, e := range errs {
 		if e != unix.EPERM && e != unix.ENOSYS && e != unix.EACCES && e != unix.EBADF {
-			report("allowed", fmt.Sprintf("module syscalls passed the capability check: finit=%v init=%v delete=%v", e1, e2, e3))
+			return true
 		}
 	}
-	report("blocked", fmt.Sprintf("finit_module: %v; init_module: %v; delete_module: %v", e1, e2, e3))
+	return false
+}
+
+func attack() {
+	errs := try()
+	if passed(errs) {
+		report("allowed", fmt.Sprintf("module syscalls passed the capability check: finit=%v init=%v delete=%v", errs[0], errs[1], errs[2]))
+	}
+	report("blocked", fmt.Sprintf("finit_module: %v; init_module: %v; delete_module: %v", errs[0], errs[1], errs[2]))
+}
+
+// control: the same calls outside a sandbox pass the capability check.
+func control() {
+	errs := try()
+	detail := fmt.Sprintf("finit_module: %v; init_module: %v; delete_module: %v", errs[0], errs[1], errs[2])
+	switch {
+	case passed(errs):
+		report(probe.Reachable, "past the capability check outside a sandbox (nothing loaded): "+detail)
+	case errs[1] == unix.ENOSYS && errs[2] == unix.ENOSYS:
+		report(probe.NotApplicable, "this kernel has no loadable modules: "+detail)
+	case !probe.Privileged():
+		report(probe.NotApplicable, "modules need CAP_SYS_MODULE in the initial user namespace, which this user lacks with or without a sandbox: "+detail)
+	case probe.Sysctl("kernel/modules_disabled") == "1":
+		report(probe.NotApplicable, "kernel.modules_disabled=1: module loading is off on this host: "+detail)
+	}
+	report(probe.Unreachable, detail)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

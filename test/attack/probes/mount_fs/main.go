@@ -16,7 +16,11 @@ import (
 
 const name = "mount_fs"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// try mounts each in turn (unmounting what it mounted) and returns the
+// first that worked.
+func try() (string, []string) {
 	base, err := os.MkdirTemp("", "attack-mnt")
 	if err != nil {
 		base = "/dev/shm"
@@ -34,20 +38,42 @@ func main() {
 		}
 		if err := unix.Mount(m.src, dir, m.fstype, flags, m.data); err == nil {
 			unix.Unmount(dir, unix.MNT_DETACH)
-			report("allowed", "mounted "+m.src+" ("+m.fstype+")")
+			return "mounted " + m.src + " (" + m.fstype + ")", nil
 		} else {
 			errs = append(errs, m.src+": "+err.Error())
 		}
 	}
-	for _, call := range []string{"fsopen"} {
-		if fd, err := unix.Fsopen("tmpfs", 0); err == nil {
-			unix.Close(fd)
-			report("allowed", call+"(tmpfs) succeeded")
-		} else {
-			errs = append(errs, call+": "+err.Error())
-		}
+	if fd, err := unix.Fsopen("tmpfs", 0); err == nil {
+		unix.Close(fd)
+		return "fsopen(tmpfs) succeeded", nil
+	} else {
+		errs = append(errs, "fsopen: "+err.Error())
+	}
+	return "", errs
+}
+
+func attack() {
+	got, errs := try()
+	if got != "" {
+		report("allowed", got)
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: the same mounts outside a sandbox, in a private mount
+// namespace of their own (in a user namespace of its own for an
+// unprivileged user, as a rootless sandbox's root has one).
+func control() {
+	probe.Isolated(name, unix.CLONE_NEWNS, func() {
+		if err := probe.PrivateMounts(); err != nil {
+			report(probe.Error, "making mounts private: "+err.Error())
+		}
+		got, errs := try()
+		if got != "" {
+			report(probe.Reachable, got+" outside a sandbox")
+		}
+		report(probe.Unreachable, strings.Join(errs, "; "))
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

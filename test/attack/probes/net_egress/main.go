@@ -17,7 +17,9 @@ import (
 
 const name = "net_egress"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	port, token := os.Getenv("ATTACK_HOST_PORT"), os.Getenv("ATTACK_NET_TOKEN")
 	if port == "" || token == "" {
 		report("error", "ATTACK_HOST_PORT/ATTACK_NET_TOKEN not set")
@@ -45,6 +47,15 @@ func main() {
 		names = append(names, i.Name)
 	}
 	report("blocked", fmt.Sprintf("%s; interfaces: %v", strings.Join(errs, "; "), names))
+}
+
+// control: the same connections from the host reach the test's listener
+// on the host's own addresses.
+func control() {
+	if strings.TrimSpace(os.Getenv("ATTACK_HOST_IPS")) == "" {
+		report(probe.NotApplicable, "this machine has no non-loopback address")
+	}
+	probe.AttackReaches(name, nil, nil)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

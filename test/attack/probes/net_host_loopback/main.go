@@ -16,7 +16,9 @@ import (
 
 const name = "net_host_loopback"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	port, token := os.Getenv("ATTACK_HOST_PORT"), os.Getenv("ATTACK_NET_TOKEN")
 	if port == "" || token == "" {
 		report("error", "ATTACK_HOST_PORT/ATTACK_NET_TOKEN not set")
@@ -40,5 +42,9 @@ func main() {
 	}
 	report("blocked", strings.Join(errs, "; "))
 }
+
+// control: the same connections from the host reach the test's listener
+// on the host's loopback.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -15,7 +15,10 @@ import (
 
 const name = "nnp_seccomp_status"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// status reads the fields and whether both are set.
+func status() (bool, string) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		report("error", err.Error())
@@ -26,11 +29,25 @@ func main() {
 			f[k] = strings.TrimSpace(v)
 		}
 	}
-	detail := fmt.Sprintf("NoNewPrivs=%s Seccomp=%s Seccomp_filters=%s", f["NoNewPrivs"], f["Seccomp"], f["Seccomp_filters"])
-	if f["NoNewPrivs"] != "1" || f["Seccomp"] != "2" {
+	return f["NoNewPrivs"] == "1" && f["Seccomp"] == "2", fmt.Sprintf("NoNewPrivs=%s Seccomp=%s Seccomp_filters=%s", f["NoNewPrivs"], f["Seccomp"], f["Seccomp_filters"])
+}
+
+func attack() {
+	both, detail := status()
+	if !both {
 		report("allowed", detail)
 	}
 	report("blocked", detail)
+}
+
+// control: outside a sandbox a process runs without them, and the check
+// tells so.
+func control() {
+	both, detail := status()
+	if !both {
+		report(probe.Reachable, "outside a sandbox: "+detail)
+	}
+	report(probe.NotApplicable, "this process already runs with no_new_privs and a seccomp filter outside any sandbox, so the check cannot tell a sandbox's from the host's: "+detail)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -18,14 +18,19 @@ import (
 
 const name = "open_by_handle_at"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// try returns what opened, the errors, and how many paths gave a handle.
+func try() (string, []string, int) {
 	var errs []string
+	handles := 0
 	for _, p := range []string{"/workspace", "/etc/hostname", "/etc/resolv.conf", "/", "/tmp"} {
 		h, mnt, err := unix.NameToHandleAt(unix.AT_FDCWD, p, 0)
 		if err != nil {
 			errs = append(errs, "name_to_handle_at("+p+"): "+err.Error())
 			continue
 		}
+		handles++
 		dirfd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue
@@ -35,7 +40,7 @@ func main() {
 		if err == nil {
 			unix.Close(fd)
 			unix.Close(dirfd)
-			report("allowed", fmt.Sprintf("open_by_handle_at(%s, mount %d) succeeded", p, mnt))
+			return fmt.Sprintf("open_by_handle_at(%s, mount %d) succeeded", p, mnt), nil, handles
 		}
 		errs = append(errs, "open_by_handle_at("+p+"): "+err.Error())
 		raw := make([]byte, 8)
@@ -44,10 +49,32 @@ func main() {
 		unix.Close(dirfd)
 		if err == nil {
 			unix.Close(fd)
-			report("allowed", "shocker handle (ino 2) opened via "+p)
+			return "shocker handle (ino 2) opened via " + p, nil, handles
 		}
 	}
+	return "", errs, handles
+}
+
+func attack() {
+	got, errs, _ := try()
+	if got != "" {
+		report("allowed", got)
+	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the same handles open (read-only).
+func control() {
+	got, errs, handles := try()
+	switch {
+	case got != "":
+		report(probe.Reachable, got+" outside a sandbox")
+	case handles == 0:
+		report(probe.NotApplicable, "no filesystem here gives file handles: "+strings.Join(errs, "; "))
+	case !probe.Privileged():
+		report(probe.NotApplicable, "open_by_handle_at needs CAP_DAC_READ_SEARCH in the initial user namespace, which this user lacks with or without a sandbox: "+strings.Join(errs, "; "))
+	}
+	report(probe.Unreachable, strings.Join(errs, "; "))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

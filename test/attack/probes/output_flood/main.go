@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
@@ -16,7 +17,9 @@ import (
 
 const name = "output_flood"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	total := 1 << 30
 	if v, err := strconv.Atoi(os.Getenv("ATTACK_FLOOD_BYTES")); err == nil {
 		total = v
@@ -32,6 +35,17 @@ func main() {
 		}
 	}
 	report("allowed", fmt.Sprintf("wrote %d bytes", written))
+}
+
+// control, scaled down: outside a sandbox the probe floods a pipe with
+// what it says it wrote (16 MiB here).
+func control() {
+	const want = 16 << 20
+	a := probe.AttackOnHost(func(c *exec.Cmd) { c.Env = append(c.Env, "ATTACK_FLOOD_BYTES="+strconv.Itoa(want)) })
+	if a.Result == "allowed" && a.Output >= want {
+		report(probe.Reachable, fmt.Sprintf("outside a sandbox %d bytes arrived through a pipe (%s)", a.Output, a.Detail))
+	}
+	report(probe.Unreachable, fmt.Sprintf("%s after %d bytes: %s", a.Result, a.Output, a.Detail))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -12,7 +12,9 @@ import (
 
 const name = "perf_event_open"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func try() error {
 	attr := unix.PerfEventAttr{
 		Type:   unix.PERF_TYPE_SOFTWARE,
 		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
@@ -22,9 +24,29 @@ func main() {
 	fd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err == nil {
 		unix.Close(fd)
-		report("allowed", "perf_event_open on self succeeded")
 	}
-	report("blocked", "perf_event_open: "+err.Error())
+	return err
+}
+
+func attack() {
+	if err := try(); err != nil {
+		report("blocked", "perf_event_open: "+err.Error())
+	}
+	report("allowed", "perf_event_open on self succeeded")
+}
+
+// control: the same event outside a sandbox.
+func control() {
+	err := try()
+	switch {
+	case err == nil:
+		report(probe.Reachable, "perf_event_open on self succeeds outside a sandbox")
+	case err == unix.ENOSYS || err == unix.ENOENT || err == unix.EOPNOTSUPP:
+		report(probe.NotApplicable, "this kernel has no software perf events: "+err.Error())
+	case !probe.Privileged():
+		report(probe.NotApplicable, "kernel.perf_event_paranoid="+probe.Sysctl("kernel/perf_event_paranoid")+" refuses perf events to this user, with or without a sandbox: "+err.Error())
+	}
+	report(probe.Unreachable, "perf_event_open: "+err.Error())
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

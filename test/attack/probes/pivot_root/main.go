@@ -1,10 +1,13 @@
 //go:build linux
 
 // Probe pivot_root tries pivot_root(2) and chroot-free root changes
-// (move_mount of /) from inside the sandbox.
+// (open_tree of / as a detached clone) from inside the sandbox. Any answer
+// but EPERM/EACCES/ENOSYS means the call got past its capability check
+// (pivot_root checks that before it looks at its arguments).
 package main
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -16,7 +19,9 @@ import (
 
 const name = "pivot_root"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func try() (string, []string) {
 	runtime.LockOSThread()
 	dir, err := os.MkdirTemp("", "attack-pivot")
 	if err != nil {
@@ -25,23 +30,46 @@ func main() {
 	}
 	os.MkdirAll(dir+"/old", 0o755)
 	var errs []string
-	if err := unix.PivotRoot(dir, dir+"/old"); err == nil {
-		report("allowed", "pivot_root succeeded")
+	if err := unix.PivotRoot(dir, dir+"/old"); probe.PastGate(err) {
+		return fmt.Sprintf("pivot_root got past its capability check (%v)", probe.Errno(err)), nil
 	} else {
 		errs = append(errs, "pivot_root: "+err.Error())
 	}
-	if err := unix.PivotRoot(".", "."); err == nil {
-		report("allowed", "pivot_root(.,.) succeeded")
+	if err := unix.PivotRoot(".", "."); probe.PastGate(err) {
+		return fmt.Sprintf("pivot_root(.,.) got past its capability check (%v)", probe.Errno(err)), nil
 	} else {
 		errs = append(errs, "pivot_root(.,.): "+err.Error())
 	}
 	if fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.AT_RECURSIVE); err == nil {
 		unix.Close(fd)
-		report("allowed", "open_tree(/, CLONE) succeeded")
+		return "open_tree(/, CLONE) succeeded", nil
 	} else {
 		errs = append(errs, "open_tree: "+err.Error())
 	}
+	return "", errs
+}
+
+func attack() {
+	got, errs := try()
+	if got != "" {
+		report("allowed", got)
+	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: the same calls outside a sandbox, in a private mount namespace
+// of their own (and a user namespace of its own for an unprivileged user).
+func control() {
+	probe.Isolated(name, unix.CLONE_NEWNS, func() {
+		if err := probe.PrivateMounts(); err != nil {
+			report(probe.Error, "making mounts private: "+err.Error())
+		}
+		got, errs := try()
+		if got != "" {
+			report(probe.Reachable, got+" outside a sandbox")
+		}
+		report(probe.Unreachable, strings.Join(errs, "; "))
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

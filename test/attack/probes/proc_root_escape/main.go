@@ -16,7 +16,9 @@ import (
 
 const name = "proc_root_escape"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
 	if canary == "" || token == "" {
 		report("error", "ATTACK_HOST_CANARY/ATTACK_TOKEN not set")
@@ -44,5 +46,9 @@ func main() {
 	}
 	report("blocked", fmt.Sprintf("%d processes checked; directory fds: %v", len(pids), links))
 }
+
+// control: the same walk of the host's /proc reaches the host canary
+// (through this process's own root).
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -17,7 +17,9 @@ import (
 
 const name = "ptrace_init"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	runtime.LockOSThread()
 	var errs []string
 	if err := unix.PtraceSeize(1); err == nil {
@@ -52,6 +54,24 @@ func main() {
 		errs = append(errs, "process_vm_readv: "+err.Error())
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox, in a PID namespace of its own whose PID 1
+// is this probe (never the host's init) with its own /proc, the attack
+// seizes that PID 1.
+func control() {
+	probe.Isolated(name, unix.CLONE_NEWPID|unix.CLONE_NEWNS, func() {
+		if err := probe.PrivateMounts(); err != nil {
+			report(probe.Error, "making mounts private: "+err.Error())
+		}
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			report(probe.Error, "mounting a /proc of the new PID namespace: "+err.Error())
+		}
+		if os.Getpid() != 1 {
+			report(probe.Error, "not PID 1 of a new PID namespace")
+		}
+		probe.AttackReaches(name, nil, nil)
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -21,7 +21,9 @@ import (
 
 const name = "ptrace_sibling"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		// Stay alive until killed. A bare select{} would not: the Go
 		// runtime ends a program whose goroutines all block for ever,
@@ -55,5 +57,8 @@ func main() {
 	cmd.Process.Kill()
 	report("allowed", "PTRACE_SEIZE of a sibling succeeded")
 }
+
+// control: the same seizure of its own child outside a sandbox.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -16,7 +16,9 @@ import (
 
 const name = "ptrace_traceme"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		os.Exit(0)
 	}
@@ -31,5 +33,8 @@ func main() {
 	cmd.Wait()
 	report("allowed", "child started under PTRACE_TRACEME")
 }
+
+// control: the same traced child outside a sandbox.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -15,7 +15,9 @@ import (
 
 const name = "raw_socket"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func try() (string, []string) {
 	var errs []string
 	for _, s := range []struct {
 		d, p int
@@ -24,11 +26,37 @@ func main() {
 		fd, err := unix.Socket(s.d, unix.SOCK_RAW, s.p)
 		if err == nil {
 			unix.Close(fd)
-			report("allowed", "raw socket "+s.n+" opened")
+			return "raw socket " + s.n + " opened", nil
 		}
 		errs = append(errs, s.n+": "+err.Error())
 	}
+	return "", errs
+}
+
+func attack() {
+	got, errs := try()
+	if got != "" {
+		report("allowed", got)
+	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: the same sockets outside a sandbox (opened and closed at
+// once): root in the host's network namespace, an unprivileged user in a
+// user and network namespace of its own (as a rootless sandbox's root
+// has).
+func control() {
+	check := func() {
+		got, errs := try()
+		if got != "" {
+			report(probe.Reachable, got+" outside a sandbox")
+		}
+		report(probe.Unreachable, strings.Join(errs, "; "))
+	}
+	if probe.Privileged() {
+		check()
+	}
+	probe.Isolated(name, unix.CLONE_NEWNET, check)
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -15,7 +15,9 @@ import (
 
 const name = "read_data_dir"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	dir, token := os.Getenv("ATTACK_DATA_DIR"), os.Getenv("ATTACK_TOKEN")
 	if dir == "" || token == "" {
 		report("error", "ATTACK_DATA_DIR/ATTACK_TOKEN not set")
@@ -35,5 +37,8 @@ func main() {
 	}
 	report("blocked", strings.Join(errs, "; "))
 }
+
+// control: outside a sandbox the data directory's canary reads.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

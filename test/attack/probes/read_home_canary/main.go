@@ -15,7 +15,9 @@ import (
 
 const name = "read_home_canary"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	canary, token := os.Getenv("ATTACK_HOME_CANARY"), os.Getenv("ATTACK_TOKEN")
 	if canary == "" || token == "" {
 		report("error", "ATTACK_HOME_CANARY/ATTACK_TOKEN not set")
@@ -32,5 +34,8 @@ func main() {
 	}
 	report("blocked", strings.Join(errs, "; "))
 }
+
+// control: outside a sandbox the $HOME canary reads by its host path.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

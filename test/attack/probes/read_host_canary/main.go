@@ -18,7 +18,9 @@ import (
 
 const name = "read_host_canary"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
 	if canary == "" || token == "" {
 		report("error", "ATTACK_HOST_CANARY/ATTACK_TOKEN not set")
@@ -57,5 +59,8 @@ func errno(err error) string {
 	}
 	return err.Error()
 }
+
+// control: outside a sandbox the host canary reads by its host path.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -18,7 +18,9 @@ import (
 
 const name = "read_other_upper"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	secret, token := os.Getenv("ATTACK_OTHER_SECRET"), os.Getenv("ATTACK_OTHER_TOKEN")
 	if secret == "" || token == "" {
 		report("error", "ATTACK_OTHER_SECRET/ATTACK_OTHER_TOKEN not set")
@@ -52,5 +54,10 @@ func main() {
 	}
 	report("blocked", fmt.Sprintf("secret %s not found (searched %d /proc roots)", base, len(pids)))
 }
+
+// control: outside a sandbox the other sandbox's secret reads where the
+// test found it from the host (its /proc/<pid>/root): the other sandbox
+// is up and its secret is there to steal.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

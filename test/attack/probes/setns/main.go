@@ -19,10 +19,12 @@ import (
 
 const name = "setns"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// try enters each distinct namespace behind links.
+func try(links []string) (string, int, []string) {
 	runtime.LockOSThread()
 	var errs []string
-	links, _ := filepath.Glob("/proc/[0-9]*/ns/*")
 	seen := map[string]bool{}
 	for _, l := range links {
 		kind := filepath.Base(l)
@@ -42,11 +44,35 @@ func main() {
 		err = unix.Setns(fd, 0)
 		unix.Close(fd)
 		if err == nil {
-			report("allowed", "setns into "+l+" ("+target+") succeeded")
+			return "setns into " + l + " (" + target + ") succeeded", len(seen), nil
 		}
 		errs = append(errs, kind+": "+err.Error())
 	}
-	report("blocked", fmt.Sprintf("%d namespaces tried: %s", len(seen), strings.Join(errs, "; ")))
+	return "", len(seen), errs
+}
+
+func attack() {
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/*")
+	got, n, errs := try(links)
+	if got != "" {
+		report("allowed", got)
+	}
+	report("blocked", fmt.Sprintf("%d namespaces tried: %s", n, strings.Join(errs, "; ")))
+}
+
+// control: outside a sandbox the same call enters namespaces this probe
+// holds (its own, so nothing changes; new UTS, IPC and network ones,
+// owned by a user namespace of its own for an unprivileged user, as a
+// rootless sandbox's root has).
+func control() {
+	probe.Isolated(name, unix.CLONE_NEWUTS|unix.CLONE_NEWIPC|unix.CLONE_NEWNET, func() {
+		links, _ := filepath.Glob("/proc/self/ns/*")
+		got, n, errs := try(links)
+		if got != "" {
+			report(probe.Reachable, got+" outside a sandbox")
+		}
+		report(probe.Unreachable, fmt.Sprintf("%d namespaces tried: %s", n, strings.Join(errs, "; ")))
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

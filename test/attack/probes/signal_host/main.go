@@ -19,7 +19,9 @@ import (
 
 const name = "signal_host"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	token := os.Getenv("ATTACK_VICTIM_TOKEN")
 	pid, err := strconv.Atoi(os.Getenv("ATTACK_HOST_PID"))
 	if err != nil || token == "" {
@@ -43,6 +45,25 @@ func main() {
 	notes = append(notes, fmt.Sprintf("kill(-1,SIGCONT): %v", unix.Kill(-1, unix.SIGCONT)))
 	notes = append(notes, fmt.Sprintf("kill(%d,0): %v", pid, unix.Kill(pid, 0)))
 	report("blocked", "host victim not signalled; "+strings.Join(notes, "; "))
+}
+
+// control: outside a sandbox the victim is there at its host pid and may
+// be signalled (signal 0: the permission check only, nothing is sent; the
+// battery needs its victim alive).
+func control() {
+	token := os.Getenv("ATTACK_VICTIM_TOKEN")
+	pid, err := strconv.Atoi(os.Getenv("ATTACK_HOST_PID"))
+	if err != nil || token == "" {
+		report(probe.Error, "ATTACK_HOST_PID/ATTACK_VICTIM_TOKEN not set")
+	}
+	b, rerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if rerr != nil || !strings.Contains(string(b), token) {
+		report(probe.Unreachable, fmt.Sprintf("pid %d is not the victim: %v %q", pid, rerr, b))
+	}
+	if err := unix.Kill(pid, 0); err != nil {
+		report(probe.Unreachable, fmt.Sprintf("kill(%d, 0): %v", pid, err))
+	}
+	report(probe.Reachable, fmt.Sprintf("outside a sandbox the victim (pid %d) may be signalled (kill with signal 0)", pid))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -7,20 +7,26 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
 
 const name = "sigterm_ignore"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		sleepForever()
@@ -44,6 +50,39 @@ func sleepForever() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// control: outside a sandbox, in a PID namespace of its own (so that its
+// end takes the setsid child with it), the attack outlives a SIGTERM:
+// only ending all of it, as a sandbox's timeout does, stops it.
+func control() {
+	probe.Isolated(name, unix.CLONE_NEWPID, func() {
+		cmd := exec.Command("/proc/self/exe")
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, probe.ControlEnv+"=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			report(probe.Error, err.Error())
+		}
+		if err := cmd.Start(); err != nil {
+			report(probe.Error, "start the attack: "+err.Error())
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || !strings.Contains(line, "ignoring SIGTERM") {
+			report(probe.Unreachable, fmt.Sprintf("the attack did not announce itself: %q %v", line, err))
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		time.Sleep(300 * time.Millisecond)
+		var ws unix.WaitStatus
+		if pid, _ := unix.Wait4(cmd.Process.Pid, &ws, unix.WNOHANG, nil); pid != 0 {
+			report(probe.Unreachable, fmt.Sprintf("SIGTERM ended the attack (%v)", ws))
+		}
+		// Ending PID 1 here ends the whole PID namespace.
+		report(probe.Reachable, "outside a sandbox the attack outlives SIGTERM (still running 300 ms after it)")
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

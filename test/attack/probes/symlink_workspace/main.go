@@ -18,23 +18,34 @@ import (
 
 const name = "symlink_workspace"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+// plant makes the three links in dir and reads the canary through them.
+func plant(dir string) (reached string, notes []string) {
+	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
+	if err := os.Symlink("/", dir+"/attack-root-link"); err != nil {
+		notes = append(notes, "symlink: "+err.Error())
+	} else {
+		notes = append(notes, "planted "+dir+"/attack-root-link -> /")
+	}
+	os.Symlink(canary, dir+"/attack-canary-link")
+	os.Symlink("../../../../../../../.."+canary, dir+"/attack-rel-link")
+	for _, p := range []string{dir + "/attack-root-link" + canary, dir + "/attack-canary-link", dir + "/attack-rel-link"} {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), token) {
+			return p, notes
+		}
+	}
+	return "", notes
+}
+
+func attack() {
 	canary, token := os.Getenv("ATTACK_HOST_CANARY"), os.Getenv("ATTACK_TOKEN")
 	if fi, err := os.Stat("/workspace"); err != nil || !fi.IsDir() {
 		report("blocked", "no /workspace in this profile")
 	}
-	var notes []string
-	if err := os.Symlink("/", "/workspace/attack-root-link"); err != nil {
-		notes = append(notes, "symlink: "+err.Error())
-	} else {
-		notes = append(notes, "planted /workspace/attack-root-link -> /")
-	}
-	os.Symlink(canary, "/workspace/attack-canary-link")
-	os.Symlink("../../../../../../../.."+canary, "/workspace/attack-rel-link")
-	for _, p := range []string{"/workspace/attack-root-link" + canary, "/workspace/attack-canary-link", "/workspace/attack-rel-link"} {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), token) {
-			report("allowed", "read host canary through "+p)
-		}
+	reached, notes := plant("/workspace")
+	if reached != "" {
+		report("allowed", "read host canary through "+reached)
 	}
 	// Race: flip /workspace/attack-race between a directory and a symlink
 	// to / while reading through it.
@@ -59,6 +70,21 @@ func main() {
 			report("allowed", "race reached host canary")
 		}
 	}
+}
+
+// control: outside a sandbox, links planted in a directory of its own
+// lead to the host canary.
+func control() {
+	dir, err := os.MkdirTemp("", "attack-symlink-control-")
+	if err != nil {
+		report(probe.Error, err.Error())
+	}
+	reached, notes := plant(dir)
+	os.RemoveAll(dir)
+	if reached != "" {
+		report(probe.Reachable, "outside a sandbox the host canary reads through "+reached)
+	}
+	report(probe.Unreachable, strings.Join(notes, "; "))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -15,7 +15,9 @@ import (
 
 const name = "sys_firmware"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	var files int
 	var first string
 	err := filepath.WalkDir("/sys/firmware", func(p string, d fs.DirEntry, err error) error {
@@ -37,6 +39,19 @@ func main() {
 		report("allowed", fmt.Sprintf("read %d+ files under /sys/firmware, e.g. %s", files, first))
 	}
 	report("blocked", fmt.Sprintf("nothing readable under /sys/firmware (%v)", err))
+}
+
+// control: outside a sandbox the same walk reads the host's firmware
+// files.
+func control() {
+	probe.AttackReaches(name, nil, func(a probe.Attack) {
+		if _, err := os.Stat("/sys/firmware"); err != nil {
+			report(probe.NotApplicable, "this machine has no /sys/firmware: "+err.Error())
+		}
+		if !probe.Privileged() {
+			report(probe.NotApplicable, "nothing under /sys/firmware is readable by this user, with or without a sandbox: "+a.Detail)
+		}
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

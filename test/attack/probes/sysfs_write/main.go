@@ -6,6 +6,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,12 +16,17 @@ import (
 
 const name = "sysfs_write"
 
-func main() {
-	targets := []string{"/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan"}
+func main() { probe.Run(name, attack, control) }
+
+func targets() []string {
+	t := []string{"/sys/kernel/uevent_helper", "/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan"}
 	ra, _ := filepath.Glob("/sys/fs/cgroup/*/release_agent")
-	targets = append(targets, ra...)
+	return append(t, ra...)
+}
+
+func attack() {
 	var errs []string
-	for _, p := range targets {
+	for _, p := range targets() {
 		old, err := os.ReadFile(p)
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -39,6 +45,31 @@ func main() {
 		errs = append(errs, p+" write: "+err.Error())
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the same knobs open for writing (the
+// permission check is at open; nothing is written).
+func control() {
+	var errs []string
+	present := 0
+	for _, p := range targets() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+			report(probe.Reachable, p+" opens for writing outside a sandbox (nothing written)")
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			present++
+		}
+		errs = append(errs, err.Error())
+	}
+	switch {
+	case present == 0:
+		report(probe.NotApplicable, "none of these knobs exists on this machine")
+	case !probe.Privileged():
+		report(probe.NotApplicable, "only root may write them, with or without a sandbox: "+strings.Join(errs, "; "))
+	}
+	report(probe.Unreachable, strings.Join(errs, "; "))
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -16,7 +16,9 @@ import (
 
 const name = "sysv_ipc"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	key, err := strconv.Atoi(os.Getenv("ATTACK_SHM_KEY"))
 	if err != nil {
 		report("error", "ATTACK_SHM_KEY not set")
@@ -27,5 +29,8 @@ func main() {
 	}
 	report("blocked", fmt.Sprintf("shmget(%#x): %v", key, err))
 }
+
+// control: outside a sandbox the host's segment is found by its key.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -1,8 +1,8 @@
 //go:build linux
 
 // Probe udp_egress sends UDP datagrams to a host echo listener (non-
-// loopback address and host loopback) and to a public DNS server; only an
-// answer carrying the host's token counts.
+// loopback address and host loopback); only an answer carrying the host's
+// token counts.
 package main
 
 import (
@@ -17,12 +17,14 @@ import (
 
 const name = "udp_egress"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	port, token := os.Getenv("ATTACK_HOST_UDP_PORT"), os.Getenv("ATTACK_NET_TOKEN")
 	if port == "" || token == "" {
 		report("error", "ATTACK_HOST_UDP_PORT/ATTACK_NET_TOKEN not set")
 	}
-	targets := []string{"8.8.8.8:53"}
+	var targets []string
 	for _, h := range append(strings.Fields(os.Getenv("ATTACK_HOST_IPS")), "127.0.0.1") {
 		targets = append(targets, net.JoinHostPort(h, port))
 	}
@@ -50,5 +52,9 @@ func main() {
 	}
 	report("blocked", strings.Join(errs, "; "))
 }
+
+// control: the same datagrams from the host get the test's listener's
+// answer.
+func control() { probe.AttackReaches(name, nil, nil) }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -18,7 +18,9 @@ import (
 
 const name = "unshare_ns"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	if len(os.Args) > 1 && os.Args[1] == "noop" {
 		os.Exit(0)
 	}
@@ -47,6 +49,13 @@ func main() {
 		report("allowed", "created namespaces: "+strings.Join(got, ", "))
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the same children get their namespaces: as
+// root directly, as an unprivileged user inside a user namespace of its
+// own (as a rootless sandbox's root has one).
+func control() {
+	probe.Isolated(name, 0, func() { probe.AttackReaches(name, nil, nil) })
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -20,7 +20,9 @@ import (
 
 const name = "userns_regain_caps"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	if len(os.Args) > 1 && os.Args[1] == "inner" {
 		if err := unix.Mount("tmpfs", "/tmp", "tmpfs", 0, ""); err != nil {
 			fmt.Printf("userns created, mount failed: %v\n", err)
@@ -49,6 +51,16 @@ func main() {
 		errs = append(errs, how+": "+err.Error()+" "+strings.TrimSpace(string(out)))
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the same user namespace is created and the
+// mount in it succeeds.
+func control() {
+	probe.AttackReaches(name, nil, func(a probe.Attack) {
+		if !probe.Privileged() && (probe.Sysctl("user/max_user_namespaces") == "0" || probe.Sysctl("kernel/unprivileged_userns_clone") == "0") {
+			report(probe.NotApplicable, "this host gives unprivileged users no user namespaces, sandbox or not: "+a.Detail)
+		}
+	})
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -22,14 +22,43 @@ import (
 
 const name = "workspace_setuid"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	dir := "/workspace"
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		report("blocked", "no /workspace in this profile")
 	}
+	got, errs := try(dir)
+	if len(got) > 0 {
+		if fs := fsType(dir); fs == "overlay" {
+			report("blocked", "the workspace is copy-on-write (overlay): set-id files stay in the sandbox's own layer: "+strings.Join(got, "; "))
+		}
+		report("allowed", "set-id files in the workspace: "+strings.Join(got, "; "))
+	}
+	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the same routes leave set-id files in a
+// directory of its own (removed at once): the owner of a file may set
+// its set-user-ID bit.
+func control() {
+	dir, err := os.MkdirTemp("", "attack-setuid-control-")
+	if err != nil {
+		report(probe.Error, err.Error())
+	}
+	got, errs := try(dir)
+	os.RemoveAll(dir)
+	if len(got) > 0 {
+		report(probe.Reachable, fmt.Sprintf("outside a sandbox %d routes leave set-id files, e.g. %s", len(got), got[0]))
+	}
+	report(probe.Unreachable, strings.Join(errs, "; "))
+}
+
+// try takes every route to a set-id file in dir.
+func try(dir string) (got, errs []string) {
 	unix.Umask(0)
-	var got, errs []string
-	try := func(what string, err error, path string) {
+	check := func(what string, err error, path string) {
 		if err != nil {
 			errs = append(errs, what+": "+err.Error())
 			return
@@ -47,48 +76,48 @@ func main() {
 	}
 
 	f := create("chmod")
-	try("chmod", unix.Chmod(f, 0o4755), f)
+	check("chmod", unix.Chmod(f, 0o4755), f)
 	f = create("fchmodat")
-	try("fchmodat", unix.Fchmodat(unix.AT_FDCWD, f, 0o6755, 0), f)
+	check("fchmodat", unix.Fchmodat(unix.AT_FDCWD, f, 0o6755, 0), f)
 	f = create("fchmodat2")
 	fb := append([]byte(f), 0)
 	atFdcwd := unix.AT_FDCWD
 	_, _, e := unix.Syscall6(452 /* fchmodat2 */, uintptr(atFdcwd), uintptr(unsafe.Pointer(&fb[0])), 0o4755, 0, 0, 0)
-	try("fchmodat2", errnoErr(e), f)
+	check("fchmodat2", errnoErr(e), f)
 	f = create("fchmod")
 	if fd, err := unix.Open(f, unix.O_RDONLY, 0); err == nil {
-		try("fchmod", unix.Fchmod(fd, 0o4755), f)
+		check("fchmod", unix.Fchmod(fd, 0o4755), f)
 		unix.Close(fd)
 	}
 	f = p("open")
 	if fd, err := unix.Open(f, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o4755); err == nil {
 		unix.Close(fd)
-		try("open(O_CREAT, 04755)", nil, f)
+		check("open(O_CREAT, 04755)", nil, f)
 	} else {
-		try("open(O_CREAT, 04755)", err, f)
+		check("open(O_CREAT, 04755)", err, f)
 	}
 	f = p("openat2")
 	how := unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY | unix.O_EXCL, Mode: 0o4755}
 	if fd, err := unix.Openat2(unix.AT_FDCWD, f, &how); err == nil {
 		unix.Close(fd)
-		try("openat2", nil, f)
+		check("openat2", nil, f)
 	} else {
-		try("openat2", err, f)
+		check("openat2", err, f)
 	}
 	f = p("creat")
 	if fd, err := unix.Creat(f, 0o4755); err == nil {
 		unix.Close(fd)
-		try("creat", nil, f)
+		check("creat", nil, f)
 	} else {
-		try("creat", err, f)
+		check("creat", err, f)
 	}
 	f = p("mknod")
-	try("mknod(S_IFREG|04755)", unix.Mknod(f, unix.S_IFREG|0o4755, 0), f)
+	check("mknod(S_IFREG|04755)", unix.Mknod(f, unix.S_IFREG|0o4755, 0), f)
 	f = p("mkdir-sgid")
-	try("mkdir(02755)", unix.Mkdir(f, 0o2755), f)
+	check("mkdir(02755)", unix.Mkdir(f, 0o2755), f)
 	f = create("chown")
 	unix.Chmod(f, 0o755)
-	try("chown after chmod", unix.Chown(f, 0, 0), f)
+	check("chown after chmod", unix.Chown(f, 0, 0), f)
 	f = create("xattr")
 	// A v2 security.capability granting CAP_SETUID (7) permitted+effective.
 	capv := []byte{0x01, 0x00, 0x00, 0x02, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
@@ -97,13 +126,7 @@ func main() {
 	} else {
 		errs = append(errs, "setxattr security.capability: "+err.Error())
 	}
-	if len(got) > 0 {
-		if fs := fsType(dir); fs == "overlay" {
-			report("blocked", "the workspace is copy-on-write (overlay): set-id files stay in the sandbox's own layer: "+strings.Join(got, "; "))
-		}
-		report("allowed", "set-id files in the workspace: "+strings.Join(got, "; "))
-	}
-	report("blocked", strings.Join(errs, "; "))
+	return got, errs
 }
 
 // fsType is the filesystem type of the mount at dir, from mountinfo.

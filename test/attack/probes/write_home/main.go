@@ -16,7 +16,9 @@ import (
 
 const name = "write_home"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	canary := os.Getenv("ATTACK_HOME_CANARY")
 	if canary == "" {
 		report("error", "ATTACK_HOME_CANARY not set")
@@ -36,6 +38,17 @@ func main() {
 		errs = append(errs, err.Error())
 	}
 	report("blocked", strings.Join(errs, "; "))
+}
+
+// control: outside a sandbox the $HOME canary opens for appending by its
+// host path (nothing is written: the host check hashes $HOME).
+func control() {
+	f, err := os.OpenFile(os.Getenv("ATTACK_HOME_CANARY"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		report(probe.Unreachable, err.Error())
+	}
+	f.Close()
+	report(probe.Reachable, "the $HOME canary opens for appending outside a sandbox (nothing written)")
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

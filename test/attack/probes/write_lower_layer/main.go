@@ -18,7 +18,9 @@ import (
 
 const name = "write_lower_layer"
 
-func main() {
+func main() { probe.Run(name, attack, control) }
+
+func attack() {
 	var notes []string
 	if err := os.WriteFile("/etc/attack-lower", []byte("changed in sandbox\n"), 0o644); err == nil {
 		notes = append(notes, "copy-up of /etc/attack-lower ok")
@@ -55,6 +57,19 @@ func main() {
 		}
 	}
 	report("blocked", strings.Join(notes, "; "))
+}
+
+// control: outside a sandbox the image's lower layer file opens for
+// writing at the path the test passes (nothing is written or truncated:
+// the host check hashes the layers).
+func control() {
+	p := filepath.Join(os.Getenv("ATTACK_LAYER_DIR"), "etc", "attack-lower")
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		report(probe.Unreachable, p+": "+err.Error())
+	}
+	f.Close()
+	report(probe.Reachable, "the layer's file opens for writing outside a sandbox (nothing written)")
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }
