@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite RESULTS.md from this run")
@@ -44,14 +46,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestAttack runs the battery: as root (when run as root) and rootless
-// (as a user the test creates, or as the caller when not root), then
-// checks every outcome against the expectation table and, with -update,
-// rewrites RESULTS.md. ATTACK_ONLY=probe,probe limits the battery to
-// those probes (for investigating; never with -update).
 // modePool is the root battery run through prepared sandboxes.
 const modePool = "root-pool"
 
+// TestAttack runs the battery: as root (when run as root) and rootless
+// (as a user the test creates, or as the caller when not root), then
+// checks every outcome against the expectation table and the probes'
+// positive controls and, with -update, rewrites RESULTS.md.
+// ATTACK_ONLY=probe,probe limits the battery to those probes (for
+// investigating; never with -update).
 func TestAttack(t *testing.T) {
 	if os.Getenv(envInner) != "" {
 		t.Skip("inner process of the rootless variant")
@@ -63,22 +66,31 @@ func TestAttack(t *testing.T) {
 	probes := buildProbes(t)
 	var all []*modeResults
 	if os.Geteuid() == 0 {
-		res := battery(t, "root", probes)
+		res := battery(t, "root", probes, nil)
 		all = append(all, res)
 		t.Logf("root battery: %v", res.Took.Round(time.Millisecond))
 		// The same sandboxes as a warm pool (the daemon, fast API
 		// runs) builds them: prepared first, command and stdio later.
-		pool := battery(t, modePool, probes)
+		// The same kind of user: root's positive controls hold.
+		pool := battery(t, modePool, probes, res.Controls)
 		all = append(all, pool)
 		t.Logf("%s battery: %v", modePool, pool.Took.Round(time.Millisecond))
 		rl, err := rootlessFromRoot(t, probes)
-		if err != nil {
-			t.Logf("rootless variant skipped: %v", err)
-		} else {
+		switch {
+		case errors.Is(err, errRootless):
+			// A missing prerequisite: a failure under the suite, a
+			// skip of the rootless part otherwise.
+			t.Run("rootless", func(t *testing.T) { testenv.Missing(t, "the rootless battery: %v", err) })
+		case err != nil:
+			t.Errorf("rootless battery: %v", err)
+		default:
 			all = append(all, rl)
 		}
 	} else {
-		all = append(all, battery(t, "rootless", probes))
+		// The root and root-pool batteries need root: a failure under
+		// the suite, a skip of that part otherwise.
+		t.Run("root", func(t *testing.T) { testenv.RequireRoot(t) })
+		all = append(all, battery(t, "rootless", probes, nil))
 	}
 	for _, res := range all {
 		assertResults(t, res)
@@ -99,7 +111,7 @@ func TestAttackRootlessInner(t *testing.T) {
 	if os.Getenv(envInner) != "rootless" {
 		t.Skip("runs only as the inner process of TestAttack's rootless variant")
 	}
-	res := battery(t, "rootless", os.Getenv(envProbes))
+	res := battery(t, "rootless", os.Getenv(envProbes), nil)
 	b, err := json.Marshal(res)
 	must(t, err)
 	must(t, os.WriteFile(os.Getenv(envOut), b, 0o644))
@@ -162,7 +174,7 @@ func rootlessFromRoot(t *testing.T, probes string) (*modeResults, error) {
 	out := filepath.Join(dir, "results.json")
 
 	cmd := exec.Command(setpriv, "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--pdeathsig=SIGKILL",
-		bin, "-test.run=^TestAttackRootlessInner$", "-test.v", "-test.timeout=170s")
+		bin, "-test.run=^TestAttackRootlessInner$", "-test.v", "-test.timeout=280s")
 	cmd.Dir = dir
 	cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "ATTACK_ONLY=" + os.Getenv("ATTACK_ONLY"),
@@ -188,13 +200,22 @@ func rootlessFromRoot(t *testing.T, probes string) (*modeResults, error) {
 	return &res, nil
 }
 
-// assertResults compares one battery with the expectation table.
+// assertResults compares one battery with the expectation table and the
+// probes' positive controls.
 func assertResults(t *testing.T, res *modeResults) {
 	t.Helper()
 	for _, w := range res.Warnings {
 		t.Logf("%s: backend warning: %s", res.Mode, w)
 	}
 	for probe, byProfile := range res.Outcomes {
+		ctrl := res.Controls[probe]
+		if p := controlProblem(ctrl); p != "" {
+			t.Errorf("%s/%s: %s", res.Mode, probe, p)
+			continue
+		}
+		if testing.Verbose() {
+			t.Logf("%s/%s: control %s: %s", res.Mode, probe, ctrl.Result, truncate(ctrl.Detail, 200))
+		}
 		for _, prof := range profiles {
 			o := byProfile[prof]
 			if o == nil {
@@ -202,11 +223,11 @@ func assertResults(t *testing.T, res *modeResults) {
 				continue
 			}
 			want, why := expected(probe, prof, res.Mode)
-			if o.Result != want {
-				t.Errorf("%s/%s/%s: got %s, want %s (%s): %s [exit %d, err %q]",
-					res.Mode, prof, probe, o.Result, want, why, o.Detail, o.ExitCode, o.Err)
+			if cell, ok := verdict(probe, prof, res.Mode, o, ctrl); !ok {
+				t.Errorf("%s/%s/%s: got %s, want %s (%s; control %s): %s [exit %d, err %q]",
+					res.Mode, prof, probe, o.Result, want, why, ctrl.Result, o.Detail, o.ExitCode, o.Err)
 			} else if testing.Verbose() {
-				t.Logf("%s/%s/%s: %s: %s", res.Mode, prof, probe, o.Result, truncate(o.Detail, 200))
+				t.Logf("%s/%s/%s: %s: %s", res.Mode, prof, probe, cell, truncate(o.Detail, 200))
 			}
 		}
 	}

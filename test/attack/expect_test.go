@@ -77,3 +77,92 @@ func expected(probe, profile, mode string) (want, why string) {
 	}
 	return "blocked", ""
 }
+
+// probeInfo is what the battery knows of a probe besides its code.
+type probeInfo struct {
+	// Control says what the probe's positive control (its control
+	// function, run on the host outside any sandbox as the battery's kind
+	// of user before the battery) proves when it reports "reachable".
+	// A sandbox's "blocked" counts as a defence only then.
+	Control string
+	// Heavy probes load the machine: they run one at a time after the
+	// others.
+	Heavy bool
+}
+
+// probeTable has a row for every probe in probes/ (TestProbeTable keeps
+// the two in step): adding a probe is its directory and its row here.
+var probeTable = map[string]probeInfo{
+	"abstract_unix":      {Control: "the host's abstract socket answers with the test's token from the host's network namespace"},
+	"bpf":                {Control: "bpf(2) creates a map (root holds CAP_BPF; unprivileged users only where kernel.unprivileged_bpf_disabled=0)"},
+	"caps_dangerous":     {Control: "the capability scan finds dangerous capabilities in a process outside a sandbox (root's effective set; any bounding set)"},
+	"cgroup_escape":      {Control: "cgroup.procs and limit files open for writing outside a sandbox (nothing written)"},
+	"chroot_escape":      {Control: "the chroot climb reaches the host root and reads the canary (in a user namespace of its own when unprivileged)"},
+	"clock_settime":      {Control: "settimeofday and adjtimex get past the CAP_SYS_TIME check (EINVAL for out-of-range values; the clock is never set)"},
+	"cloud_metadata":     {Control: "on a recognised cloud VM (or with a local metadata emulator) the metadata address answers; elsewhere nothing is dialled and the row is n-a"},
+	"core_pattern":       {Control: "kernel.core_pattern opens for writing (nothing written)"},
+	"dev_disk":           {Control: "one of the host's block or control devices opens read-only"},
+	"dev_inventory":      {Control: "the host's /dev holds nodes beyond the minimal set, and the scan lists them"},
+	"dev_kvm":            {Control: "/dev/kvm opens and answers KVM_GET_API_VERSION (n-a where the machine has no /dev/kvm)"},
+	"dev_mem":            {Control: "/dev/mem or /dev/kmem reads in the first megabyte, or /dev/port opens (n-a where none exists)"},
+	"disk_fill":          {Control: "scaled down: 64 MiB write through, no RLIMIT_FSIZE, and the filesystem has room beyond the probe's cap", Heavy: true},
+	"dmesg":              {Control: "syslog(2) or /dev/kmsg reads the kernel log (unprivileged: only where kernel.dmesg_restrict=0)"},
+	"fd_exhaust":         {Control: "the open-files hard limit rises above the one given (needs CAP_SYS_RESOURCE; n-a where no process here has it)", Heavy: true},
+	"fd_leak":            {Control: "a directory descriptor inherited from the host (fd 3, as a careless caller leaks one) reads the host canary"},
+	"fork_bomb":          {Control: "scaled down: 64 children start, and no host limit (cgroup pids.max, RLIMIT_NPROC, threads-max) is below the probe's cap", Heavy: true},
+	"hardlink_host":      {Control: "the host canary hard-links (beside itself) and reads through the link"},
+	"host_proc_visible":  {Control: "the host's /proc shows the victim process"},
+	"host_secrets":       {Control: "on the host, the attack as run on the host image reads /etc/shadow (its hash matches) and the other secrets"},
+	"host_unix_socket":   {Control: "the test's unix socket answers by its host path"},
+	"huge_env_argv":      {Control: "scaled down: 1 MiB of argv (under ARG_MAX) reaches the probe and it measures all of it", Heavy: true},
+	"io_uring":           {Control: "io_uring_setup(2) makes a ring (n-a where the kernel has none or kernel.io_uring_disabled forbids it)"},
+	"ioperm":             {Control: "ioperm or iopl grants port access (n-a off x86 or where the kernel has neither)"},
+	"kexec_load":         {Control: "kexec_load and kexec_file_load get past the permission check (EINVAL for an unknown flag; nothing loaded)"},
+	"keyring":            {Control: "add_key puts a key in the process keyring"},
+	"landlock_fence":     {Control: "a directory, file and symlink are created in a directory this user may write (in the sandbox Landlock alone refuses them)"},
+	"memory_bomb":        {Control: "scaled down: a child allocates 64 MiB, and neither memory cgroups nor MemAvailable bound this process below the probe's cap", Heavy: true},
+	"mknod_dev":          {Control: "mknod makes a character device node (c 1:5) that reads through to its device"},
+	"module_load":        {Control: "finit_module, init_module or delete_module get past the capability check (empty image, no such module)"},
+	"mount_fs":           {Control: "a tmpfs (or the next filesystem) mounts in a private mount namespace of its own"},
+	"net_egress":         {Control: "the test's listener answers on the host's non-loopback addresses"},
+	"net_host_loopback":  {Control: "the test's listener answers on the host's loopback"},
+	"nnp_seccomp_status": {Control: "outside a sandbox no_new_privs and a seccomp filter are absent, and the check tells so"},
+	"open_by_handle_at":  {Control: "open_by_handle_at opens a file by handle (CAP_DAC_READ_SEARCH)"},
+	"output_flood":       {Control: "scaled down: the probe floods a pipe with the 16 MiB it says it wrote", Heavy: true},
+	"packet_socket":      {Control: "an AF_PACKET socket opens (root: host network namespace; unprivileged: one of its own)"},
+	"perf_event_open":    {Control: "perf_event_open opens a software event on itself"},
+	"pivot_root":         {Control: "pivot_root gets past its capability check, or open_tree clones / (private mount namespace of its own)"},
+	"proc_kcore":         {Control: "/proc/kcore reads or /proc/kallsyms shows addresses"},
+	"proc_masked_paths":  {Control: "the host's /proc/timer_list, keys, sched_debug, … read"},
+	"proc_root_escape":   {Control: "the walk of /proc/<pid>/root reaches the host canary"},
+	"proc_sys_write":     {Control: "a sysctl of the list opens for writing (root: host-wide; unprivileged: namespaced ones of its own namespaces; nothing written)"},
+	"ptrace_init":        {Control: "the attack seizes PID 1 of a PID namespace of its own (never the host's init)"},
+	"ptrace_sibling":     {Control: "the attack seizes its own child"},
+	"ptrace_traceme":     {Control: "a child starts under PTRACE_TRACEME"},
+	"raw_socket":         {Control: "a raw socket opens (root: host network namespace; unprivileged: one of its own)"},
+	"read_data_dir":      {Control: "the data directory's canary reads"},
+	"read_home_canary":   {Control: "the $HOME canary reads by its host path"},
+	"read_host_canary":   {Control: "the host canary reads by its host path"},
+	"read_other_upper":   {Control: "the other sandbox's secret reads where the test found it from the host: that sandbox is up and the secret is there"},
+	"reboot":             {Control: "reboot(2) with wrong magic numbers gets past CAP_SYS_BOOT in the host's PID namespace (EINVAL; nothing happens)"},
+	"remount_rw":         {Control: "a read-only bind of a tmpfs of its own is remounted read-write (private mount namespace)"},
+	"sethostname":        {Control: "sethostname and setdomainname succeed in a throwaway UTS namespace"},
+	"setns":              {Control: "setns enters namespaces the control holds"},
+	"setuid_nnp":         {Control: "uid 65534 running a set-user-ID-root copy of the probe gets euid 0 (root only; the copy is reachable only through a descriptor)"},
+	"signal_host":        {Control: "the victim is at its host pid and may be signalled (signal 0: nothing sent)"},
+	"sigterm_ignore":     {Control: "the attack outlives SIGTERM (in a PID namespace of its own, whose end takes it)", Heavy: true},
+	"swapon":             {Control: "swapon and swapoff of a missing file get past the capability check (ENOENT)"},
+	"symlink_workspace":  {Control: "symlinks planted in a directory of its own lead to the host canary"},
+	"sys_firmware":       {Control: "files under the host's /sys/firmware read"},
+	"sysfs_write":        {Control: "uevent_helper, a khugepaged knob or a release_agent opens for writing (nothing written)"},
+	"sysv_ipc":           {Control: "the host's SysV segment is found by its key"},
+	"tiocsti":            {Control: "the attack pushes input into the queue of a pseudo-terminal that is its controlling terminal (the control's own)"},
+	"udp_egress":         {Control: "the test's UDP listener answers on the host's addresses"},
+	"umount_masks":       {Control: "a mask of its own (/dev/null bound over a file) is unmounted and the file shows (private mount namespace)"},
+	"unshare_ns":         {Control: "children get new namespaces (unprivileged: inside a user namespace of its own)"},
+	"userns_regain_caps": {Control: "a new user namespace is created and a tmpfs mounts in it"},
+	"workspace_setuid":   {Control: "set-id files are left in a directory of its own (the owner may set the bits)"},
+	"write_home":         {Control: "the $HOME canary opens for appending (nothing written)"},
+	"write_lower_layer":  {Control: "the image's lower-layer file opens for writing at its host path (nothing written)"},
+	"write_root":         {Control: "the image's root directory (its base layer on the host) is writable (access W_OK)"},
+}

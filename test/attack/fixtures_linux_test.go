@@ -28,6 +28,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // fixtures are the host-side things the probes aim at: canaries outside
@@ -149,7 +150,7 @@ func buildImage(t *testing.T, dataDir, probesBin string, idmap image.IDMap, toke
 	}
 	busybox, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		t.Skip("busybox-static is not installed (/bin/busybox): apt-get install busybox-static")
+		testenv.Missing(t, "busybox-static is not installed (/bin/busybox): apt-get install busybox-static")
 	}
 	entries := map[string][]entry{base: {
 		{path: "bin", mode: os.ModeDir | 0o755},
@@ -234,10 +235,15 @@ func (f *fixtures) startVictim(t *testing.T) {
 	f.closers = append(f.closers, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }
 
-// victimAlive reports whether the host victim still runs.
+// victimAlive reports whether the host victim still runs: the child of
+// this process with the victim's argv[0] (never reaped before the
+// fixtures close, so its pid cannot be another process's).
 func (f *fixtures) victimAlive() bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", f.victim.Process.Pid))
 	if err != nil {
+		return false
+	}
+	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", f.victim.Process.Pid)); err != nil || !strings.HasPrefix(string(cmd), f.victimToken+"\x00") {
 		return false
 	}
 	// Field 3 is the state; Z means it died and waits to be reaped.
@@ -339,7 +345,7 @@ func (f *fixtures) startOtherSandbox(t *testing.T, r *runner) {
 	f.closers = append(f.closers, func() { cancel(); wg.Wait() })
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if pid := findProc("/bin/sleep\x00" + marker + "\x00"); pid > 0 {
+		if pid := f.findProc("/bin/sleep\x00" + marker + "\x00"); pid > 0 {
 			f.otherPID = pid
 			f.otherUpper = fmt.Sprintf("/proc/%d/root", pid)
 			if b, err := os.ReadFile(f.otherUpper + f.otherSecret); err == nil && strings.Contains(string(b), f.otherToken) {
@@ -360,34 +366,24 @@ func (f *fixtures) startOtherSandbox(t *testing.T, r *runner) {
 	t.Logf("%s: the other sandbox did not come up; read_other_upper runs without a host hint", f.mode)
 }
 
-// findProc returns the host pid whose cmdline is exactly cmdline.
-func findProc(cmdline string) int {
+// findProc returns the pid of this battery's host process (its token in
+// the environment) whose cmdline is exactly cmdline.
+func (f *fixtures) findProc(cmdline string) int {
+	mark := []byte("ATTACK_TOKEN=" + f.token + "\x00")
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == cmdline {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err != nil || string(b) != cmdline {
+			continue
+		}
+		if env, _ := os.ReadFile("/proc/" + e.Name() + "/environ"); bytes.Contains(append(env, 0), mark) {
 			return pid
 		}
 	}
 	return 0
-}
-
-// procsMatching lists host processes whose cmdline contains s.
-func procsMatching(s string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(b), s) {
-			out = append(out, e.Name()+":"+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
 }
 
 // upperDirOf reads the upperdir option of pid's root overlay.

@@ -19,8 +19,10 @@ import (
 var hostImageProbes = []string{"host_secrets", "read_host_canary", "write_root", "proc_sys_write", "dev_inventory", "fd_leak"}
 
 // hostImageChecks runs hostImageProbes in the moderate profile on the
-// host image, with the probes bound read-only at /probes.
-func hostImageChecks(t *testing.T, r *runner) []hostCheck {
+// host image, with the probes bound read-only at /probes. As in the
+// battery, a "blocked" counts where the probe's positive control reached
+// its target; where the control found none it is "not applicable".
+func hostImageChecks(t *testing.T, r *runner, ctrls map[string]*outcome) []hostCheck {
 	t.Helper()
 	var checks []hostCheck
 	for _, probe := range hostImageProbes {
@@ -47,7 +49,16 @@ func hostImageChecks(t *testing.T, r *runner) []hostCheck {
 		if probe == "write_root" && ok && rep.Result == allowed {
 			pass = !containsAny(rep.Detail, "/bin/", "/etc/", "/usr/")
 		}
-		checks = append(checks, hostCheck{Name: "host image (moderate): " + probe, OK: pass, Detail: truncate(detail, 400)})
+		na := false
+		if c := ctrls[probe]; probe != "write_root" {
+			switch {
+			case controlProblem(c) != "":
+				pass, detail = false, controlProblem(c)
+			case c.Result == notApp && ok && (rep.Result == blocked || rep.Result == notApp):
+				na, detail = true, "not applicable: "+c.Detail
+			}
+		}
+		checks = append(checks, hostCheck{Name: "host image (moderate): " + probe, OK: pass, NA: na, Detail: truncate(detail, 400)})
 	}
 	return checks
 }

@@ -50,8 +50,11 @@ type outcome struct {
 
 // hostCheck is a check made from the host after the battery.
 type hostCheck struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// NA: the check's target does not exist for this kind of user (its
+	// probe's positive control found none).
+	NA     bool   `json:"na,omitempty"`
 	Detail string `json:"detail"`
 }
 
@@ -60,9 +63,12 @@ type hostCheck struct {
 type modeResults struct {
 	Mode     string                         `json:"mode"`
 	Outcomes map[string]map[string]*outcome `json:"outcomes"` // probe -> profile
-	Checks   []hostCheck                    `json:"checks"`
-	Warnings []string                       `json:"warnings,omitempty"`
-	Took     time.Duration                  `json:"took"`
+	// Controls are the probes' positive controls for this battery's kind
+	// of user (root and root-pool share root's).
+	Controls map[string]*outcome `json:"controls"`
+	Checks   []hostCheck         `json:"checks"`
+	Warnings []string            `json:"warnings,omitempty"`
+	Took     time.Duration       `json:"took"`
 }
 
 // runner runs probes in sandboxes through the native backend.
@@ -287,7 +293,7 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 	case "sigterm_ignore":
 		spec.Resources.Timeout = 2 * time.Second
 		judge = func(res sandbox.Result, err error, took time.Duration) {
-			left := procsMatching("/probes/sigterm_ignore")
+			left := r.f.ourProcs("/probes/sigterm_ignore")
 			o.Judged = true
 			switch {
 			case err != nil:
@@ -435,14 +441,10 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// heavy probes load the machine; they run one at a time after the rest.
-var heavy = map[string]bool{
-	"fork_bomb": true, "memory_bomb": true, "disk_fill": true, "output_flood": true,
-	"fd_exhaust": true, "huge_env_argv": true, "sigterm_ignore": true,
-}
-
-// battery runs every probe in every profile and then the host checks.
-func battery(t *testing.T, mode, probesBin string) *modeResults {
+// battery runs every probe's positive control on the host (unless ctrls,
+// the controls of the same kind of user, are given), then every probe in
+// every profile, and then the host checks.
+func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *modeResults {
 	t.Helper()
 	start := time.Now()
 	f := newFixtures(t, mode, probesBin)
@@ -469,11 +471,20 @@ func battery(t *testing.T, mode, probesBin string) *modeResults {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 
+	// Positive controls first: each probe shows that its target is there
+	// and reachable outside a sandbox, as this kind of user.
+	if ctrls == nil {
+		cstart := time.Now()
+		ctrls = r.runControls(ctx, probes)
+		t.Logf("%s: positive controls: %v", mode, time.Since(cstart).Round(time.Millisecond))
+	}
+	res.Controls = ctrls
+
 	type job struct{ profile, probe string }
 	var light, heavyJobs []job
 	for _, p := range probes {
 		for _, prof := range profiles {
-			if heavy[p] {
+			if probeTable[p].Heavy {
 				heavyJobs = append(heavyJobs, job{prof, p})
 			} else {
 				light = append(light, job{prof, p})
@@ -520,7 +531,7 @@ func battery(t *testing.T, mode, probesBin string) *modeResults {
 	check("host $HOME unchanged", homeAfter == homeBefore, "tree hash of the fake $HOME")
 	canaryAfter, _ := os.ReadFile(f.hostCanary)
 	check("host canary unchanged", bytes.Equal(canaryBefore, canaryAfter), f.hostCanary)
-	check("host victim process alive", f.victimAlive(), fmt.Sprintf("pid %d", f.victim.Process.Pid))
+	check("host victim process alive", f.victimAlive(), fmt.Sprintf("pid %d, argv[0] %s", f.victim.Process.Pid, f.victimToken))
 	h2, _ := os.Hostname()
 	check("host hostname unchanged", h2 == hostname, h2)
 	cp2, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
@@ -533,20 +544,22 @@ func battery(t *testing.T, mode, probesBin string) *modeResults {
 	}
 	r.mu.Unlock()
 	res.Checks = append(res.Checks, imageSymlinkChecks(t, r)...)
-	res.Checks = append(res.Checks, hostImageChecks(t, r)...)
+	res.Checks = append(res.Checks, hostImageChecks(t, r, ctrls)...)
 	// Processes of a sandbox whose Run returned may take a moment to be
 	// reaped by the kernel; anything still there after 5 s was left behind.
-	left := procsMatching("/probes/")
+	// Only this battery's processes count (its token is in their
+	// environment): another battery on this machine is not ours to judge.
+	left := f.ourProcs("")
 	for i := 0; i < 50 && len(left) > 0; i++ {
 		time.Sleep(100 * time.Millisecond)
-		left = procsMatching("/probes/")
+		left = f.ourProcs("")
 	}
-	check("no probe process left on the host", len(left) == 0, orNone(describeProcs(left), "none"))
+	check("no probe process left on the host", len(left) == 0, orNone(describeProcs(left), "none of this battery's probes, controls or sandbox commands"))
 	res.Took = time.Since(start)
 	return res
 }
 
-// describeProcs adds state, parent and age to procsMatching's entries.
+// describeProcs adds state, parent and cgroup to ourProcs' entries.
 func describeProcs(list []string) []string {
 	var out []string
 	for _, e := range list {
