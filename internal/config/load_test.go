@@ -302,13 +302,11 @@ func TestBadValues(t *testing.T) {
 		{"[[files]]\nsource = \"a\"\ndest = \"/a\"\nmode = \"rwx\"\n", 1, "files[0]", "octal"},
 		{"[secrets]\nbackend = \"vault\"\n", 2, "secrets.backend", "unknown backend"},
 		{"[api]\napi_key_env = \"1BAD\"\n", 2, "api.api_key_env", "not an environment variable name"},
-		{"[mcp]\nallowed_dirs = [\"projects/other\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
-		{"[mcp]\nallowed_dirs = [\"~/other\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
-		{"[mcp]\nallowed_dirs = [\"/srv\", \"/\"]\n", 2, "mcp.allowed_dirs", "cannot be allowed"},
-		{"[mcp]\nallowed_dirs = [\"//\"]\n", 2, "mcp.allowed_dirs", "cannot be allowed"},
-		{"[mcp]\nallowed_dirs = [\"/srv/../etc\"]\n", 2, "mcp.allowed_dirs", "\"..\""},
-		{"[mcp]\nallowed_dirs = [\"\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
-		{"[mcp]\nallowed_dirs = \"/srv\"\n", 2, "mcp.allowed_dirs", ""},
+		{"[api]\nallowed_hosts = [\"evil.example:80\"]\n", 2, "api.allowed_hosts", "without a port"},
+		{"[api]\nallowed_hosts = [\"*.example.com\"]\n", 2, "api.allowed_hosts", "exact name"},
+		{"[api]\nallowed_origins = [\"*\"]\n", 2, "api.allowed_origins", "one by one"},
+		{"[api]\nallowed_origins = [\"null\"]\n", 2, "api.allowed_origins", "null"},
+		{"[api]\nallowed_origins = [\"evil.example\"]\n", 2, "api.allowed_origins", "scheme://host"},
 		{"[daemon]\nmin_warm = 5\nmax_warm = 2\n", 2, "daemon.min_warm", "larger than max_warm"},
 		{"[daemon.agents.copilot]\nmin_warm = 1\n", 1, "daemon.agents.copilot", "unknown mode"},
 		{"[orchestrator]\nprovider = \"swarm\"\n", 2, "orchestrator.provider", "unknown provider"},
@@ -496,8 +494,8 @@ GITHUB_TOKEN = { host = "api.github.com", header = "Authorization" }
 api_key = "s3cret"
 api_key_env = "MY_KEY"
 allow_sudo_exec = true
-[mcp]
-allowed_dirs = ["/srv/shared", "/home/me/lib/"]
+allowed_hosts = ["devbox.lan"]
+allowed_origins = ["http://localhost:3000"]
 [daemon]
 min_warm = 1
 max_warm = 3
@@ -554,9 +552,6 @@ warm_pool_images = ["alpine:3.20"]
 		if (v.Key == "api.api_key" || v.Key == "orchestrator.nomad_token") && v.Text != `"********"` {
 			t.Errorf("secret shown: %s = %s", v.Key, v.Text)
 		}
-	}
-	if got := c.MCP.AllowedDirs; len(got) != 2 || got[1] != "/home/me/lib" {
-		t.Errorf("allowed_dirs not cleaned: %q", got)
 	}
 	if got := c.BaseDir("files[0].source", "/cwd"); got != "." {
 		t.Errorf("BaseDir = %q", got)

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,13 +163,19 @@ func (c *Config) validate() error {
 	if e := c.API.APIKeyEnv; e != "" && !validEnvName(e) {
 		return fail("api.api_key_env", "%q is not an environment variable name", e)
 	}
-
-	// [mcp]
-	for i, d := range c.MCP.AllowedDirs {
-		if err := validateAllowedDir(d); err != nil {
-			return fail("mcp.allowed_dirs", "%v", err)
+	for i, h := range c.API.AllowedHosts {
+		n, err := NormalizeAllowedHost(h)
+		if err != nil {
+			return fail("api.allowed_hosts", "%v", err)
 		}
-		c.MCP.AllowedDirs[i] = filepath.Clean(d)
+		c.API.AllowedHosts[i] = n
+	}
+	for i, o := range c.API.AllowedOrigins {
+		n, err := NormalizeOrigin(o)
+		if err != nil {
+			return fail("api.allowed_origins", "%v", err)
+		}
+		c.API.AllowedOrigins[i] = n
 	}
 
 	// [daemon]
@@ -217,22 +222,6 @@ func (c *Config) validate() error {
 	}
 	if o.MaxSandboxes < 0 {
 		return fail("orchestrator.max_sandboxes", "must not be negative")
-	}
-	return nil
-}
-
-// validateAllowedDir accepts an absolute host directory path other than
-// the root for [mcp] allowed_dirs.
-func validateAllowedDir(d string) error {
-	switch {
-	case strings.ContainsRune(d, 0):
-		return fmt.Errorf("%q contains a NUL byte", d)
-	case !filepath.IsAbs(d):
-		return fmt.Errorf("%q is not an absolute path: write the directory in full, such as \"/home/me/other-project\"", d)
-	case hasDotDot(filepath.ToSlash(d)):
-		return fmt.Errorf("%q must not contain \"..\"", d)
-	case filepath.Clean(d) == "/":
-		return fmt.Errorf("\"/\" cannot be allowed: it would give a tool call every host directory")
 	}
 	return nil
 }
