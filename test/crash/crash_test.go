@@ -201,7 +201,7 @@ func TestCrashConsistency(t *testing.T) {
 	}
 	t.Logf("gc removed %d things", strings.Count(gc.stdout, "removed "))
 	leftovers = append(leftovers, leftoverMounts(t, mountsBefore, a.dataDir, filepath.Dir(binary))...)
-	leftovers = append(leftovers, waitGone(func() []string { return leftoverCgroups(start, mark) }, time.Second)...)
+	leftovers = append(leftovers, waitGone(func() []string { return leftoverCgroups(start, lastRun, mark) }, time.Second)...)
 	leftovers = append(leftovers, ourProcesses(mark)...)
 	leftovers = append(leftovers, leftoverFiles(t, a.dataDir)...)
 	for _, l := range leftovers {
@@ -625,10 +625,12 @@ func leftoverMounts(t *testing.T, before map[string]mountEntry, dirs ...string) 
 }
 
 // leftoverCgroups lists agentkernel-* cgroups (in every v1 hierarchy and
-// the unified one) created since start that are empty or hold a process
-// of ours. Non-empty cgroups of other agentkernel processes running on
-// this machine at the same time are not ours to judge.
-func leftoverCgroups(start time.Time, mark string) []string {
+// the unified one) that hold a process of ours, or that are empty and
+// were created while this test ran its runs (between start and end, when
+// the last of them had ended). Non-empty cgroups of other agentkernel
+// processes running on this machine at the same time, and cgroups made
+// after our runs, are not ours to judge.
+func leftoverCgroups(start, end time.Time, mark string) []string {
 	ours := map[int]bool{}
 	for _, p := range ourProcesses(mark) {
 		var pid int
@@ -656,7 +658,7 @@ func leftoverCgroups(start time.Time, mark string) []string {
 			}
 			procs, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
 			pids := strings.Fields(string(procs))
-			mine := len(pids) == 0
+			mine := len(pids) == 0 && !fi.ModTime().After(end.Add(time.Second))
 			for _, s := range pids {
 				if pid, err := strconv.Atoi(s); err == nil && ours[pid] {
 					mine = true

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/supervisor"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestSandboxSupervisorIsStub: on amd64 a running sandbox's supervisor
@@ -100,27 +102,22 @@ func TestSandboxSupervisorIsStub(t *testing.T) {
 	}
 }
 
-// TestRootlessPersistentSandbox runs the persistent sandbox life as an
-// unprivileged user the test creates: the supervisor becomes the stub
-// as that user, exec, cp, stats, stop, start and remove work, and
-// nothing of the sandbox is left running.
 // rootlessAK returns an ak that runs agentkernel as an unprivileged user
 // the test creates (setpriv), with a world-readable copy of the binary
 // and data, home and working directories of the user's; uid is the
-// user's. It skips where that cannot be arranged.
+// user's. Where that cannot be arranged a prerequisite is missing
+// (internal/testenv).
 func rootlessAK(t *testing.T) (a *ak, uid int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("creates a user: needs root")
-	}
+	testenv.RequireRoot(t) // it creates a user
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
-		t.Skip("no setpriv")
+		testenv.Missing(t, "no setpriv (util-linux)")
 	}
 	const name = "aktestuser"
 	if _, err := user.Lookup(name); err != nil {
 		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/bin/false", name).CombinedOutput(); err != nil {
-			t.Skipf("cannot create a test user: %v %s", err, out)
+			testenv.Missing(t, "cannot create the test user %s: %v %s", name, err, out)
 		}
 	}
 	u, err := user.Lookup(name)
@@ -157,6 +154,10 @@ func rootlessAK(t *testing.T) (a *ak, uid int) {
 	return a, uid
 }
 
+// TestRootlessPersistentSandbox runs the persistent sandbox life as an
+// unprivileged user the test creates: the supervisor becomes the stub
+// as that user, exec, cp, stats, stop, start and remove work, and
+// nothing of the sandbox is left running.
 func TestRootlessPersistentSandbox(t *testing.T) {
 	a, uid := rootlessAK(t)
 	must := func(err error) {
@@ -236,19 +237,36 @@ func TestRootlessDaemon(t *testing.T) {
 	if !strings.Contains(r.stdout, `"hit"`) || strings.Contains(r.stdout, `"hit": 0`) {
 		t.Errorf("no run was served from the pool: %s", r.stdout)
 	}
+	// What this test started: the daemon (its binary copy), everything
+	// below it, and the namespaces they live in. Other tests and suites
+	// on this machine run as the same user too; their processes are not
+	// ours to count.
+	mine := ourUserProcs(uid, filepath.Dir(a.bin))
+	if len(mine.procs) == 0 {
+		t.Errorf("no process of the daemon found before daemon stop")
+	}
 	a.must("daemon", "stop")
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && len(userProcs(uid)) > 0 {
+	for time.Now().Before(deadline) && len(mine.alive(uid, filepath.Dir(a.bin))) > 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if left := userProcs(uid); len(left) > 0 {
-		t.Errorf("processes of the user left after daemon stop: %v", left)
+	if left := mine.alive(uid, filepath.Dir(a.bin)); len(left) > 0 {
+		t.Errorf("processes the daemon started left after daemon stop: %v", left)
 	}
 }
 
-// userProcs lists the live processes of uid (pid and command line).
-func userProcs(uid int) []string {
-	var out []string
+// userProc is one process of a user: its pid, start time (pids are
+// reused, a pid and its start time are not) and namespaces.
+type userProc struct {
+	pid, ppid     int
+	start         string
+	cmd, exe      string
+	pidNS, userNS string
+}
+
+// userProcs lists the live processes of uid.
+func userProcs(uid int) []userProc {
+	var out []userProc
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -259,8 +277,72 @@ func userProcs(uid int) []string {
 		if err != nil || int(st.Sys().(*syscall.Stat_t).Uid) != uid {
 			continue
 		}
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 20 {
+			continue
+		}
+		p := userProc{pid: pid, start: f[19]}
+		p.ppid, _ = strconv.Atoi(f[1])
 		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		p.cmd = strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")
+		p.exe, _ = os.Readlink("/proc/" + e.Name() + "/exe")
+		p.pidNS, _ = os.Readlink("/proc/" + e.Name() + "/ns/pid")
+		p.userNS, _ = os.Readlink("/proc/" + e.Name() + "/ns/user")
+		out = append(out, p)
+	}
+	return out
+}
+
+// ourProcs is a snapshot of the processes a test started as another
+// user: those running its binaries, their descendants, and the PID and
+// user namespaces they made.
+type ourProcs struct {
+	procs map[string]bool // pid and start time
+	nss   map[string]bool // namespaces other than the host's
+}
+
+// ourUserProcs takes the snapshot: uid's processes that run a binary
+// under binDir (the test's own copy), and everything below them.
+func ourUserProcs(uid int, binDir string) ourProcs {
+	all := userProcs(uid)
+	host := map[string]bool{}
+	for _, ns := range []string{"pid", "user"} {
+		l, _ := os.Readlink("/proc/self/ns/" + ns)
+		host[l] = true
+	}
+	o := ourProcs{procs: map[string]bool{}, nss: map[string]bool{}}
+	in := map[int]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, p := range all {
+			if in[p.pid] || !(strings.HasPrefix(p.exe, binDir+"/") || in[p.ppid]) {
+				continue
+			}
+			in[p.pid], changed = true, true
+			o.procs[fmt.Sprintf("%d@%s", p.pid, p.start)] = true
+			for _, ns := range []string{p.pidNS, p.userNS} {
+				if ns != "" && !host[ns] {
+					o.nss[ns] = true
+				}
+			}
+		}
+	}
+	return o
+}
+
+// alive lists uid's live processes that are in the snapshot, live in one
+// of its namespaces, or run a binary under binDir.
+func (o ourProcs) alive(uid int, binDir string) []string {
+	var out []string
+	for _, p := range userProcs(uid) {
+		if o.procs[fmt.Sprintf("%d@%s", p.pid, p.start)] || o.nss[p.pidNS] || o.nss[p.userNS] || strings.HasPrefix(p.exe, binDir+"/") {
+			out = append(out, fmt.Sprintf("%d: %s", p.pid, p.cmd))
+		}
 	}
 	return out
 }
