@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestRunPathDependencies keeps the agentkernel binary lean: the packages
@@ -14,7 +16,7 @@ import (
 func TestRunPathDependencies(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go command")
+		testenv.Missing(t, "no go command in PATH")
 	}
 	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
 	if err != nil {

@@ -8,13 +8,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 func rssKB(t *testing.T) int64 {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/smaps_rollup")
 	if err != nil {
-		t.Skip("no smaps_rollup:", err)
+		testenv.Missing(t, "no /proc/self/smaps_rollup (Linux 4.14 or later): %v", err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // cachedImage pushes a five-layer image and pulls it into a fresh store.
@@ -147,7 +148,7 @@ func TestImagePullComparison(t *testing.T) {
 	skopeo, err1 := exec.LookPath("skopeo")
 	umoci, err2 := exec.LookPath("umoci")
 	if err1 != nil || err2 != nil {
-		t.Skip("needs skopeo and umoci (apt-get install -y skopeo umoci)")
+		testenv.Missing(t, "needs skopeo and umoci (apt-get install -y skopeo umoci)")
 	}
 	reg, ref, size := pullImage(t)
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // jail is a layer root with things around it that no layer may touch:
@@ -325,9 +326,7 @@ func TestDevicesSkippedUnprivileged(t *testing.T) {
 }
 
 func TestDevicesPrivileged(t *testing.T) {
-	if !isRoot() {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t)
 	j := newJail(t)
 	st, err := j.extract(t, privilegedExtract(IDMap{}),
 		imagetest.File{Name: "dev/null", Type: tar.TypeChar, Devmajor: 1, Devminor: 3, Mode: 0o666},
@@ -481,9 +480,7 @@ func TestCapabilityShift(t *testing.T) {
 }
 
 func TestOwnershipShift(t *testing.T) {
-	if !isRoot() {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t)
 	j := newJail(t)
 	m := IDMap{UID: 100000, GID: 200000, Size: 65536}
 	o := privilegedExtract(m)

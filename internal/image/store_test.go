@@ -286,20 +286,19 @@ func TestRetagLeavesDanglingForPrune(t *testing.T) {
 	ensure(t, s, ref, image.PullNever)
 }
 
-// mountOverlay mounts the layers read-only and returns the mount point,
-// or skips when overlayfs cannot be mounted here.
+// mountOverlay mounts the layers read-only and returns the mount point;
+// where overlayfs cannot be mounted here, a prerequisite is missing
+// (internal/testenv).
 func mountOverlay(t *testing.T, layers []string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting overlayfs needs root")
-	}
+	testenv.RequireRoot(t) // mounting overlayfs
 	mnt := t.TempDir()
 	lower := make([]string, len(layers))
 	for i, l := range layers {
 		lower[len(layers)-1-i] = l
 	}
 	if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(lower, ":")); err != nil {
-		t.Skipf("overlay mount: %v", err)
+		testenv.Missing(t, "overlayfs cannot be mounted here: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
 	return mnt
@@ -360,7 +359,7 @@ func TestWhiteoutsAndOpaqueDirs(t *testing.T) {
 	t.Run("userxattr", func(t *testing.T) {
 		unshare, err := exec.LookPath("unshare")
 		if err != nil {
-			t.Skip("unshare(1) not installed")
+			testenv.Missing(t, "unshare(1) is not installed (util-linux)")
 		}
 		lower := make([]string, len(rfs.Layers))
 		for i, l := range rfs.Layers {
@@ -370,7 +369,7 @@ func TestWhiteoutsAndOpaqueDirs(t *testing.T) {
 		script := `mount -t overlay overlay -o ro,userxattr,lowerdir="$1" "$2" && cd "$2" && find . -mindepth 1 | sort`
 		out, err := exec.Command(unshare, "-Urm", "sh", "-c", script, "sh", strings.Join(lower, ":"), mnt).CombinedOutput()
 		if err != nil {
-			t.Skipf("overlay with userxattr in a user namespace: %v: %s", err, out)
+			testenv.Missing(t, "overlayfs with userxattr in a user namespace (Linux 5.11 or later, unprivileged user namespaces): %v: %s", err, out)
 		}
 		got := strings.ReplaceAll(strings.ReplaceAll(strings.TrimSpace(string(out)), "./", ""), "\n", ",")
 		if got != want {

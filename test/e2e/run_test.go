@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // testImage is the busybox userland plus a marker file, so a test can tell
@@ -169,9 +170,10 @@ func TestRunIsolation(t *testing.T) {
 // sandbox is as isolated as any: its own network (lo only), hostname and
 // PID namespace.
 func TestRunPrestartedThread(t *testing.T) {
-	if os.Geteuid() != 0 || runtime.GOARCH != "amd64" {
-		t.Skip("the thread is prestarted for root on amd64")
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the thread is prestarted on amd64 only")
 	}
+	testenv.RequireRoot(t) // the thread is prestarted for root
 	a, ref := withRegistry(t)
 	a.env = append(a.env, "AGENTKERNEL_TRACE_STAGES=1")
 	r := a.run("-q", "run", "--image", ref, "--", "sh", "-c", "hostname; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; tr -d '\\000' < /proc/1/cmdline; echo; echo $$")

@@ -9,14 +9,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // Main builds agentkernel and agentkernel-full into a fresh temporary
 // directory (named after prefix), sets *binary to agentkernel's path, runs the tests and removes the
-// directory. It never returns. Packages that need root say so in why and
-// skip (exit 0) when not root.
+// directory. It never returns. Packages that need root say so in why:
+// when not root they skip (exit 0), or, under the test suite
+// (internal/testenv's strict mode), fail.
 func Main(run func() int, binary *string, prefix, why string) {
 	if why != "" && os.Geteuid() != 0 {
+		if testenv.Strict() {
+			fmt.Printf("FAIL: %s: cannot run: %s, and this is not root (%s=1: a missing prerequisite is a failure)\n", prefix, why, testenv.StrictEnv)
+			os.Exit(1)
+		}
 		fmt.Printf("%s: skipped, %s (run as root, as CI does)\n", prefix, why)
 		os.Exit(0)
 	}

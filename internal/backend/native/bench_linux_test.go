@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // BenchmarkRunTrue is one sandboxed /bin/true with every fence on,
@@ -103,9 +103,7 @@ func BenchmarkLoadSeccomp(b *testing.B) {
 // BenchmarkCgroupNewDestroy is one run's cgroup: made with the moderate
 // profile's three limits, then removed.
 func BenchmarkCgroupNewDestroy(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireRoot(b)
 	r := sandbox.Resources{MemoryMB: 512, PIDs: 256, CPUPercent: 100}
 	for i := 0; i < b.N; i++ {
 		cg, err := newCgroup("bench-"+randomID(), r, false)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestCleanupAfter100Runs: no mounts, cgroups or processes are left after
@@ -135,7 +136,7 @@ func TestRootless(t *testing.T) {
 	const name = "aktestuser"
 	if _, err := osuser.Lookup(name); err != nil {
 		if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/bin/false", name).CombinedOutput(); err != nil {
-			t.Skipf("cannot create a test user: %v %s", err, out)
+			testenv.Missing(t, "cannot create the test user %s: %v %s", name, err, out)
 		}
 	}
 	u, err := osuser.Lookup(name)

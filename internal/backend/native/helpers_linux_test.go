@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // helperEnv makes the test binary run one sandbox from a JSON spec on
@@ -193,7 +194,7 @@ func mustRun(t testing.TB, spec *sandbox.Spec, wantCode int) outcome {
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (the rootless path is covered by TestRootless)")
+		testenv.Missing(t, "needs root (the rootless path is covered by TestRootless)")
 	}
 }
 

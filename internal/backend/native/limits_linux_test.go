@@ -16,6 +16,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 func TestMemoryLimit(t *testing.T) {
@@ -181,7 +182,7 @@ func TestKillParent(t *testing.T) {
 func TestTTY(t *testing.T) {
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		t.Skipf("no pty: %v", err)
+		testenv.Missing(t, "no pty: %v", err)
 	}
 	defer ptmx.Close()
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestStubScriptLayout: a usual exec stage script is compact (data right
@@ -14,7 +16,7 @@ import (
 // full layout; both encode with every pointer inside the script.
 func TestStubScriptLayout(t *testing.T) {
 	if landlockHandled() == 0 {
-		t.Skip("no Landlock here: scripts have no rules to grow with")
+		testenv.Missing(t, "no Landlock here: scripts have no rules to grow with")
 	}
 	base := execConfig{Args: []string{"/bin/true"}, Env: []string{"PATH=/bin"}, Workdir: "/", Landlock: true, NoFile: 1024}
 	for _, c := range []struct {

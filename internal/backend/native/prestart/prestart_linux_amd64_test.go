@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // namespaces are the calling thread's namespace links.
@@ -31,9 +33,7 @@ func namespaces(t *testing.T) map[string]string {
 }
 
 func TestThread(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the thread is only made for root")
-	}
+	testenv.RequireRoot(t) // the thread is only made for root
 	before, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +121,7 @@ func TestThread(t *testing.T) {
 }
 
 func TestDiscard(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the thread is only made for root")
-	}
+	testenv.RequireRoot(t) // the thread is only made for root
 	begin()
 	Discard()
 	if Take() != nil {
@@ -153,9 +151,7 @@ func TestDiscard(t *testing.T) {
 // thread nobody took and returns only once its PID 1 is gone (killed and
 // reaped), also when a Discard had already started that.
 func TestAbandon(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the thread is only made for root")
-	}
+	testenv.RequireRoot(t) // the thread is only made for root
 	children := func() []string {
 		var all []string
 		ents, _ := os.ReadDir("/proc/self/task")
@@ -201,9 +197,7 @@ func TestTakeWithOneP(t *testing.T) {
 		}
 		os.Exit(0)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the thread is only made for root")
-	}
+	testenv.RequireRoot(t) // the thread is only made for root
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeWithOneP$")
 	cmd.Env = append(os.Environ(), "PRESTART_TEST_ONE_P=1")
 	if err := cmd.Start(); err != nil {
@@ -227,9 +221,7 @@ func TestTakeWithOneP(t *testing.T) {
 // its namespaces, with PID 1 forked: both when the thread is still being
 // made (it goes on with the work itself) and when it already waits.
 func TestGive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the thread is only made for root")
-	}
+	testenv.RequireRoot(t) // the thread is only made for root
 	mine := namespaces(t)
 	for _, waitFirst := range []bool{false, true} {
 		begin()
