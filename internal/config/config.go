@@ -24,6 +24,7 @@ type Config struct {
 	Build        Build        `toml:"build"`        // [build]
 	Secrets      Secrets      `toml:"secrets"`      // [secrets]
 	API          API          `toml:"api"`          // [api]
+	MCP          MCP          `toml:"mcp"`          // [mcp]
 	Daemon       Daemon       `toml:"daemon"`       // [daemon], [daemon.agents.<mode>]
 	Orchestrator Orchestrator `toml:"orchestrator"` // [orchestrator]
 
@@ -157,6 +158,17 @@ type API struct {
 	// AllowedOrigins are web origins (scheme://host[:port]) whose pages
 	// may call the API (CORS); none by default.
 	AllowedOrigins []string `toml:"allowed_origins"`
+}
+
+// MCP is [mcp]: the MCP server (`agentkernel mcp-server`, /mcp on
+// `agentkernel serve`).
+type MCP struct {
+	// AllowedDirs are host directories, besides the server's project
+	// directory, that a tool call may name as its cwd: each allows
+	// itself and everything below it. Absolute paths; "/" is refused.
+	// Only the server's own configuration counts (its project directory's
+	// agentkernel.toml, the user file), never one in the requested cwd.
+	AllowedDirs []string `toml:"allowed_dirs"`
 }
 
 // Daemon is [daemon]: warm pools.

@@ -307,6 +307,13 @@ func TestBadValues(t *testing.T) {
 		{"[api]\nallowed_origins = [\"*\"]\n", 2, "api.allowed_origins", "one by one"},
 		{"[api]\nallowed_origins = [\"null\"]\n", 2, "api.allowed_origins", "null"},
 		{"[api]\nallowed_origins = [\"evil.example\"]\n", 2, "api.allowed_origins", "scheme://host"},
+		{"[mcp]\nallowed_dirs = [\"projects/other\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
+		{"[mcp]\nallowed_dirs = [\"~/other\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
+		{"[mcp]\nallowed_dirs = [\"/srv\", \"/\"]\n", 2, "mcp.allowed_dirs", "cannot be allowed"},
+		{"[mcp]\nallowed_dirs = [\"//\"]\n", 2, "mcp.allowed_dirs", "cannot be allowed"},
+		{"[mcp]\nallowed_dirs = [\"/srv/../etc\"]\n", 2, "mcp.allowed_dirs", "\"..\""},
+		{"[mcp]\nallowed_dirs = [\"\"]\n", 2, "mcp.allowed_dirs", "not an absolute path"},
+		{"[mcp]\nallowed_dirs = \"/srv\"\n", 2, "mcp.allowed_dirs", ""},
 		{"[daemon]\nmin_warm = 5\nmax_warm = 2\n", 2, "daemon.min_warm", "larger than max_warm"},
 		{"[daemon.agents.copilot]\nmin_warm = 1\n", 1, "daemon.agents.copilot", "unknown mode"},
 		{"[orchestrator]\nprovider = \"swarm\"\n", 2, "orchestrator.provider", "unknown provider"},
@@ -496,6 +503,8 @@ api_key_env = "MY_KEY"
 allow_sudo_exec = true
 allowed_hosts = ["devbox.lan"]
 allowed_origins = ["http://localhost:3000"]
+[mcp]
+allowed_dirs = ["/srv/shared", "/home/me/lib/"]
 [daemon]
 min_warm = 1
 max_warm = 3
@@ -552,6 +561,9 @@ warm_pool_images = ["alpine:3.20"]
 		if (v.Key == "api.api_key" || v.Key == "orchestrator.nomad_token") && v.Text != `"********"` {
 			t.Errorf("secret shown: %s = %s", v.Key, v.Text)
 		}
+	}
+	if got := c.MCP.AllowedDirs; len(got) != 2 || got[1] != "/home/me/lib" {
+		t.Errorf("allowed_dirs not cleaned: %q", got)
 	}
 	if got := c.BaseDir("files[0].source", "/cwd"); got != "." {
 		t.Errorf("BaseDir = %q", got)

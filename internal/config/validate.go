@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,6 +179,14 @@ func (c *Config) validate() error {
 		c.API.AllowedOrigins[i] = n
 	}
 
+	// [mcp]
+	for i, d := range c.MCP.AllowedDirs {
+		if err := validateAllowedDir(d); err != nil {
+			return fail("mcp.allowed_dirs", "%v", err)
+		}
+		c.MCP.AllowedDirs[i] = filepath.Clean(d)
+	}
+
 	// [daemon]
 	if c.Daemon.MinWarm < 0 {
 		return fail("daemon.min_warm", "must not be negative")
@@ -222,6 +231,22 @@ func (c *Config) validate() error {
 	}
 	if o.MaxSandboxes < 0 {
 		return fail("orchestrator.max_sandboxes", "must not be negative")
+	}
+	return nil
+}
+
+// validateAllowedDir accepts an absolute host directory path other than
+// the root for [mcp] allowed_dirs.
+func validateAllowedDir(d string) error {
+	switch {
+	case strings.ContainsRune(d, 0):
+		return fmt.Errorf("%q contains a NUL byte", d)
+	case !filepath.IsAbs(d):
+		return fmt.Errorf("%q is not an absolute path: write the directory in full, such as \"/home/me/other-project\"", d)
+	case hasDotDot(filepath.ToSlash(d)):
+		return fmt.Errorf("%q must not contain \"..\"", d)
+	case filepath.Clean(d) == "/":
+		return fmt.Errorf("\"/\" cannot be allowed: it would give a tool call every host directory")
 	}
 	return nil
 }
