@@ -4,6 +4,12 @@
 // {"success":…,"data":…|"error":…} envelope, the status codes, string data
 // payloads, and Server-Sent Events for POST /run/stream.
 //
+// Before authentication and routing, every request passes the checks of
+// guard.go, which keep web pages and other local users out: the unix
+// socket peer's uid, the Host header (DNS rebinding), the Origin header
+// (CORS only for allowed origins) and a JSON Content-Type for bodies.
+// Connections are tagged with how they arrived (http.Server.ConnContext).
+//
 // Every handler decodes its request, makes one sandbox.Manager call and
 // encodes the answer; the package holds no sandbox logic of its own. The
 // router is a small hand-written switch over the path's non-empty

@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -39,8 +42,21 @@ type Options struct {
 	// policy with the server's working directory). Its errors are the
 	// caller's fault (400).
 	Resolve func(ctx context.Context, r RunSpec) (*sandbox.Spec, error)
-	// Keys are the accepted API keys; none means no authentication.
+	// Keys are the accepted API keys. Requests over TCP must present one
+	// (every route but GET /health) unless InsecureNoAuth; the server's
+	// own user on a unix socket needs none (guard.go).
 	Keys []string
+	// InsecureNoAuth serves TCP requests without a key when Keys is
+	// empty (throwaway set-ups; the CLI warns on every start).
+	InsecureNoAuth bool
+	// AllowedHosts are Host names accepted beyond localhost, *.localhost,
+	// loopback and the listener's own addresses; "*" accepts any Host
+	// (guard.go).
+	AllowedHosts []string
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// requests are served, with CORS answers; a request with any other
+	// Origin header is refused.
+	AllowedOrigins []string
 	// AllowSudoExec lets exec requests ask for sudo (root).
 	AllowSudoExec bool
 	// Version and Backend are reported by /status and /stats.
@@ -48,8 +64,8 @@ type Options struct {
 	Backend string
 	// Logger receives the access log (one line per request) and errors.
 	Logger *slog.Logger
-	// MCP, when set, is mounted at /mcp behind the same authentication
-	// (the MCP server's streamable HTTP transport).
+	// MCP, when set, is mounted at /mcp behind the same checks and
+	// authentication (the MCP server's streamable HTTP transport).
 	MCP http.Handler
 	// ReadTimeout bounds reading a request body, WriteTimeout writing
 	// the answer of a route that runs no command (defaults 60 s).
@@ -64,8 +80,15 @@ type Options struct {
 
 // Server is the HTTP API. Build it with New; it is an http.Handler.
 type Server struct {
-	opts    Options
-	keys    [][sha256.Size]byte
+	opts Options
+	keys [][sha256.Size]byte
+	// uid is the server's effective uid: the one unix socket peer served.
+	uid int
+	// hosts and origins are the allowed Host names and Origins, lower
+	// case; anyHost: AllowedHosts holds "*".
+	hosts   map[string]struct{}
+	anyHost bool
+	origins map[string]struct{}
 	started time.Time
 	metrics *metrics
 	pools   *pools
@@ -90,7 +113,25 @@ func New(o Options) *Server {
 	if o.Backend == "" {
 		o.Backend = "native"
 	}
-	s := &Server{opts: o, started: time.Now(), metrics: newMetrics()}
+	s := &Server{opts: o, started: time.Now(), metrics: newMetrics(), uid: os.Geteuid(),
+		hosts: map[string]struct{}{}, origins: map[string]struct{}{}}
+	for _, h := range o.AllowedHosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h == "*" {
+			s.anyHost = true
+		}
+		if h = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "."); h != "" {
+			if ip, err := netip.ParseAddr(h); err == nil {
+				h = ip.Unmap().WithZone("").String()
+			}
+			s.hosts[h] = struct{}{}
+		}
+	}
+	for _, origin := range o.AllowedOrigins {
+		if origin = strings.ToLower(strings.TrimRight(strings.TrimSpace(origin), "/")); origin != "" && origin != "null" && origin != "*" {
+			s.origins[origin] = struct{}{}
+		}
+	}
 	s.pools = newPools(o.Manager, o.Pool, func(msg string, args ...any) { o.Logger.Warn(msg, args...) })
 	for _, k := range o.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
@@ -98,10 +139,15 @@ func New(o Options) *Server {
 	return s
 }
 
-// Serve serves on ln until ctx is done, then shuts down gracefully:
-// requests in flight finish (their commands too) within grace, after
-// which their contexts are cancelled, which stops their sandboxes.
-func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+// Serve serves on every listener in lns (TCP and unix sockets) until ctx
+// is done, then shuts down gracefully: requests in flight finish (their
+// commands too) within grace, after which their contexts are cancelled,
+// which stops their sandboxes. Each connection is tagged with how it
+// arrived (the unix peer's uid, the TCP addresses) for guard.
+func (s *Server) Serve(ctx context.Context, lns []net.Listener, grace time.Duration) error {
+	if len(lns) == 0 {
+		return errors.New("api: no listener to serve on")
+	}
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	hs := &http.Server{
@@ -109,7 +155,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    1 << 20,
-		BaseContext:       func(net.Listener) context.Context { return base },
+		BaseContext:       func(l net.Listener) context.Context { return context.WithValue(base, listenerKey{}, l.Addr()) },
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
 	}
 	// Every pooled sandbox is removed on the way out, whatever happens,
@@ -123,10 +170,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 			s.opts.Logger.Warn("warm pool: cannot resolve the default spec", "error", err)
 		}
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	errc := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { errc <- hs.Serve(ln) }()
+	}
 	select {
 	case err := <-errc:
+		_ = hs.Close()
 		return err
 	case <-ctx.Done():
 	}
@@ -147,16 +197,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	return err
 }
 
-// ServeHTTP authenticates, routes and logs one request.
+// ServeHTTP checks (guard.go), authenticates, routes and logs one
+// request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
-	seg := segments(r.URL.Path)
-	rt := s.match(r.Method, seg)
+	var rt route
+	var seg []string
+	refused := s.guard(rw, r)
+	if refused == "" {
+		seg = segments(r.URL.Path)
+		rt = s.match(r.Method, seg)
+	}
 	name := rt.name
 	switch {
+	case refused != "":
+		name = refused
 	case !s.authorized(rw, r, rt):
 		name = "unauthorized"
 	case rt.h == nil:
@@ -171,14 +229,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	took := time.Since(start)
 	s.metrics.request(name, rw.code(), took)
-	s.opts.Logger.Info("request", "method", r.Method, "path", r.URL.Path, "route", name,
-		"status", rw.code(), "bytes", rw.n, "duration_ms", float64(took.Microseconds())/1000, "remote", r.RemoteAddr)
+	attrs := []any{"method", r.Method, "path", r.URL.Path, "route", name,
+		"status", rw.code(), "bytes", rw.n, "duration_ms", float64(took.Microseconds()) / 1000, "remote", remote(r)}
+	if refused != "" && refused != "preflight" {
+		// What was refused, clipped (the values are the client's).
+		attrs = append(attrs, "host", clip(r.Host), "origin", clip(r.Header.Get("Origin")), "content_type", clip(r.Header.Get("Content-Type")))
+	}
+	s.opts.Logger.Info("request", attrs...)
+}
+
+// remote names the client for the access log: its TCP address, or
+// "unix uid=N" on a unix socket.
+func remote(r *http.Request) string {
+	if ci := connOf(r); ci.unix {
+		return fmt.Sprintf("unix uid=%d", ci.peerUID)
+	}
+	return r.RemoteAddr
 }
 
 // authorized checks the Authorization header (every route but GET
-// /health) and writes the 401 itself when it fails.
+// /health) and writes the 401 itself when it fails. The server's own
+// user on a unix socket (checked by guard) needs no key; without keys,
+// TCP requests pass only with InsecureNoAuth.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rt route) bool {
-	if len(s.keys) == 0 || rt.open {
+	if ci := connOf(r); rt.open || (ci.unix && ci.peerUID == s.uid) || (len(s.keys) == 0 && s.opts.InsecureNoAuth) {
 		return true
 	}
 	h, ok := r.Header["Authorization"]

@@ -14,20 +14,41 @@ import (
 
 // testServer has no lifecycle (persistent routes answer 501) and a
 // resolver that refuses everything (runs answer 400): enough for the
-// routing, auth and decoding rules, which need no root.
+// routing, auth and decoding rules, which need no root. Without keys it
+// serves without authentication (InsecureNoAuth).
 func testServer(keys ...string) *Server {
 	return New(Options{
-		Manager: sandbox.NewManager(sandbox.ManagerOptions{}),
-		Resolve: func(context.Context, RunSpec) (*sandbox.Spec, error) { return nil, errors.New("refused") },
-		Keys:    keys,
-		Version: "test",
+		Manager:        sandbox.NewManager(sandbox.ManagerOptions{}),
+		Resolve:        func(context.Context, RunSpec) (*sandbox.Spec, error) { return nil, errors.New("refused") },
+		Keys:           keys,
+		InsecureNoAuth: len(keys) == 0,
+		Version:        "test",
 	})
 }
 
+// do sends one request to s's handler as an API client would: Host
+// 127.0.0.1:18888 and, with a body, Content-Type application/json.
+// hdr are name, value pairs that replace those ("Host" included); an
+// empty value removes the header.
 func do(s http.Handler, method, path, body string, hdr ...string) (int, map[string]any) {
+	code, env, _ := doH(s, method, path, body, hdr...)
+	return code, env
+}
+
+// doH is do that also returns the answer's headers.
+func doH(s http.Handler, method, path, body string, hdr ...string) (int, map[string]any, http.Header) {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Host = "127.0.0.1:18888"
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i+1] != "" {
+		switch {
+		case hdr[i] == "Host":
+			req.Host = hdr[i+1]
+		case hdr[i+1] == "":
+			req.Header.Del(hdr[i])
+		default:
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
@@ -39,7 +60,7 @@ func do(s http.Handler, method, path, body string, hdr ...string) (int, map[stri
 			panic(err)
 		}
 	}
-	return w.Code, env
+	return w.Code, env, w.Header()
 }
 
 func TestAuthAndRouting(t *testing.T) {

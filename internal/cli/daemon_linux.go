@@ -12,15 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/api"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
@@ -45,7 +45,12 @@ max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time
 and keeps it. Other pools go after 10 minutes without a run.
 
 The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
-socket under the data directory, and on TCP with --tcp. Its log is
+socket under the data directory (daemon/api.sock, mode 0600: your user,
+no key; other users are refused), and on TCP with --tcp, where every
+request needs an API key as with 'serve' (--api-key-file,
+$AGENTKERNEL_API_KEY, [api] api_key, else <data-dir>/api-key, made on first
+use). Keys reach the daemon through an inherited pipe, never its command
+line. Its log is
 daemon/daemon.log under the data directory; a log over 10 MiB when the
 daemon starts is kept as daemon.log.1 and a new one begun. Pools shrink
 back towards min_warm after a minute without a run they could not serve.`
@@ -71,33 +76,74 @@ func daemonCommands(a *App) []*cobra.Command {
 	return []*cobra.Command{cmd}
 }
 
+// daemonStartOptions are 'daemon start's flags.
+type daemonStartOptions struct {
+	tcp          string
+	keys         []string
+	keyFile      string
+	insecure     bool
+	allowedHosts []string
+	allowOrigins []string
+	wait         time.Duration
+}
+
 func newDaemonStartCmd(a *App) *cobra.Command {
-	var tcp string
-	var keys []string
-	var timeout time.Duration
+	var o daemonStartOptions
 	cmd := &cobra.Command{
-		Use:   "start [--tcp 127.0.0.1:18888]",
+		Use:   "start [--tcp 127.0.0.1:18888 [--api-key-file FILE]]",
 		Short: "Start the daemon in the background",
 		Long: `Start the daemon in the background and wait until it answers. Its working
 directory, and so the project directory of its HTTP API's sandboxes, is the
 current directory; 'agentkernel run' sends its own resolved spec, so runs
-are not affected by it.`,
+are not affected by it.
+
+The HTTP API is on the unix socket <data-dir>/daemon/api.sock for your
+user (no key). --tcp also serves it on TCP, where requests need an API key
+and are checked as 'agentkernel serve' checks them (Host, Origin,
+Content-Type; see 'agentkernel serve --help'). The keys are handed to the
+daemon through a pipe: they never appear on its command line.`,
+		Example: `  agentkernel daemon start
+  agentkernel daemon start --tcp 127.0.0.1:18888            # key in <data-dir>/api-key
+  agentkernel daemon start --tcp 127.0.0.1:18888 --api-key-file ~/.config/agentkernel/keys`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.daemonStart(tcp, keys, timeout)
+			return a.daemonStart(&o)
 		},
 	}
-	cmd.Flags().StringVar(&tcp, "tcp", "", "also serve the HTTP API on this TCP address (host:port)")
-	cmd.Flags().StringArrayVar(&keys, "api-key", nil, "API key for the HTTP API (repeatable; see 'agentkernel serve --help')")
-	cmd.Flags().DurationVar(&timeout, "wait", 15*time.Second, "how long to wait for the daemon to answer")
+	fs := cmd.Flags()
+	fs.StringVar(&o.tcp, "tcp", "", "also serve the HTTP API on this TCP address (host:port; needs an API key)")
+	fs.StringArrayVar(&o.keys, "api-key", nil, "API key for --tcp (repeatable; visible to other users in ps: prefer --api-key-file)")
+	fs.StringVar(&o.keyFile, "api-key-file", "", "API keys for --tcp in this file, one per line")
+	fs.BoolVar(&o.insecure, "insecure-no-auth", false, "serve --tcp without an API key (throwaway machines only; see 'agentkernel serve --help')")
+	fs.StringArrayVar(&o.allowedHosts, "allowed-host", nil, "also answer TCP requests whose Host is NAME (repeatable)")
+	fs.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "let web pages of this origin call the API, with CORS (repeatable)")
+	fs.DurationVar(&o.wait, "wait", 15*time.Second, "how long to wait for the daemon to answer")
 	return cmd
 }
 
-func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
+func (a *App) daemonStart(o *daemonStartOptions) error {
 	p := daemon.PathsFor(a.DataDir)
 	if pid := p.PID(); pid != 0 && daemonAnswers(p) {
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("a daemon is already running for %s (pid %d)", a.DataDir, pid),
 			Hint: "'agentkernel daemon stop' stops it"}
+	}
+	tcp, wait := o.tcp, o.wait
+	// The keys are resolved here, where the user sees what happens (a
+	// key file made, a warning), and handed to the daemon through a pipe.
+	cwd, err := os.Getwd()
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	cfg, err := a.LoadConfig(cwd)
+	if err != nil {
+		return err
+	}
+	if _, _, err := a.apiAccess(cfg, o.allowedHosts, o.allowOrigins); err != nil {
+		return usageError("%v", err)
+	}
+	keys, err := a.serverKeys(keySources{keys: o.keys, keyFile: o.keyFile}, cfg, tcp != "", o.insecure)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
@@ -125,8 +171,14 @@ func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
 	if tcp != "" {
 		argv = append(argv, "--tcp", tcp)
 	}
-	for _, k := range keys {
-		argv = append(argv, "--api-key", k)
+	if o.insecure {
+		argv = append(argv, "--insecure-no-auth")
+	}
+	for _, h := range o.allowedHosts {
+		argv = append(argv, "--allowed-host", h)
+	}
+	for _, h := range o.allowOrigins {
+		argv = append(argv, "--allow-origin", h)
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -136,8 +188,34 @@ func (a *App) daemonStart(tcp string, keys []string, wait time.Duration) error {
 	c := exec.Command(exe, argv...)
 	c.Stdin, c.Stdout, c.Stderr = devnull, logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var keyPipe *os.File
+	if len(keys) > 0 {
+		// Descriptor 3 of the daemon: a pipe that holds the keys, one a
+		// line (a pipe's buffer holds far more than any key list).
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: err}
+		}
+		defer pr.Close()
+		keyPipe = pw
+		c.ExtraFiles = []*os.File{pr}
+		c.Args = append(c.Args, "--api-key-fd", "3")
+		// The key travels in the pipe: the daemon need not inherit it.
+		c.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGENTKERNEL_API_KEY=") })
+	}
 	if err := c.Start(); err != nil {
+		if keyPipe != nil {
+			keyPipe.Close()
+		}
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("starting the daemon: %w", err)}
+	}
+	if keyPipe != nil {
+		_, err := io.WriteString(keyPipe, strings.Join(keys, "\n")+"\n")
+		keyPipe.Close()
+		if err != nil {
+			_ = c.Process.Kill()
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("handing the API keys to the daemon: %w", err)}
+		}
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- c.Wait() }()
@@ -407,7 +485,7 @@ here with --image.`,
 // API on a unix socket (and TCP when asked), the run socket, the pid
 // file. done starts the run socket's server for srv and returns what
 // stops it and removes the files.
-func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, func(*api.Server) func(), error) {
+func (a *App) daemonListen(ctx context.Context, o *serveOptions) ([]net.Listener, func(*api.Server) func(), error) {
 	p := daemon.PathsFor(a.DataDir)
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -418,14 +496,11 @@ func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, 
 	if err := os.WriteFile(p.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	fail := func(err error) (net.Listener, func(*api.Server) func(), error) {
+	fail := func(err error) ([]net.Listener, func(*api.Server) func(), error) {
 		os.Remove(p.PIDFile)
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	_ = os.Remove(p.API)
-	old := unix.Umask(0o177)
-	uln, err := net.Listen("unix", p.API)
-	unix.Umask(old)
+	uln, err := listenUnixSocket(p.API)
 	if err != nil {
 		return fail(err)
 	}
@@ -460,63 +535,5 @@ func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, 
 			os.Remove(p.PIDFile)
 		}
 	}
-	return newMultiListener(lns...), done, nil
+	return lns, done, nil
 }
-
-// multiListener accepts on several listeners at once.
-type multiListener struct {
-	lns  []net.Listener
-	ch   chan net.Conn
-	errc chan error
-	once sync.Once
-	done chan struct{}
-}
-
-func newMultiListener(lns ...net.Listener) net.Listener {
-	if len(lns) == 1 {
-		return lns[0]
-	}
-	m := &multiListener{lns: lns, ch: make(chan net.Conn), errc: make(chan error, len(lns)), done: make(chan struct{})}
-	for _, l := range lns {
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					m.errc <- err
-					return
-				}
-				select {
-				case m.ch <- c:
-				case <-m.done:
-					c.Close()
-					return
-				}
-			}
-		}()
-	}
-	return m
-}
-
-func (m *multiListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-m.ch:
-		return c, nil
-	case err := <-m.errc:
-		m.Close()
-		return nil, err
-	case <-m.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (m *multiListener) Close() error {
-	m.once.Do(func() {
-		close(m.done)
-		for _, l := range m.lns {
-			l.Close()
-		}
-	})
-	return nil
-}
-
-func (m *multiListener) Addr() net.Addr { return m.lns[0].Addr() }

@@ -99,7 +99,7 @@ var pluginNextSteps = map[string]string{
 	"claude":   "restart Claude Code in this project and approve the agentkernel MCP server (/mcp shows it); try /sandbox npm test",
 	"codex":    "restart Codex; 'codex mcp list' shows agentkernel",
 	"gemini":   "restart Gemini CLI; /mcp shows agentkernel",
-	"opencode": "start the API with 'agentkernel serve', then restart OpenCode (it installs @opencode-ai/plugin itself)",
+	"opencode": "start the API with 'agentkernel serve', export AGENTKERNEL_API_KEY=\"$(cat <data-dir>/api-key)\" (serve prints the path) where OpenCode runs, then restart OpenCode (it installs @opencode-ai/plugin itself)",
 }
 
 func newPluginInstallCmd(a *App) *cobra.Command {

@@ -21,8 +21,14 @@ func (a *App) serveManager() (*sandbox.Manager, func(), error) {
 }
 
 // daemonListen: the daemon runs on Linux only.
-func (a *App) daemonListen(ctx context.Context, o *serveOptions) (net.Listener, func(*api.Server) func(), error) {
+func (a *App) daemonListen(ctx context.Context, o *serveOptions) ([]net.Listener, func(*api.Server) func(), error) {
 	return nil, nil, &ExitError{Code: ExitAgentkernel, Err: errors.New("the daemon runs on Linux only")}
+}
+
+// listenUnixSocket: serving on a unix socket needs its peer's
+// credentials, which are read on Linux only.
+func listenUnixSocket(path string) (net.Listener, error) {
+	return nil, errors.New("serving on a unix socket needs Linux")
 }
 
 // daemonCommands: the daemon runs on Linux only.

@@ -6,6 +6,11 @@
 //	out, err := c.Run(ctx, []string{"python3", "-c", "print(1)"}, nil)
 //	var ae *client.APIError
 //	if errors.As(err, &ae) && ae.ExitCode != nil { … *ae.ExitCode, ae.Output … }
+//
+// A server on a unix socket (`agentkernel serve --unix PATH`, or the
+// daemon's <data-dir>/daemon/api.sock) is reached with the base URL
+// unix:///path/to.sock (AGENTKERNEL_BASE_URL or WithBaseURL) or
+// WithUnixSocket; the server's own user needs no API key there.
 package client
 
 import (
@@ -15,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +31,10 @@ import (
 // DefaultBaseURL is where `agentkernel serve` listens by default.
 const DefaultBaseURL = "http://localhost:18888"
 
+// unixHost is the Host of requests sent over a unix socket (the server
+// does not check it there).
+const unixHost = "http://agentkernel"
+
 // UserAgent is sent with every request.
 const UserAgent = "agentkernel-go-client/0.1"
 
@@ -33,19 +43,39 @@ type Client struct {
 	baseURL string
 	apiKey  string
 	hc      *http.Client
+	// socket is the unix socket to dial ("" for TCP).
+	socket string
 }
 
 // Option configures a Client.
 type Option func(*Client)
 
 // WithBaseURL sets the server's address (default $AGENTKERNEL_BASE_URL,
-// else http://localhost:18888).
-func WithBaseURL(u string) Option { return func(c *Client) { c.baseURL = strings.TrimRight(u, "/") } }
+// else http://localhost:18888): http://host:port, or unix:///path/to.sock
+// for a server on a unix socket.
+func WithBaseURL(u string) Option { return func(c *Client) { c.setBaseURL(u) } }
+
+// WithUnixSocket talks to a server on the unix socket at path (as
+// WithBaseURL("unix://" + path)).
+func WithUnixSocket(path string) Option {
+	return func(c *Client) { c.baseURL, c.socket = unixHost, path }
+}
+
+func (c *Client) setBaseURL(u string) {
+	if p, ok := strings.CutPrefix(u, "unix://"); ok {
+		c.baseURL, c.socket = unixHost, p
+		return
+	}
+	c.baseURL, c.socket = strings.TrimRight(u, "/"), ""
+}
 
 // WithAPIKey sets the API key (default $AGENTKERNEL_API_KEY).
 func WithAPIKey(k string) Option { return func(c *Client) { c.apiKey = k } }
 
-// WithHTTPClient replaces the HTTP client (timeouts, transports).
+// WithHTTPClient replaces the HTTP client (timeouts, transports). With a
+// unix socket base URL, a client whose Transport is nil or an
+// *http.Transport is given a copy of that transport that dials the
+// socket; another RoundTripper must do so itself.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.hc = h } }
 
 // WithTimeout bounds each request (none by default: pass a context with a
@@ -62,12 +92,36 @@ func WithTimeout(d time.Duration) Option {
 func New(opts ...Option) *Client {
 	c := &Client{baseURL: DefaultBaseURL, apiKey: os.Getenv("AGENTKERNEL_API_KEY"), hc: &http.Client{}}
 	if u := os.Getenv("AGENTKERNEL_BASE_URL"); u != "" {
-		c.baseURL = strings.TrimRight(u, "/")
+		c.setBaseURL(u)
 	}
 	for _, o := range opts {
 		o(c)
 	}
+	if c.socket != "" {
+		c.hc = unixClient(c.hc, c.socket)
+	}
 	return c
+}
+
+// unixClient is a copy of hc whose transport dials the unix socket.
+func unixClient(hc *http.Client, socket string) *http.Client {
+	var t *http.Transport
+	switch rt := hc.Transport.(type) {
+	case nil:
+		t = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		t = rt.Clone()
+	default:
+		return hc
+	}
+	t.Proxy = nil
+	t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}
+	h := *hc
+	h.Transport = t
+	return &h
 }
 
 // Sentinel errors an *APIError matches with errors.Is, by status.

@@ -111,6 +111,7 @@ func TestAPIPool(t *testing.T) {
 	h0 = hits()
 	req, _ := http.NewRequest("POST", s.url+"/run/stream", strings.NewReader(`{"command":["sh","-c","echo s; exit 4"],"image":"host"}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

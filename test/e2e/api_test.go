@@ -63,7 +63,16 @@ func startAPI(t testing.TB, args ...string) *apiServer {
 	if tt, ok := t.(*testing.T); ok {
 		a.t = tt
 	}
-	c := a.cmd(context.Background(), append([]string{"serve", "--port", "0"}, args...)...)
+	return startServe(t, a, "listening on ", append([]string{"serve", "--port", "0"}, args...)...)
+}
+
+// startServe starts agentkernel with args (a serve command line) as a,
+// waits for a stderr line holding ready and keeps the rest of that line
+// in url; it stops the server (SIGTERM) when the test ends, checking
+// that it exits cleanly.
+func startServe(t testing.TB, a *ak, ready string, args ...string) *apiServer {
+	t.Helper()
+	c := a.cmd(context.Background(), args...)
 	pr, pw := io.Pipe()
 	s := &apiServer{t: t, a: a, cmd: c, errb: &lockedBuf{}, rec: &recorder{}}
 	c.Stderr = pw
@@ -76,7 +85,7 @@ func startAPI(t testing.TB, args ...string) *apiServer {
 		for sc.Scan() {
 			line := sc.Text()
 			s.errb.Write([]byte(line + "\n"))
-			if _, rest, ok := strings.Cut(line, "listening on "); ok {
+			if _, rest, ok := strings.Cut(line, ready); ok {
 				select {
 				case addr <- rest:
 				default:
@@ -122,7 +131,9 @@ func (s *apiServer) client(key string) *client.Client {
 		client.WithHTTPClient(&http.Client{Transport: s.rec.transport()}))
 }
 
-// raw is one request on the wire, recorded too.
+// raw is one request on the wire, recorded too: with the test's key and,
+// with a body, Content-Type application/json; hdr are name, value pairs
+// that replace those ("Host" too; an empty value removes the header).
 type rawResp struct {
 	status int
 	header http.Header
@@ -141,10 +152,16 @@ func (s *apiServer) raw(method, path, body string, hdr ...string) rawResp {
 		s.t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+apiKey)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i+1] == "" {
+		switch {
+		case hdr[i] == "Host":
+			req.Host = hdr[i+1]
+		case hdr[i+1] == "":
 			req.Header.Del(hdr[i])
-		} else {
+		default:
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
@@ -249,6 +266,16 @@ func TestAPIContract(t *testing.T) {
 		if _, err := s.client("wrong").Status(ctx); !errors.As(err, &ae) || ae.Status != 401 || !errors.Is(err, client.ErrUnauthorized) {
 			t.Errorf("client with a wrong key: %v", err)
 		}
+	})
+
+	// Before auth and routing: Host, Origin, Content-Type (web pages).
+	t.Run("browser-checks", func(t *testing.T) {
+		s.raw("GET", "/health", "", "Host", "evil.example:18888").expect(t, "rebinding Host", 403, "Forbidden: Host \"evil.example:18888\" is not a name of this server*")
+		s.raw("GET", "/status", "", "Host", "localhost").expect(t, "Host localhost", 200, "")
+		s.raw("POST", "/run", `{"command":["true"],"image":"host"}`, "Origin", "http://evil.example").expect(t, "foreign Origin", 403, "Forbidden: requests from web pages are refused*")
+		s.raw("POST", "/run", `{"command":["true"],"image":"host"}`, "Content-Type", "text/plain").expect(t, "text/plain", 415, "Unsupported Content-Type \"text/plain\"*")
+		s.raw("POST", "/run", `{"command":["true"],"image":"host"}`, "Content-Type", "text/plain", "Authorization", "").expect(t, "text/plain before auth", 415, "*")
+		s.raw("POST", "/no/such/route", `x=1`, "Content-Type", "application/x-www-form-urlencoded").expect(t, "form before routing", 415, "*")
 	})
 
 	t.Run("run", func(t *testing.T) {
@@ -468,6 +495,7 @@ func testStream(t *testing.T, s *apiServer, c *client.Client, ctx context.Contex
 	req, _ := http.NewRequestWithContext(ctx, "POST", s.url+"/run/stream",
 		strings.NewReader(`{"command":["sh","-c","echo first; sleep 1; echo second >&2"],"image":"host"}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -637,7 +665,7 @@ func (r *recorder) validate(t *testing.T) {
 	checked := map[string]bool{}
 	for _, ex := range r.exs {
 		tmpl := template(ex.path)
-		if ex.status == 401 || (ex.status == 404 && tmpl != "" && doc.Paths.Find(tmpl) == nil) || ex.status == 413 {
+		if ex.status == 401 || ex.status == 403 || ex.status == 415 || (ex.status == 404 && tmpl != "" && doc.Paths.Find(tmpl) == nil) || ex.status == 413 {
 			// Answered before routing: checked against the Error schema.
 			checkSchema(t, doc, "Error", ex)
 			continue
