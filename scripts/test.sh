@@ -12,7 +12,7 @@ export AGENTKERNEL_TEST_STRICT=1
 FUZZTIME=${FUZZTIME:-10s}
 FUZZCOUNT=${FUZZCOUNT:-5000x}
 
-packages=(busybox-static uidmap)
+packages=(busybox-static uidmap chromium)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
