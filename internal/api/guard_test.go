@@ -317,8 +317,12 @@ func TestServeUnixSocket(t *testing.T) {
 	if code, _ := get(t, dial, "agentkernel", "/status", "Origin", "http://evil.example"); code != 403 {
 		t.Errorf("unix socket, foreign Origin: %d", code)
 	}
-	if !strings.Contains(log.String(), "remote=\"unix uid=") {
-		t.Errorf("access log does not name the unix peer:\n%s", log.String())
+	// (A request's access log line is written after its answer.)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log.String(), "remote=\"unix uid="); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("access log does not name the unix peer:\n%s", log.String())
+			break
+		}
 	}
 
 	sock2 := filepath.Join(dir, "s2")

@@ -22,6 +22,19 @@ import (
 // a command line), the unix socket (peer uid), --insecure-no-auth.
 // browser_attack_test.go attacks it from a real browser.
 
+// waitLog waits up to 10 s for serve's stderr to hold substr (the access
+// log line of a request is written after its answer).
+func (s *apiServer) waitLog(substr string) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(s.errb.String(), substr) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // readKey reads the first line of a key file.
 func readKey(t *testing.T, path string) string {
 	t.Helper()
@@ -285,7 +298,7 @@ func TestServeUnixSocket(t *testing.T) {
 		t.Errorf("second server on the socket: %v", r)
 	}
 	checkOtherUserRefused(t, sock, filepath.Join(a.dir, "marker-other-user"), dir)
-	if !strings.Contains(s.errb.String(), "route=forbidden_peer status=403") {
+	if !s.waitLog("route=forbidden_peer status=403") {
 		t.Errorf("the other user's refusals are not in the access log:\n%s", s.errb.String())
 	}
 	s.stop()

@@ -236,7 +236,9 @@ func browserAttack(t *testing.T, chromium string, serveArgs []string) {
 	if m, _ := filepath.Glob(filepath.Join(proj, "marker-*")); len(m) > 0 {
 		t.Errorf("the page's commands ran: %v", m)
 	}
-	// ... and the refusals are in its access log, from the page's origin.
+	// ... and the refusals are in its access log, from the page's origin
+	// (the last attack's line may still be on its way).
+	s.waitLog("method=OPTIONS path=/run route=forbidden_origin")
 	var refusedPOST, refusedPreflight int
 	for _, line := range strings.Split(s.errb.String(), "\n") {
 		if !strings.Contains(line, "msg=request") || !strings.Contains(line, "path=/run") {
@@ -274,7 +276,7 @@ func browserAttack(t *testing.T, chromium string, serveArgs []string) {
 		t.Errorf("raw attacks ran: %v", m)
 	}
 	for _, route := range []string{"route=forbidden_host status=403", "route=unsupported_media_type status=415"} {
-		if !strings.Contains(s.errb.String(), route) {
+		if !s.waitLog(route) {
 			t.Errorf("access log lacks %s", route)
 		}
 	}
