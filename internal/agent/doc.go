@@ -1,9 +1,14 @@
 // Package agent is the protocol between the CLI (or any other client)
-// and the agent inside a sandbox (the init, PID 1), and between the
-// sandbox's supervisor and that agent while the sandbox starts:
+// and a sandbox's agent, and the agent's server (Server): exec with the
+// client's descriptors as the command's stdio, signals, file operations
+// confined to the sandbox's root (FS), stats and stop, over one
+// listening socket, for any backend that implements Sandbox.
 //
-//	supervisor ──socketpair──▶ agent (PID 1): Ready, then OpServe hands over the listening socket
-//	client ──unix socket (sandboxes/NAME/sock)──▶ agent (PID 1) ──fork──▶ exec stage ──▶ command
+//	client ──unix socket (sandboxes/NAME/sock)──▶ supervisor (Server over native.Instance) ──stub──▶ command in the sandbox
+//
+// The native backend runs the server in the supervisor, outside the
+// sandbox, so no privileged helper lives inside it; a backend that can
+// only act from inside (a VM's guest init) runs the same server there.
 //
 // # Why a small framed protocol of our own
 //

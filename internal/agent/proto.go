@@ -29,10 +29,6 @@ const (
 	// its processes, the agent's resident set); the client adds what the
 	// host sees (cgroup memory and CPU).
 	OpStats = "stats"
-	// OpServe hands the agent the sandbox's listening socket (the one
-	// descriptor attached): from then on clients connect to the agent
-	// directly. Only the supervisor's connection may send it, once.
-	OpServe = "serve"
 	// OpStop stops the sandbox: SIGTERM to every process, SIGKILL after
 	// a grace period, then the agent exits.
 	OpStop = "stop"
@@ -66,8 +62,6 @@ type ExecRequest struct {
 // Response answers a Request (same ID).
 type Response struct {
 	ID uint64 `json:"id"`
-	// Ready is the agent's first message: the sandbox is built.
-	Ready bool `json:"ready,omitempty"`
 	// Started: the command runs as Pid (in the sandbox's PID namespace
 	// as the agent sees it).
 	Started bool `json:"started,omitempty"`

@@ -59,7 +59,7 @@ func sandboxCommands(a *App) []*cobra.Command {
 	}
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
-		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a), newSandboxReapCmd(a))
+		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a))
 	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a)}
 	// Upstream's flat layout: `agentkernel create NAME` and friends.
 	for _, c := range []*cobra.Command{newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRemoveCmd(a), newSandboxListCmd(a)} {
@@ -676,32 +676,7 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 				return fail(fmt.Errorf("spec.json: %w", err))
 			}
 			be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})
-			reap := []string{"agentkernel", "--data-dir", a.DataDir, "sandbox", "reap", args[0]}
-			if err := supervisor.Serve(context.Background(), be, &spec, dir, ready, reap); err != nil {
-				return &ExitError{Code: ExitAgentkernel, Err: err}
-			}
-			return nil
-		},
-	}
-}
-
-// newSandboxReapCmd is the hidden end of a waiting supervisor: the
-// supervisor's process, once its sandbox's init exited, runs it to
-// collect the init and clean up (supervisor.Reap).
-func newSandboxReapCmd(a *App) *cobra.Command {
-	return &cobra.Command{
-		Use:    "reap NAME PID",
-		Hidden: true,
-		Args:   cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := validName(args[0]); err != nil {
-				return err
-			}
-			pid, err := strconv.Atoi(args[1])
-			if err != nil || pid <= 0 {
-				return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("invalid pid %q", args[1])}
-			}
-			if err := supervisor.Reap(filepath.Join(a.DataDir, "sandboxes", args[0]), pid); err != nil {
+			if err := supervisor.Serve(context.Background(), be, &spec, dir, ready); err != nil {
 				return &ExitError{Code: ExitAgentkernel, Err: err}
 			}
 			return nil

@@ -5,29 +5,24 @@
 // `agentkernel sandbox start NAME` spawns `agentkernel sandbox supervise
 // NAME` in a session of its own with stdio going to
 // <data-dir>/sandboxes/<NAME>/supervisor.log. The supervisor boots the
-// sandbox with the native backend (native.Backend.Start: the init stays
-// PID 1 as the sandbox's agent), binds <data-dir>/sandboxes/<NAME>/sock
-// (0600) and hands the listening socket to the init (agent.OpServe),
-// which from then on serves clients itself: the agent protocol (package
-// agent: SOCK_SEQPACKET, one JSON object per datagram, descriptors
-// passed with SCM_RIGHTS), stop and stats included, one hop instead of
-// a relay.
+// sandbox with the native backend (native.Backend.Start), whose PID 1 is
+// then an idle stub with no privilege at all, binds
+// <data-dir>/sandboxes/<NAME>/sock (0600) and serves the agent protocol
+// there itself (agent.Server over the native.Instance: package agent,
+// SOCK_SEQPACKET, one JSON object per datagram, descriptors passed with
+// SCM_RIGHTS): exec, files, stats and stop, each done from outside the
+// sandbox, as runc exec does. Nothing of agentkernel with a privilege
+// lives in the sandbox's PID namespace.
 //
-// The supervisor then only has to outlive the init and clean up after
-// it, and a Go process that waits keeps megabytes resident; so it
-// becomes the exec stub (native.ExecWaiter, amd64): a two-record script,
-// waitid on the init without reaping it, then execveat of agentkernel
-// as `sandbox reap NAME PID` (Reap), which collects the init's status,
-// records why it ended unless it was asked to stop (exit-reason),
-// removes the socket and the cgroup and exits. The process keeps its
-// pid and start time through both execs, so supervisor.pid stays true.
-// Idle, a sandbox costs its init's memory (about 3.4 MiB resident after
-// an idle trim) plus ~12 KiB. Where no stub exists the Go supervisor
-// waits instead (AGENTKERNEL_SUPERVISOR_NO_STUB=1 forces that, for
-// tests). When the supervisor is killed, the init dies with it
-// (Pdeathsig), its PID and mount namespaces and so every mount go with
-// it; Manager reconciles the state (running → stopped, with the reason)
-// on the next read and GC removes the empty cgroup.
+// When PID 1 ends (a stop, or killed), the supervisor records why unless
+// it was asked to stop (exit-reason), removes the socket and the cgroup
+// and exits. Idle, it trims its own memory (package idletrim), so a
+// sandbox costs its Go process after the trim plus PID 1's few KiB. When
+// the supervisor is killed, PID 1 dies with it (Pdeathsig, and its wait
+// on the config socket), its PID and mount namespaces and so every
+// mount go with it; Manager reconciles the state (running → stopped,
+// with the reason) on the next read and GC removes the empty cgroup and
+// frees the sandbox's host ids once it is removed.
 //
 // Manager implements sandbox.Lifecycle and Conn implements sandbox.Conn:
 // the faces call sandbox.Manager, which calls these. Manager opens the

@@ -432,6 +432,14 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	if err := st.Delete(ctx, name); err != nil {
 		return storeErr(name, err)
 	}
+	var spec sandbox.Spec
+	if json.Unmarshal(sb.Spec, &spec) == nil {
+		spec.Name = name
+		if err := native.ReleaseIDs(m.DataDir, &spec, m.Dir(name)); err != nil {
+			// Nothing is lost: gc frees it later.
+			_ = err
+		}
+	}
 	return os.RemoveAll(m.Dir(name))
 }
 
@@ -497,6 +505,7 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 	var removed []string
 	var errs []error
 	known := map[string]bool{}
+	ids := map[string]string{}
 	now := time.Now()
 	for _, sb := range all {
 		known[sb.Name] = true
@@ -511,6 +520,24 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 		}
 		if sb.Status == sandbox.StatusStopped && !dryRun {
 			removed = append(removed, native.RemoveCgroups(strings.ReplaceAll(sb.UUID, "-", ""))...)
+		}
+	}
+	// Host uid ranges reserved for sandboxes that are gone (a remove
+	// that was killed midway).
+	listed := false
+	if st, err := m.Store(ctx); err == nil {
+		if rows, err := st.List(ctx); err == nil {
+			listed = true
+			for _, sb := range rows {
+				ids[sb.Name] = SpecID(sb)
+			}
+		}
+	}
+	if listed { // never judge reservations on a list that failed
+		if freed, err := native.GCIDs(m.DataDir, ids, dryRun); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, freed...)
 		}
 	}
 	ents, _ := os.ReadDir(filepath.Join(m.DataDir, "sandboxes"))

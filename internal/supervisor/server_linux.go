@@ -2,15 +2,10 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -20,18 +15,17 @@ import (
 )
 
 // Serve boots the sandbox described by spec with its writable layer in
-// dir, hands the sandbox's socket (dir/sock) to its init, which serves
-// clients itself from then on, writes "ok" (or the error) to ready, and
-// waits for the init to end. Where the exec stub exists it waits as the
-// stub (native.ExecWaiter): this process then holds a few KiB instead
-// of a Go runtime, and runs reap (its argv, plus the init's pid) once
-// the init exited; elsewhere it waits here. Either way Reap cleans up.
+// dir, serves the agent protocol (package agent) on the sandbox's socket
+// (dir/sock) itself, writes "ok" (or the error) to ready, and returns
+// once the sandbox's PID 1 has exited (stopped, or killed), after
+// cleaning up. The sandbox's PID 1 is an idle stub with no privilege
+// (native.Instance): every exec, file operation and stop is done from
+// here, outside the sandbox.
 //
-// Serve locks its OS thread for good: the init's Pdeathsig follows the
-// thread that forked it, which must be the one that execs the stub.
-func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir string, ready *os.File, reap []string) error {
+// Serve locks its OS thread for good: PID 1's Pdeathsig follows the
+// thread that forked it.
+func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir string, ready *os.File) error {
 	runtime.LockOSThread()
-	waiter := native.ReserveWaiterFds(ready)
 	sockPath := filepath.Join(dir, "sock")
 	_ = os.Remove(sockPath)
 	_ = os.Remove(filepath.Join(dir, "exit-reason"))
@@ -66,83 +60,30 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	if err != nil {
 		return kill(fmt.Errorf("listening on %s: %w", sockPath, err))
 	}
-	if err := handOver(inst, lfd); err != nil {
-		return kill(fmt.Errorf("handing the socket to the sandbox: %w", err))
-	}
+	srv := agent.NewServer(inst)
+	defer srv.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(lfd)
+	}()
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
 	// Who we are, for a starter that was killed before it could record
-	// us (Manager.adopt). The pid and start time stay ours as the stub.
+	// us (Manager.adopt).
 	if st, err := ProcStart(os.Getpid()); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
 	}
 	if ready != nil {
 		fmt.Fprint(ready, "ok")
-	}
-	// AGENTKERNEL_SUPERVISOR_NO_STUB=1 keeps the Go supervisor waiting
-	// (the path of architectures without the stub; tests use it).
-	select {
-	case <-inst.Done():
-		// Already over (its status is collected here): no stub.
-		waiter = false
-	default:
-	}
-	if waiter && reap != nil && os.Getenv("AGENTKERNEL_SUPERVISOR_NO_STUB") != "1" {
-		// Replaces fd 3 (ready: the starter sees its end) and returns
-		// only when this process cannot become the stub.
-		err := native.ExecWaiter(inst.Pid(), append(slices.Clone(reap), strconv.Itoa(inst.Pid())), os.Environ())
-		if !errors.Is(err, sandbox.ErrUnsupported) {
-			fmt.Fprintf(os.Stderr, "agentkernel supervisor: %v; waiting as a Go process\n", err)
-		}
-	}
-	if ready != nil {
 		ready.Close()
 	}
 	<-inst.Done()
+	// No new clients: the socket goes first, then the listener.
+	_ = os.Remove(sockPath)
+	_ = unix.Shutdown(lfd, unix.SHUT_RDWR)
+	<-served
 	finish(dir, spec.ID, inst.ExitReason())
 	inst.Close()
-	return nil
-}
-
-// handOver sends the init the listening socket (agent.OpServe) and
-// waits for its answer. Nothing else of the host goes in: the init runs
-// in the sandbox's namespaces, and a descriptor of a host directory
-// there would be one step from the host's files.
-func handOver(inst *native.Instance, lfd int) error {
-	if err := inst.Conn().Send(agent.Request{ID: 1, Op: agent.OpServe}, lfd); err != nil {
-		return err
-	}
-	var resp agent.Response
-	fds, err := inst.Conn().Recv(&resp)
-	agent.CloseFds(fds)
-	if err != nil {
-		return err
-	}
-	if resp.Error != "" {
-		return errors.New(resp.Error)
-	}
-	return nil
-}
-
-// Reap is the end of a waiting supervisor (`sandbox reap NAME PID`, run
-// by the stub once the init exited): it collects the init's status and
-// cleans up after it.
-func Reap(dir string, pid int) error {
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("waiting for the sandbox init (pid %d): %w", pid, err)
-		}
-		break
-	}
-	var spec sandbox.Spec
-	if b, err := os.ReadFile(filepath.Join(dir, "spec.json")); err == nil {
-		_ = json.Unmarshal(b, &spec)
-	}
-	finish(dir, spec.ID, native.ExitReason(syscall.WaitStatus(ws), nil))
 	return nil
 }
 

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,89 +15,110 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/supervisor"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
-// TestSandboxSupervisorIsStub: on amd64 a running sandbox's supervisor
-// is the waiting stub (a few KiB, not a Go runtime); the init serves
-// clients itself. When the init dies on its own the stub runs the
-// reaper, which records why, removes the socket and the cgroup, and
-// ends the supervisor. AGENTKERNEL_SUPERVISOR_NO_STUB=1 (the path of
-// other architectures) keeps a Go supervisor waiting: same behaviour.
-func TestSandboxSupervisorIsStub(t *testing.T) {
-	for _, goSup := range []bool{false, true} {
-		name := "stub"
-		if goSup {
-			name = "gosup"
+// TestSandboxPID1IsIdleStub: a running sandbox's PID 1 is the stub,
+// idle, holding nothing (no capability in any set, no_new_privs, a
+// seccomp filter), a few KiB resident, both as the host and as the
+// sandbox see it; the supervisor serves clients from outside the
+// sandbox. When PID 1 dies on its own the supervisor records why,
+// removes the socket and the cgroup, and ends.
+func TestSandboxPID1IsIdleStub(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("persistent sandboxes need the exec stub (amd64)")
+	}
+	const name = "idle"
+	a := newAK(t)
+	a.must("sandbox", "create", name, "--image", "host", "--start")
+	t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
+	sup, ini, err := sandboxPids(a.dataDir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.TrimRight(string(settledCmdline(ini)), "\x00"); cmd != "agentkernel:init" {
+		t.Fatalf("PID 1 cmdline %q, want the stub", cmd)
+	}
+	if m, err := readMem(ini); err != nil || m.rss > 1024 {
+		t.Errorf("PID 1 RSS %d kB (%v)", m.rss, err)
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(ini) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHoldsNothing(t, "PID 1 seen from the host", string(st))
+	r := a.must("exec", name, "--", "cat", "/proc/1/status")
+	checkHoldsNothing(t, "PID 1 seen from inside", r.stdout)
+	if r := a.run("exec", name, "--", "sh", "-c", "echo ok; exit 7"); r.stdout != "ok\n" || r.code != 7 {
+		t.Errorf("exec: %v", r)
+	}
+	// Nothing else of agentkernel lives in the sandbox's PID namespace:
+	// PID 1 and the shell (read and echo are built in).
+	if r := a.must("exec", name, "--", "sh", "-c", "for p in /proc/[0-9]*; do read c < $p/comm; echo $c; done"); r.stdout != "agentkernel-ini\nsh\n" {
+		t.Errorf("processes in a fresh sandbox: %q", r.stdout)
+	}
+	// PID 1 dies on its own: recorded, cleaned up, supervisor gone.
+	if err := syscall.Kill(ini, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(sup, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(sup, 0) == nil {
+		if st, _ := os.ReadFile("/proc/" + strconv.Itoa(sup) + "/stat"); !strings.Contains(string(st), ") Z ") {
+			t.Fatalf("supervisor %d still runs after PID 1 died", sup)
 		}
-		t.Run(name, func(t *testing.T) {
-			a := newAK(t)
-			if goSup {
-				a.env = append(a.env, "AGENTKERNEL_SUPERVISOR_NO_STUB=1")
-			}
-			a.must("sandbox", "create", name, "--image", "host", "--start")
-			t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
-			sup, ini, err := sandboxPids(a.dataDir, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd := settledCmdline(sup)
-			isStub := strings.TrimRight(string(cmd), "\x00") == "agentkernel:supervise"
-			if want := !goSup && runtime.GOARCH == "amd64"; isStub != want {
-				t.Fatalf("supervisor cmdline %q (want the stub: %v)", cmd, want)
-			}
-			if isStub {
-				if m, err := readMem(sup); err != nil || m.rss > 1024 {
-					t.Errorf("stub supervisor RSS %d kB (%v)", m.rss, err)
-				}
-			}
-			if r := a.run("exec", name, "--", "sh", "-c", "echo ok; exit 7"); r.stdout != "ok\n" || r.code != 7 {
-				t.Errorf("exec: %v", r)
-			}
-			// Only the supervisor may hand the agent a socket to serve.
-			c, err := supervisor.Dial(filepath.Join(a.dataDir, "sandboxes", name, "sock"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			devnull, _ := os.Open(os.DevNull)
-			if _, err := c.Call(context.Background(), agent.Request{Op: agent.OpServe}, int(devnull.Fd())); err == nil || !strings.Contains(err.Error(), "refused") {
-				t.Errorf("a client's OpServe: %v", err)
-			}
-			devnull.Close()
-			c.Close()
-			// The init dies on its own: recorded, cleaned up, supervisor gone.
-			if err := syscall.Kill(ini, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for syscall.Kill(sup, 0) == nil && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if syscall.Kill(sup, 0) == nil {
-				if st, _ := os.ReadFile("/proc/" + strconv.Itoa(sup) + "/stat"); !strings.Contains(string(st), ") Z ") {
-					t.Fatalf("supervisor %d still runs after its init died", sup)
-				}
-			}
-			i := a.info(name)
-			if i.Status != "stopped" || !strings.Contains(i.StopReason, "killed by signal 9") {
-				t.Errorf("after the init was killed: %+v", i)
-			}
-			dir := filepath.Join(a.dataDir, "sandboxes", name)
-			if _, err := os.Stat(filepath.Join(dir, "sock")); err == nil {
-				t.Errorf("socket left behind")
-			}
-			if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), a.dataDir) {
-				t.Errorf("mount left under %s", a.dataDir)
-			}
-			// It starts again, and a stop is the user's, not a crash.
-			a.must("sandbox", "start", name)
-			a.must("sandbox", "stop", name)
-			if i := a.info(name); i.Status != "stopped" || i.StopReason != "stopped by user" {
-				t.Errorf("after stop: %+v", i)
-			}
-		})
+	}
+	i := a.info(name)
+	if i.Status != "stopped" || !strings.Contains(i.StopReason, "killed by signal 9") {
+		t.Errorf("after PID 1 was killed: %+v", i)
+	}
+	dir := filepath.Join(a.dataDir, "sandboxes", name)
+	if _, err := os.Stat(filepath.Join(dir, "sock")); err == nil {
+		t.Errorf("socket left behind")
+	}
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), a.dataDir) {
+		t.Errorf("mount left under %s", a.dataDir)
+	}
+	// It starts again, and a stop is the user's, not a crash.
+	a.must("sandbox", "start", name)
+	a.must("sandbox", "stop", name)
+	if i := a.info(name); i.Status != "stopped" || i.StopReason != "stopped by user" {
+		t.Errorf("after stop: %+v", i)
+	}
+}
+
+// checkHoldsNothing fails t unless the /proc/<pid>/status text says
+// the process has no capability in any set, no_new_privs and a seccomp
+// filter.
+func checkHoldsNothing(t *testing.T, who, status string) {
+	t.Helper()
+	seen := 0
+	for _, l := range strings.Split(status, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		want := ""
+		switch k {
+		case "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb":
+			want = "0000000000000000"
+		case "NoNewPrivs":
+			want = "1"
+		case "Seccomp":
+			want = "2"
+		default:
+			continue
+		}
+		seen++
+		if v != want {
+			t.Errorf("%s: %s is %s, want %s", who, k, v, want)
+		}
+	}
+	if seen != 7 {
+		t.Errorf("%s: status lacks capability, no_new_privs or seccomp lines:\n%s", who, status)
 	}
 }
 
@@ -177,8 +197,13 @@ func TestRootlessPersistentSandbox(t *testing.T) {
 			t.Errorf("pid %d runs as uid %d, not the user's %d", pid, owner, uid)
 		}
 	}
-	if cmd := settledCmdline(sup); runtime.GOARCH == "amd64" && strings.TrimRight(string(cmd), "\x00") != "agentkernel:supervise" {
-		t.Errorf("supervisor is %q, not the stub", cmd)
+	if cmd := strings.TrimRight(string(settledCmdline(ini)), "\x00"); cmd != "agentkernel:init" {
+		t.Errorf("PID 1 is %q, not the stub", cmd)
+	}
+	if st, err := os.ReadFile("/proc/" + strconv.Itoa(ini) + "/status"); err != nil {
+		t.Error(err)
+	} else {
+		checkHoldsNothing(t, "rootless PID 1", string(st))
 	}
 	if r := a.run("exec", "rl", "--", "sh", "-c", "id -u; echo data > /tmp/f; exit 4"); r.code != 4 || r.stdout != "0\n" {
 		t.Errorf("exec: %v", r)

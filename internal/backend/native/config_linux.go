@@ -118,4 +118,8 @@ type execConfig struct {
 	// filterLoaded: the stub loaded Filter in its first script
 	// (initState.earlyFilter), so its last one does not.
 	filterLoaded bool
+	// inRoot: the script is built outside the sandbox (a persistent
+	// sandbox's supervisor): paths are looked up below rootFd.
+	inRoot bool
+	rootFd int
 }

@@ -8,7 +8,8 @@
 //
 // STATUS: done and tested — root and rootless callers, busybox and host
 // images, overlay root, /proc /dev /sys, nested user namespace (root
-// inside = host 100000), idmapped volumes, cgroups v1 (v2 code path
+// inside = the first id of the sandbox's own block of host ids),
+// idmapped layers and volumes, cgroups v1 (v2 code path
 // untested here), seccomp default / no-ptrace / allowlist, capabilities,
 // Landlock, tty, timeouts, signals, keep, GC, concurrency. Speed: see
 // bench/README.md ("run /bin/true"). Left: see the end.
@@ -86,9 +87,10 @@
 //     `sh -c 'sleep 100 & exit 0'` returns at once and leaves nothing.
 //
 //  3. The exec stage becomes the command. For a root caller it lives in a
-//     user namespace of its own that maps 0..65535 to host
-//     100000..165535 (the range the image store shifts layer ownership
-//     into) and that owns *none* of the sandbox's other namespaces: root
+//     user namespace of its own that maps 0..65535 to the sandbox's block
+//     of host ids (idrange, below; the layers and volumes are idmapped
+//     through the same namespace) and that owns *none* of the sandbox's
+//     other namespaces: root
 //     inside cannot mount, configure the network, set the hostname or
 //     remount /proc/sys, whatever capabilities it keeps. In order, on one
 //     thread: drop the bounding set to Spec.Security.Capabilities, clear
@@ -133,10 +135,22 @@
 // command brings only the stdio, the seccomp filter and the execve
 // (buildStubPrepared).
 //
-// The same stub outlives a persistent sandbox's init as its supervisor
-// (waiter_linux.go, ExecWaiter): a script of waitid then execveat of
-// agentkernel's `sandbox reap`, so an idle sandbox keeps no second Go
-// runtime resident.
+// The same stub is a persistent sandbox's PID 1 once the init is done
+// (persist_linux.go, pid1IdleScript), and starts every command exec'd
+// into it from outside (execJoinScripts: its FORK record forks the
+// command into the sandbox's PID namespace).
+//
+// # PID 1 holds nothing
+//
+// Whichever way a sandbox is built, its PID 1, once the command's first
+// instruction may run, has no capability in any set (bounding included),
+// securebits that keep uid 0 from regaining any (locked), no_new_privs
+// and a seccomp filter: the stub's script ends with addLockdown and a
+// filter that allows only its last few system calls (pid1Filter); a
+// re-executed init that stays PID 1 for a run drops everything on every
+// thread of its Go runtime and loads the command's own filter
+// (lockdown_linux.go). A container scanner reading PID 1's status finds
+// nothing to flag; reaping needs no privilege.
 //
 // # Seccomp and Landlock without their helper libraries' hot paths
 //
@@ -256,14 +270,32 @@
 //
 // Backend.Start boots the same sandbox with initConfig.Persistent: the
 // boot's exec stage is retired after pivot_root (it existed for the
-// idmapped volumes' user namespace) and the init stays PID 1 as the
-// sandbox's agent (package agent), serving requests on fd 3. Each exec
-// forks a fresh exec stage exactly as a run does — stub or Go, own user
-// namespace, bounding set, ids, no_new_privs, Landlock, the seccomp
-// program the parent sent at boot — inside the init's cgroup (inherited),
-// with the caller's descriptors as its stdio. File operations run in the
-// agent, whose root is the sandbox's, through agent.FS (openat2). The
-// overlay's upper and work dirs live on disk in the sandbox's directory.
+// idmaps of the layers and volumes), and the init sends the supervisor a
+// descriptor of the sandbox's root and the resolved exec template, then
+// replaces itself with the stub as the idle, locked-down PID 1. Every
+// exec, file operation and stop is done by the supervisor from outside
+// the sandbox, as runc exec does: the stub joins the sandbox's cgroup
+// and namespaces through PID 1's pidfd, gets its own user namespace
+// (mapped by the supervisor) and cgroup namespace, forks into the PID
+// namespace and runs the exec stage's steps; the supervisor, a child
+// subreaper, adopts and reaps the command. File operations use agent.FS
+// on the root descriptor (openat2). The overlay's upper and work dirs
+// live on disk in the sandbox's directory, owned by the sandbox's block
+// of host ids, which it keeps from its first start to its removal
+// (persist_ids_linux.go). A Go process cannot enter another user
+// namespace, so persistent sandboxes need the stub (amd64).
+//
+// # Host ids (idrange)
+//
+// A root caller's sandbox runs in a block of 65536 host ids of its own
+// from systemd's container range (package idrange: flock leases for
+// ephemeral sandboxes, reservations for persistent ones), clear of every
+// /etc/subuid and /etc/subgid range. The image store keeps layers with
+// the image's own ids; the init stacks read-only idmapped clones of them
+// (idmappedLayers), shifted by the command's user namespace. Writable
+// host directories are idmapped through a namespace of their own in
+// which the sandbox's root stands for the invoking user
+// (bindns_linux.go).
 //
 // # Profiling
 //
@@ -285,6 +317,7 @@
 //     hierarchies, the mounts.
 //   - Rootless runs map one uid; newuidmap/newgidmap with /etc/subuid
 //     ranges are not used yet, so multi-uid images show unmapped files.
+//   - Persistent sandboxes need the stub, built for amd64 only.
 //   - The tty's pty comes from the host's devpts (the command's ttyname
 //     fails; isatty, stty and the window size work).
 //   - DiskMB is not enforced for --keep (the upper dir is on disk).

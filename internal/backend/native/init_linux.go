@@ -95,14 +95,14 @@ type initState struct {
 // called below; doc.go explains why they are in this order.
 func initMain() int {
 	s := &initState{
-		sock:     os.NewFile(fdConfig, "config"),
-		errW:     os.NewFile(fdErr, "errors"),
+		sock:      os.NewFile(fdConfig, "config"),
+		errW:      os.NewFile(fdErr, "errors"),
 		usernsFd:  -1,
 		ownerNsFd: -1,
 		cgroupFD:  -1,
 		proc:      "/proc",
-		sigs:     make(chan os.Signal, 8),
-		stdio:    [3]uintptr{0, 1, 2},
+		sigs:      make(chan os.Signal, 8),
+		stdio:     [3]uintptr{0, 1, 2},
 	}
 	// A signal from the parent namespace would kill PID 1 by default; catch
 	// the forwarded ones before anything else.
@@ -145,7 +145,7 @@ func initMain() int {
 	}
 	s.errW.Close()
 	if s.cfg.Persistent {
-		return s.serve()
+		return s.becomeIdle()
 	}
 	return s.supervise()
 }

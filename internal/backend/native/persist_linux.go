@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,35 +18,71 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/idletrim"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// Persistent sandboxes. Start boots the same three-stage sandbox as Run,
-// with one difference in the init: once the root is ready it does not
-// release an exec stage with a command and wait for it; it stays PID 1 as
-// the sandbox's agent and serves requests (package agent): first on the
-// config socket, fd 3, where the supervisor hands it the sandbox's
-// listening socket (OpServe); from then on on every client connection
-// accepted there, each with its own request IDs. Each exec forks a fresh exec stage exactly as a run does
-// (stub or Go, own user namespace, bounding set, ids, no_new_privs,
-// Landlock, the same seccomp program, inside the init's cgroup), with the
-// caller's descriptors as its fds 0-2. File operations run in the agent
-// itself, whose root is the sandbox's root, through agent.FS (openat2,
-// RESOLVE_IN_ROOT). The writable layer lives on disk (dir/upper and
-// dir/work), so a stopped sandbox keeps its files.
+// Persistent sandboxes. Start boots the same sandbox as a run's
+// re-executed init (initConfig.Persistent). Once the root is ready the
+// init retires the boot's exec stage, sends the caller (the supervisor)
+// a descriptor of the sandbox's root and the resolved exec template, and
+// replaces itself with the stub as the sandbox's idle PID 1
+// (pid1IdleScript): no capability, locked securebits, no_new_privs, a
+// seccomp filter that allows only its wait, SIGCHLD ignored so that the
+// kernel reaps orphans, and a read of the config socket that returns
+// when the supervisor closes it or dies.
+//
+// Everything else is done from outside the sandbox by the supervisor, as
+// runc exec does, so no process inside the sandbox ever holds a
+// privilege the sandbox's own commands do not:
+//
+//   - Exec forks the stub, which joins the sandbox's cgroup, enters its
+//     namespaces through PID 1's pidfd (setns), gets a user namespace of
+//     its own (root caller: mapped to the sandbox's block, the maps
+//     written by the supervisor; rootless: PID 1's), forks into the PID
+//     namespace (the stub's FORK record: the intermediate reports the
+//     command's pid and exits, and the supervisor, a child subreaper,
+//     adopts the command) and runs the same steps as a run's exec stage
+//     before execve. The supervisor collects the status itself.
+//   - File operations run in the supervisor through agent.FS on the
+//     root descriptor (openat2, RESOLVE_IN_ROOT).
+//   - Stop sends SIGTERM to every process of the sandbox's PID namespace
+//     but PID 1, waits up to termGrace, then closes the config socket:
+//     PID 1 exits and the kernel kills what is left.
+//
+// The writable layer lives on disk (dir/upper and dir/work), so a
+// stopped sandbox keeps its files. Persistent sandboxes need the stub
+// (amd64): a Go process cannot enter another user namespace.
 
 // Instance is a running persistent sandbox, owned by the process that
-// called Start (the supervisor): the init dies with it (Pdeathsig).
+// called Start (the supervisor): PID 1 dies with it (Pdeathsig, and its
+// wait on the config socket).
 type Instance struct {
 	r     *runState
-	pid   int
-	conn  *agent.Conn
-	start time.Time
+	pid   int // PID 1 in the caller's PID namespace
+	pidfd int
+	// rootFd is the sandbox's root (from PID 1, after pivot_root).
+	rootFd int
+	// exec is the template of every command (the image's environment,
+	// working directory, user, Landlock paths, the seccomp program);
+	// homeAdded says its last Env entry is a HOME the init derived.
+	exec      execConfig
+	homeAdded bool
+	// rootUID/rootGID: the sandbox root's host ids.
+	rootUID, rootGID int
+	sock             *os.File // the config socket, which PID 1 waits on
+	endOnce          sync.Once
+	start            time.Time
 
 	done    chan struct{}
 	ws      syscall.WaitStatus
 	initErr error
+}
+
+// persistReady is the init's last message before it becomes the idle
+// PID 1.
+type persistReady struct {
+	Exec      execConfig `json:"exec"`
+	HomeAdded bool       `json:"home_added,omitempty"`
 }
 
 // Start boots a persistent sandbox for spec whose writable layer lives in
@@ -55,6 +91,9 @@ type Instance struct {
 func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec, dir string, stderr *os.File) (*Instance, error) {
 	if spec.Network.Mode == sandbox.NetworkFull {
 		return nil, fmt.Errorf("network egress is %w yet by the native backend", sandbox.ErrUnsupported)
+	}
+	if execStub == "" {
+		return nil, fmt.Errorf("persistent sandboxes need the exec stub, which is built for amd64 only: %w", sandbox.ErrUnsupported)
 	}
 	r := &runState{b: b, spec: spec, id: spec.ID, persistent: true}
 	if r.id == "" {
@@ -84,6 +123,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		return nil, err
 	}
 	cfg.Persistent = true
+	cfg.GoExecStage = false
 	if !cfg.Host {
 		for _, d := range []string{"upper", "work"} {
 			p := filepath.Join(dir, d)
@@ -105,14 +145,13 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		stderr = devNull
 	}
 	// The same fork as a run's (launch): config queued, cgroup joined and
-	// seccomp filter sent while the init boots. The config socket then
-	// carries the agent protocol.
+	// seccomp filter sent while the init boots.
 	l, err := r.launch(cfg, &stdioFiles{child: [3]*os.File{devNull, stderr, stderr}})
 	if err != nil {
 		return nil, err
 	}
-	pid := l.pid
-	inst := &Instance{r: r, pid: pid, conn: agent.NewConn(l.sock), start: time.Now(), done: make(chan struct{})}
+	inst := &Instance{r: r, pid: l.pid, pidfd: -1, rootFd: -1, sock: l.sock, start: time.Now(), done: make(chan struct{}),
+		rootUID: cfg.RootUID, rootGID: cfg.RootGID}
 	go func() {
 		ex := <-l.waitCh
 		inst.ws = ex.ws
@@ -123,42 +162,87 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	}()
 	ready := make(chan error, 1)
 	go func() {
-		var resp agent.Response
-		_, err := inst.conn.Recv(&resp)
-		if err == nil && !resp.Ready {
-			err = errors.New("unexpected first message from the sandbox agent")
+		err := inst.readReady()
+		if err == nil {
+			// PID 1 is the stub now, and says so once it holds nothing.
+			var b [8]byte
+			if n, rerr := unix.Read(int(inst.sock.Fd()), b[:]); rerr != nil || n != 1 {
+				err = fmt.Errorf("PID 1 did not lock down (%v)", rerr)
+			}
 		}
 		ready <- err
 	}()
-	select {
-	case err := <-ready:
-		if err == nil {
-			return inst, nil
-		}
-		_ = unix.Kill(pid, unix.SIGKILL)
+	fail := func(err error) (*Instance, error) {
+		_ = unix.Kill(l.pid, unix.SIGKILL)
 		<-inst.done
+		inst.closeFds()
 		if inst.initErr != nil {
 			return nil, inst.initErr
 		}
-		return nil, fmt.Errorf("the sandbox init failed (%v)", err)
-	case <-ctx.Done():
-		_ = unix.Kill(pid, unix.SIGKILL)
-		<-inst.done
-		return nil, ctx.Err()
+		return nil, err
 	}
+	select {
+	case err := <-ready:
+		if err != nil {
+			return fail(fmt.Errorf("the sandbox init failed (%v)", err))
+		}
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	if inst.pidfd, err = unix.PidfdOpen(l.pid, 0); err != nil {
+		return fail(fmt.Errorf("pidfd of the sandbox's PID 1: %w", err))
+	}
+	// The stub that starts a command forks it into the sandbox's PID
+	// namespace and exits: the command is then ours to reap.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("becoming a child subreaper: %w", err))
+	}
+	return inst, nil
 }
 
-// Pid is the init's pid in the caller's PID namespace.
+// readReady reads the init's persistReady message: 'R' with the root's
+// descriptor and a memfd holding the JSON.
+func (i *Instance) readReady() error {
+	var b [8]byte
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	n, oobn, _, _, err := unix.Recvmsg(int(i.sock.Fd()), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	var fds []int
+	if oobn > 0 {
+		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			fds, _ = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if n != 1 || b[0] != 'R' || len(fds) != 2 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return errors.New("unexpected message from the sandbox init")
+	}
+	i.rootFd = fds[0]
+	f := os.NewFile(uintptr(fds[1]), "ready")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	var m persistReady
+	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&m); err != nil {
+		return fmt.Errorf("the sandbox init's exec template: %w", err)
+	}
+	i.exec, i.homeAdded = m.Exec, m.HomeAdded
+	return nil
+}
+
+// Pid is PID 1's pid in the caller's PID namespace.
 func (i *Instance) Pid() int { return i.pid }
 
-// Conn is the connection to the sandbox's agent.
-func (i *Instance) Conn() *agent.Conn { return i.conn }
-
-// Done is closed when the init has exited.
+// Done is closed when PID 1 has exited.
 func (i *Instance) Done() <-chan struct{} { return i.done }
 
-// ExitReason describes how the init ended (after Done): "" for a stop
-// it was asked for.
+// ExitReason describes how PID 1 ended (after Done): "" for a stop it was
+// asked for.
 func (i *Instance) ExitReason() string { return ExitReason(i.ws, i.initErr) }
 
 // ExitReason describes how a persistent sandbox's init ended, from its
@@ -171,7 +255,7 @@ func ExitReason(ws syscall.WaitStatus, initErr error) string {
 	case ws.Signaled():
 		return "sandbox init killed by signal " + strconv.Itoa(int(ws.Signal()))
 	case ws.ExitStatus() != 0:
-		return "sandbox init exited with status " + strconv.Itoa(ws.ExitStatus())
+		return "sandbox init exited with status " + strconv.Itoa(int(ws.ExitStatus()))
 	}
 	return ""
 }
@@ -184,12 +268,525 @@ func (i *Instance) Kill() {
 	}
 }
 
-// Close releases what the sandbox holds on the host (its cgroup) once
-// the init has exited.
+// end has PID 1 exit (status 0) by closing the socket it waits on; the
+// PID namespace's teardown kills what is left.
+func (i *Instance) end() {
+	i.endOnce.Do(func() { i.sock.Close() })
+}
+
+// Stop sends SIGTERM to every process of the sandbox but PID 1, waits up
+// to termGrace for them to end, then ends PID 1 (and with it whatever is
+// left) and returns once it has exited.
+func (i *Instance) Stop() {
+	for _, p := range i.members() {
+		if p != i.pid {
+			_ = unix.Kill(p, unix.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(termGrace)
+	for time.Now().Before(deadline) && len(i.members()) > 1 {
+		select {
+		case <-i.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	i.end()
+	<-i.done
+}
+
+// members lists the host pids of the processes in the sandbox's PID
+// namespace, PID 1 included.
+func (i *Instance) members() []int {
+	var want unix.Stat_t
+	if err := unix.Stat("/proc/"+strconv.Itoa(i.pid)+"/ns/pid", &want); err != nil {
+		return nil
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+e.Name()+"/ns/pid", &st) == nil && st.Ino == want.Ino && st.Dev == want.Dev {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Stats reports the sandbox's uptime, its processes and PID 1's resident
+// set (the caller adds its own and the cgroup's figures).
+func (i *Instance) Stats() agent.Stats {
+	return agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: ProcRSS(i.pid), Pids: len(i.members())}
+}
+
+// FS does file operations in the sandbox's root. Files created are the
+// sandbox root's (as root: its block's first id; rootless: the caller,
+// who is root inside).
+func (i *Instance) FS() *agent.FS {
+	uid, gid := i.rootUID, i.rootGID
+	if i.exec.NoSetgroups { // rootless
+		uid, gid = -1, -1
+	}
+	return &agent.FS{Root: i.rootFd, InSandbox: true, UID: uid, GID: gid}
+}
+
+// Close releases what the sandbox holds on the host (its cgroup, the
+// descriptors) once PID 1 has exited.
 func (i *Instance) Close() {
 	<-i.done
-	i.conn.Close()
+	i.end()
+	i.closeFds()
 	i.r.cleanup()
+}
+
+func (i *Instance) closeFds() {
+	for _, fd := range []*int{&i.rootFd, &i.pidfd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// Exec starts a command in the sandbox (see the top of this file) with
+// stdio as its descriptors 0-2.
+func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
+	setupErr := func(err error) error { return &agent.ExecError{Kind: "setup", Msg: err.Error()} }
+	c := i.exec
+	env := c.Env
+	if i.homeAdded && len(env) > 0 {
+		env = env[:len(env)-1]
+	}
+	c.Args = req.Args
+	c.TTY = req.TTY
+	c.Env = mergeEnv(env, req.Env, req.TTY)
+	if req.Workdir != "" {
+		c.Workdir = req.Workdir
+	}
+	if req.User != "" {
+		c.User = req.User
+	}
+	u, err := resolveUser("", i.rootFd, c.User)
+	if err != nil {
+		return nil, setupErr(err)
+	}
+	c.UID, c.GID, c.Groups = u.uid, u.gid, u.groups
+	if !hasEnv(c.Env, "HOME") {
+		c.Env = append(c.Env, "HOME="+u.home)
+	}
+	if argBytes(c.Args)+argBytes(c.Env) > stubArgBudget {
+		return nil, setupErr(errors.New("the command line and environment are too large for exec (about 1 MiB at most)"))
+	}
+	p, err := lookPathIn(i.rootFd, c.Args[0], c.Env, c.Workdir)
+	if err != nil {
+		errno := syscall.Errno(0)
+		errors.As(err, &errno)
+		return nil, &agent.ExecError{Kind: "exec", Errno: errno, Msg: err.Error()}
+	}
+	c.rootFd, c.inRoot = i.rootFd, true
+	return i.startExec(&c, p, stdio)
+}
+
+// startExec forks the stub that starts the command (see the top of this
+// file) and waits until the command runs or its start failed.
+func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Process, error) {
+	setupErr := func(err error) error { return &agent.ExecError{Kind: "setup", Msg: err.Error()} }
+	rootless := c.NoSetgroups
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, setupErr(err)
+	}
+	sock := os.NewFile(uintptr(sp[0]), "exec")
+	defer sock.Close()
+	child := os.NewFile(uintptr(sp[1]), "exec-child")
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		child.Close()
+		return nil, setupErr(err)
+	}
+	defer errR.Close()
+	files := []uintptr{uintptr(stdio[0]), uintptr(stdio[1]), uintptr(stdio[2]), child.Fd(), errW.Fd()}
+	var tasks []*os.File
+	sys := &syscall.SysProcAttr{}
+	if cg := i.r.cg; cg != nil {
+		if fd := cg.openDir(); fd >= 0 { // v2: cloned into it
+			defer unix.Close(fd)
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+		} else if tasks, err = cg.openTasks(); err != nil { // v1: it moves itself in
+			child.Close()
+			errW.Close()
+			return nil, setupErr(err)
+		}
+	}
+	for _, f := range tasks {
+		files = append(files, f.Fd())
+	}
+	pidfdNum := len(files)
+	files = append(files, uintptr(i.pidfd))
+	join, rest, err := execJoinScripts(c, path, len(tasks), pidfdNum, rootless)
+	if err != nil {
+		child.Close()
+		errW.Close()
+		closeFiles(tasks)
+		return nil, setupErr(err)
+	}
+	pid, err := startStub(argv0Exec, files, sys)
+	child.Close()
+	errW.Close()
+	closeFiles(tasks)
+	if err != nil {
+		return nil, setupErr(fmt.Errorf("starting the exec stage: %w", err))
+	}
+	intermediate := pid
+	reaped := false
+	defer func() {
+		if !reaped {
+			_ = unix.Kill(intermediate, unix.SIGKILL)
+			reap(intermediate)
+		}
+	}()
+	report := func(s *stubScript) error {
+		var rep [16]byte
+		n, _ := io.ReadFull(errR, rep[:])
+		return execFailure(reportedError(stubError(s, rep[:n])))
+	}
+	b, err := join.encode()
+	if err == nil {
+		_, err = sock.Write(b)
+	}
+	if err != nil {
+		return nil, setupErr(err)
+	}
+	if rest != nil {
+		// Root: the stub waits in its new user namespace for its maps.
+		var ready [1]byte
+		if _, err := io.ReadFull(sock, ready[:]); err != nil {
+			return nil, report(join)
+		}
+		proc := "/proc/" + strconv.Itoa(pid)
+		uid, gid := i.rootUID, i.rootGID
+		if err := os.WriteFile(proc+"/uid_map", []byte("0 "+strconv.Itoa(uid)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
+			return nil, setupErr(fmt.Errorf("uid map: %w", err))
+		}
+		if err := os.WriteFile(proc+"/gid_map", []byte("0 "+strconv.Itoa(gid)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
+			return nil, setupErr(fmt.Errorf("gid map: %w", err))
+		}
+		if b, err = rest.encode(); err == nil {
+			_, err = sock.Write(b)
+		}
+		if err != nil {
+			return nil, setupErr(err)
+		}
+	} else {
+		rest = join
+	}
+	// The intermediate forks the command, reports its pid and exits.
+	var pidb [8]byte
+	if _, err := io.ReadFull(sock, pidb[:]); err != nil {
+		return nil, report(rest)
+	}
+	reap(intermediate)
+	reaped = true
+	cmd := int(int64(pidb[0]) | int64(pidb[1])<<8 | int64(pidb[2])<<16 | int64(pidb[3])<<24)
+	p := &execProc{pid: cmd, done: make(chan struct{})}
+	// Its pid in the sandbox, before it may end.
+	p.nspid = nsPid(cmd)
+	var rep [16]byte
+	if n, _ := io.ReadFull(errR, rep[:]); n > 0 {
+		reap(cmd) // it ended (125) after its report; it is ours since the intermediate exited
+		return nil, execFailure(reportedError(stubError(rest, rep[:n])))
+	}
+	go func() {
+		for {
+			_, err := unix.Wait4(cmd, &p.ws, 0, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// execJoinScripts builds the scripts of a persistent sandbox's exec
+// stage: join (cgroup, the sandbox's namespaces through PID 1's pidfd, a
+// user namespace and a cgroup namespace of its own) and, for a root
+// caller, rest after the supervisor wrote the user namespace's maps
+// (fork into the PID namespace, session, terminal, the exec stage's
+// steps, seccomp, execve). Rootless, rest is nil: one script does it all
+// in PID 1's user namespace.
+func execJoinScripts(c *execConfig, path string, tasks, pidfdNum int, rootless bool) (join, rest *stubScript, err error) {
+	join = &stubScript{recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
+	for t := 0; t < tasks; t++ {
+		join.add("joining cgroup", unix.SYS_WRITE, fdErr+1+t, join.cstr("0"), 1)
+	}
+	ns := unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWPID
+	if rootless {
+		ns |= unix.CLONE_NEWUSER
+	}
+	join.add("entering the sandbox's namespaces", unix.SYS_SETNS, pidfdNum, ns)
+	k := join.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
+	join.recs[k].flags |= stubIgnore
+	own := unix.CLONE_NEWCGROUP
+	if !rootless {
+		own |= unix.CLONE_NEWUSER
+	}
+	join.add("entering namespaces", unix.SYS_UNSHARE, own)
+	start := join
+	if !rootless {
+		join.add("reporting ready", unix.SYS_WRITE, 3, uint64(stubBase), 1)
+		join.add("reading script", stubChain)
+		rest = &stubScript{recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
+		start = rest
+	}
+	start.add("starting the command's process", stubFork)
+	start.add("new session", unix.SYS_SETSID)
+	if c.TTY {
+		start.add("controlling terminal", unix.SYS_IOCTL, 0, unix.TIOCSCTTY, 0)
+	}
+	if err := stubSetup(start, c); err != nil {
+		return nil, nil, err
+	}
+	stubSeccomp(start, c)
+	addStubExec(start, c, path)
+	return join, rest, nil
+}
+
+// execFailure turns an exec stage's report into the agent's ExecError.
+func execFailure(rep reportedError) error {
+	kind, rest, _ := strings.Cut(strings.TrimSpace(string(rep)), " ")
+	errno, text, _ := strings.Cut(rest, " ")
+	n, _ := strconv.Atoi(errno)
+	return &agent.ExecError{Kind: kind, Errno: syscall.Errno(n), Msg: text}
+}
+
+// execProc is a command Exec started: a child of this process (child
+// subreaper) in the sandbox's PID namespace.
+type execProc struct {
+	pid   int // in our PID namespace
+	nspid int // in the sandbox's
+	done  chan struct{}
+	ws    unix.WaitStatus
+}
+
+func (p *execProc) Pid() int { return p.nspid }
+
+func (p *execProc) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	return unix.Kill(p.pid, sig)
+}
+
+func (p *execProc) Wait() syscall.WaitStatus {
+	<-p.done
+	return syscall.WaitStatus(p.ws)
+}
+
+// nsPid is the innermost pid of host pid p (its pid in the sandbox's
+// PID namespace), from /proc/<p>/status's NSpid line; p when unknown.
+func nsPid(p int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/status")
+	if err != nil {
+		return p
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				if n, err := strconv.Atoi(f[len(f)-1]); err == nil {
+					return n
+				}
+			}
+		}
+	}
+	return p
+}
+
+// lookPathIn finds name as execve in the sandbox would along PATH
+// (relative entries from workdir), looking it up below the sandbox's
+// root descriptor.
+func lookPathIn(rootFd int, name string, env []string, workdir string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	denied := false
+	for _, dir := range strings.Split(pathEnv, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + name
+		look := p
+		if !path.IsAbs(look) {
+			look = path.Join(workdir, look)
+		}
+		fd, err := openInRoot(rootFd, look, unix.O_PATH)
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			continue
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0 {
+			denied = true
+			continue
+		}
+		return p, nil
+	}
+	if denied {
+		return "", fmt.Errorf("%s: %w", name, unix.EACCES)
+	}
+	return "", fmt.Errorf("%s: executable file not found in $PATH: %w", name, unix.ENOENT)
+}
+
+// ---- the init's side ----
+
+// idleTrimAfter is how long a prepared sandbox's init waits for its
+// command before it trims its resident memory (package idletrim).
+const idleTrimAfter = 10 * time.Second
+
+// retireExecStage ends the exec stage forked at boot: a persistent
+// sandbox forks one per exec instead. (It was still needed for the boot:
+// its user namespace idmaps volumes.)
+func (s *initState) retireExecStage() error {
+	for _, f := range s.cgroupProcs {
+		f.Close()
+	}
+	s.cgroupProcs = nil
+	_ = unix.Kill(s.execPid, unix.SIGKILL)
+	var ws unix.WaitStatus
+	_, _ = unix.Wait4(s.execPid, &ws, 0, nil)
+	if s.execCfgW != nil {
+		s.execCfgW.Close()
+	}
+	if s.stubErrR != nil {
+		s.stubErrR.Close()
+	}
+	if s.usernsFd >= 0 {
+		unix.Close(s.usernsFd)
+		s.usernsFd = -1
+	}
+	s.execPid = 0
+	return nil
+}
+
+// becomeIdle is the end of a persistent sandbox's init: it sends the
+// supervisor the sandbox's root and the exec template, then replaces
+// itself with the stub as the idle PID 1 (pid1IdleScript). It returns
+// only on failure.
+func (s *initState) becomeIdle() int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "agentkernel: sandbox init: %v\n", err)
+		return 125
+	}
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	payload, err := json.Marshal(persistReady{Exec: s.cfg.Exec, HomeAdded: s.homeAdded})
+	if err != nil {
+		return fail(err)
+	}
+	mem, err := unix.MemfdCreate("agentkernel-ready", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fail(err)
+	}
+	for b := payload; len(b) > 0; {
+		n, err := unix.Write(mem, b)
+		if err != nil {
+			return fail(err)
+		}
+		b = b[n:]
+	}
+	err = unix.Sendmsg(int(s.sock.Fd()), []byte{'R'}, unix.UnixRights(root, mem), nil, 0)
+	unix.Close(root)
+	unix.Close(mem)
+	if err != nil {
+		return fail(err)
+	}
+	return fail(execIdlePID1(int(s.sock.Fd())))
+}
+
+// pid1IdleScript is a persistent sandbox's PID 1 for the rest of its
+// life: not dumpable, SIGCHLD ignored (the kernel reaps the orphans it
+// inherits), the lockdown (addLockdown), a message on fd 4, the config
+// socket, to say so, then a read of it, which returns when the
+// supervisor closes it or dies, and exit.
+func pid1IdleScript() *stubScript {
+	s := &stubScript{dataOff: stubHeader + (8+lockdownRecords)*stubRecSize}
+	k := s.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
+	s.recs[k].flags |= stubIgnore
+	s.add("not dumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	s.add("naming", unix.SYS_PRCTL, unix.PR_SET_NAME, s.cstr("agentkernel-ini"), 0, 0, 0)
+	s.add("ignoring SIGCHLD", unix.SYS_RT_SIGACTION, int(unix.SIGCHLD), s.bytes(u64s(1, 0, 0, 0)), 0, 8)
+	addLockdown(s)
+	// The supervisor serves nothing before PID 1 holds nothing.
+	s.add("reporting locked down", unix.SYS_WRITE, fdErr, uint64(stubBase), 1)
+	k = s.add("waiting", unix.SYS_READ, fdErr, s.bytes(make([]byte, 8)), 8)
+	s.recs[k].flags |= stubIgnore
+	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
+	return s
+}
+
+// execIdlePID1 replaces this process with the stub running
+// pid1IdleScript, the script on fd 3 and sock (the config socket) on
+// fd 4. It returns only on failure.
+func execIdlePID1(sock int) error {
+	b, err := pid1IdleScript().encode()
+	if err != nil {
+		return err
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	// The script fits the pipe's buffer: nobody reads it before the exec.
+	if _, err := unix.Write(p[1], b); err != nil {
+		return err
+	}
+	unix.Close(p[1])
+	mem, err := unix.MemfdCreate(argv0Init, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return err
+	}
+	if _, err := unix.Write(mem, []byte(execStub)); err != nil {
+		return err
+	}
+	_, _ = unix.FcntlInt(uintptr(mem), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
+	// Out of the way first: the pipe may be fd 4, the socket is fd 3.
+	hiPipe, err := unix.FcntlInt(uintptr(p[0]), unix.F_DUPFD_CLOEXEC, 10)
+	if err != nil {
+		return err
+	}
+	hiSock, err := unix.FcntlInt(uintptr(sock), unix.F_DUPFD_CLOEXEC, 10)
+	if err != nil {
+		return err
+	}
+	if err := unix.Dup3(hiPipe, 3, 0); err != nil {
+		return err
+	}
+	if err := unix.Dup3(hiSock, fdErr, 0); err != nil {
+		return err
+	}
+	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(mem), []string{argv0Init}, []string{})
 }
 
 // ProcRSS is a process's resident set in bytes (0 if unknown).
@@ -220,510 +817,6 @@ func RemoveCgroups(id string) []string {
 		}
 	}
 	return removed
-}
-
-// ---- the agent side: the init as PID 1 of a persistent sandbox ----
-
-// retireExecStage ends the exec stage forked at boot: a persistent
-// sandbox forks one per exec instead. (It was still needed for the boot:
-// its user namespace idmaps volumes.)
-func (s *initState) retireExecStage() error {
-	for _, f := range s.cgroupProcs {
-		f.Close()
-	}
-	s.cgroupProcs = nil
-	_ = unix.Kill(s.execPid, unix.SIGKILL)
-	var ws unix.WaitStatus
-	_, _ = unix.Wait4(s.execPid, &ws, 0, nil)
-	if s.execCfgW != nil {
-		s.execCfgW.Close()
-	}
-	if s.stubErrR != nil {
-		s.stubErrR.Close()
-	}
-	if s.usernsFd >= 0 {
-		unix.Close(s.usernsFd)
-		s.usernsFd = -1
-	}
-	s.execPid = 0
-	return nil
-}
-
-// idleTrimAfter is how long a persistent init waits without a request
-// before it trims its resident memory (package idletrim).
-const idleTrimAfter = 10 * time.Second
-
-// agentProc is one exec'd command.
-type agentProc struct {
-	id      uint64
-	pid     int
-	owner   *agentState // the connection that started it
-	started bool
-	failed  bool
-	exited  bool
-	ws      unix.WaitStatus
-}
-
-// agentShared is the persistent init's state common to all its
-// connections: the processes it started and the stop request.
-type agentShared struct {
-	s     *initState
-	fs    *agent.FS
-	start time.Time
-	trim  *idletrim.Trimmer
-
-	mu    sync.Mutex
-	procs map[int]*agentProc
-	early map[int]unix.WaitStatus
-	// serving: the supervisor handed the sandbox's socket over
-	// (OpServe). The agent holds no descriptor of a host path for it:
-	// the client marks activity, the reaper removes the socket.
-	serving bool
-
-	stop chan stopRequest
-}
-
-// stopRequest is who asked the sandbox to stop (conn nil: a signal, or
-// the supervisor gone before it handed the socket over).
-type stopRequest struct {
-	conn *agent.Conn
-	id   uint64
-}
-
-// agentState is one connection to the agent: the supervisor's (fd 3)
-// or a client's, accepted on the sandbox's socket. Request IDs are the
-// connection's own.
-type agentState struct {
-	*agentShared
-	conn *agent.Conn
-	byID map[uint64]*agentProc // guarded by agentShared.mu
-}
-
-// serve is the persistent init's life: answer requests until told to
-// stop (OpStop, SIGTERM, or the supervisor's end of the socket closing
-// before it handed the sandbox's socket over). Once the supervisor sent
-// OpServe with the listening socket, clients connect to the init
-// directly and the supervisor may go (it becomes a waiting stub,
-// ExecWaiter).
-func (s *initState) serve() int {
-	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 125
-	}
-	sh := &agentShared{s: s, start: time.Now(),
-		fs:    &agent.FS{Root: root, InSandbox: true, UID: s.cfg.RootUID, GID: s.cfg.RootGID},
-		procs: map[int]*agentProc{}, early: map[int]unix.WaitStatus{},
-		stop: make(chan stopRequest, 1)}
-	// The agent idles between requests: give memory back meanwhile.
-	sh.trim = idletrim.New(idleTrimAfter)
-	defer sh.trim.Stop()
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, unix.SIGCHLD)
-	go func() {
-		for range chld {
-			sh.reap()
-		}
-	}()
-	go func() {
-		for sig := range s.sigs {
-			if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
-				sh.requestStop(stopRequest{})
-			}
-		}
-	}()
-	parent := sh.newConn(agent.NewConn(s.sock))
-	go parent.serveConn(true)
-	if err := parent.conn.Send(agent.Response{Ready: true}); err != nil {
-		return 125
-	}
-	req := <-sh.stop
-	sh.shutdown()
-	if req.conn != nil {
-		_ = req.conn.Send(agent.Response{ID: req.id, Exited: true})
-	}
-	return 0
-}
-
-func (sh *agentShared) newConn(c *agent.Conn) *agentState {
-	return &agentState{agentShared: sh, conn: c, byID: map[uint64]*agentProc{}}
-}
-
-func (sh *agentShared) requestStop(r stopRequest) {
-	select {
-	case sh.stop <- r:
-	default:
-	}
-}
-
-// serveConn reads one connection's requests until it closes. A client's
-// connection is closed then: commands it started run on, and their
-// exit reports go nowhere.
-func (a *agentState) serveConn(fromSupervisor bool) {
-	if !fromSupervisor {
-		defer a.conn.Close()
-	}
-	for {
-		var req agent.Request
-		fds, err := a.conn.Recv(&req)
-		if err != nil {
-			a.mu.Lock()
-			serving := a.serving
-			a.mu.Unlock()
-			if fromSupervisor && !serving {
-				a.requestStop(stopRequest{})
-			}
-			return
-		}
-		switch req.Op {
-		case agent.OpStop:
-			agent.CloseFds(fds)
-			a.requestStop(stopRequest{conn: a.conn, id: req.ID})
-		case agent.OpServe:
-			a.startServing(fromSupervisor, req, fds)
-		case agent.OpStats:
-			agent.CloseFds(fds)
-			st := agent.Stats{UptimeSeconds: time.Since(a.start).Seconds(), InitRSS: ProcRSS(os.Getpid()), Pids: countProcs("/proc")}
-			_ = a.conn.Send(agent.Response{ID: req.ID, Stats: &st})
-		default:
-			idle := a.trim.Busy()
-			go func() {
-				defer idle()
-				a.handle(req, fds)
-			}()
-		}
-	}
-}
-
-// startServing takes over the sandbox's listening socket (the one
-// descriptor attached) from the supervisor.
-func (a *agentState) startServing(fromSupervisor bool, req agent.Request, fds []int) {
-	a.mu.Lock()
-	ok := fromSupervisor && !a.serving && len(fds) == 1
-	if ok {
-		a.serving = true
-	}
-	a.mu.Unlock()
-	if !ok {
-		agent.CloseFds(fds)
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: "serve: refused", Kind: "setup"})
-		return
-	}
-	go a.accept(fds[0])
-	_ = a.conn.Send(agent.Response{ID: req.ID})
-}
-
-// accept serves every client that connects to the sandbox's socket.
-func (sh *agentShared) accept(lfd int) {
-	for {
-		nfd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
-				continue
-			}
-			return
-		}
-		go sh.newConn(agent.NewConn(os.NewFile(uintptr(nfd), "client"))).serveConn(false)
-	}
-}
-
-// countProcs counts the processes a /proc shows.
-func countProcs(proc string) int {
-	ents, _ := os.ReadDir(proc)
-	n := 0
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-// shutdown sends SIGTERM to every process of the sandbox, waits up to
-// termGrace for them to end, then kills what is left.
-func (a *agentShared) shutdown() {
-	_ = unix.Kill(-1, unix.SIGTERM)
-	deadline := time.Now().Add(termGrace)
-	for time.Now().Before(deadline) {
-		if !a.reap() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = unix.Kill(-1, unix.SIGKILL)
-}
-
-// reap collects every exited child and reports the commands' statuses.
-// It returns whether children remain.
-func (a *agentShared) reap() bool {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return false
-		}
-		if pid <= 0 {
-			return true
-		}
-		a.mu.Lock()
-		p := a.procs[pid]
-		switch {
-		case p == nil:
-			a.early[pid] = ws
-		case p.failed:
-			delete(a.procs, pid)
-		case p.started:
-			delete(a.procs, pid)
-			delete(p.owner.byID, p.id)
-			_ = p.owner.conn.Send(agent.Response{ID: p.id, Exited: true, Status: int(ws)})
-		default:
-			p.exited, p.ws = true, ws
-		}
-		a.mu.Unlock()
-	}
-}
-
-func (a *agentState) fail(id uint64, err error) {
-	resp := agent.Response{ID: id, Error: err.Error(), Kind: "path"}
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		resp.Errno = int(en)
-	}
-	if errors.Is(err, agent.ErrRefused) {
-		resp.Kind = "refused"
-	}
-	_ = a.conn.Send(resp)
-}
-
-func (a *agentState) handle(req agent.Request, fds []int) {
-	if req.Op == agent.OpExec {
-		a.exec(req, fds)
-		return
-	}
-	var file *os.File
-	if len(fds) > 0 {
-		// The first descriptor is the stream; file owns it from here, so
-		// it must not be closed a second time below: a double close in
-		// this multi-request process would close whatever descriptor
-		// another request got under the same number meanwhile.
-		file = os.NewFile(uintptr(fds[0]), "stream")
-		fds = fds[1:]
-		defer file.Close()
-	}
-	defer agent.CloseFds(fds)
-	needFile := func() bool {
-		if file == nil {
-			_ = a.conn.Send(agent.Response{ID: req.ID, Error: "no descriptor attached", Kind: "setup"})
-			return false
-		}
-		return true
-	}
-	switch req.Op {
-	case agent.OpPing:
-		_ = a.conn.Send(agent.Response{ID: req.ID})
-	case agent.OpSignal:
-		a.mu.Lock()
-		p := a.byID[req.Target]
-		a.mu.Unlock()
-		if p != nil && req.Signal > 0 {
-			_ = unix.Kill(p.pid, syscall.Signal(req.Signal))
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID})
-	case agent.OpRead:
-		if !needFile() {
-			return
-		}
-		f, err := a.fs.Open(req.Path)
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		n, err := io.Copy(file, f)
-		f.Close()
-		file.Close()
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID, Size: n})
-	case agent.OpWrite:
-		if !needFile() {
-			return
-		}
-		f, err := a.fs.Create(req.Path, req.Mode)
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		n, err := io.Copy(f, file)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID, Size: n})
-	case agent.OpDelete:
-		if err := a.fs.Delete(req.Path, req.Recursive); err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID})
-	case agent.OpList:
-		ents, err := a.fs.List(req.Path)
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID, Entries: ents})
-	case agent.OpStat:
-		e, err := a.fs.Stat(req.Path)
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID, Stat: &e})
-	case agent.OpTarOut:
-		if !needFile() {
-			return
-		}
-		err := a.fs.TarOut(req.Path, file)
-		file.Close()
-		if err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID})
-	case agent.OpTarIn:
-		if !needFile() {
-			return
-		}
-		if err := a.fs.MkdirAll(req.Path); err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		if err := a.fs.TarIn(req.Path, file); err != nil {
-			a.fail(req.ID, err)
-			return
-		}
-		_ = a.conn.Send(agent.Response{ID: req.ID})
-	default:
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: "unknown op " + strconv.Quote(req.Op), Kind: "setup"})
-	}
-}
-
-// exec forks an exec stage for the request, exactly as a run's, with the
-// passed descriptors as its stdio.
-func (a *agentState) exec(req agent.Request, fds []int) {
-	defer agent.CloseFds(fds)
-	s := a.s
-	er := req.Exec
-	if er == nil || len(er.Args) == 0 || len(fds) != 3 {
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: "exec needs a command and three descriptors", Kind: "setup"})
-		return
-	}
-	c := s.cfg.Exec
-	env := c.Env
-	if s.homeAdded && len(env) > 0 {
-		env = env[:len(env)-1]
-	}
-	c.Args = er.Args
-	c.TTY = er.TTY
-	c.Env = mergeEnv(env, er.Env, er.TTY)
-	if er.Workdir != "" {
-		c.Workdir = er.Workdir
-	}
-	if er.User != "" {
-		c.User = er.User
-	}
-	u, err := resolveUser("", -1, c.User)
-	if err != nil {
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"})
-		return
-	}
-	c.UID, c.GID, c.Groups = u.uid, u.gid, u.groups
-	if !hasEnv(c.Env, "HOME") {
-		c.Env = append(c.Env, "HOME="+u.home)
-	}
-	cfg := *s.cfg
-	cfg.Exec = c
-	if argBytes(c.Args)+argBytes(c.Env) > stubArgBudget {
-		cfg.GoExecStage = true
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"})
-		return
-	}
-	defer errR.Close()
-	es := &initState{cfg: &cfg, errW: errW, proc: "/proc", usernsFd: -1, ownerNsFd: -1, cgroupFD: -1,
-		stdio: [3]uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}}
-	err = es.startExecStage()
-	if err != nil {
-		errW.Close()
-		_ = a.conn.Send(agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"})
-		return
-	}
-	p := &agentProc{id: req.ID, pid: es.execPid, owner: a}
-	a.mu.Lock()
-	a.procs[p.pid] = p
-	a.byID[p.id] = p
-	if ws, ok := a.early[p.pid]; ok {
-		delete(a.early, p.pid)
-		p.exited, p.ws = true, ws
-	}
-	a.mu.Unlock()
-	if es.stub {
-		err = es.releaseStub()
-		errW.Close()
-	} else {
-		var ready [1]byte
-		if _, err = es.execCfgW.Read(ready[:]); err == nil {
-			var b []byte
-			if b, err = json.Marshal(&cfg.Exec); err == nil {
-				_, err = es.execCfgW.Write(b)
-			}
-		}
-		es.execCfgW.Close()
-		if es.usernsFd >= 0 {
-			unix.Close(es.usernsFd)
-		}
-		errW.Close()
-		if msg, _ := io.ReadAll(errR); len(msg) > 0 {
-			err = reportedError(msg)
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err != nil {
-		resp := agent.Response{ID: req.ID, Error: err.Error(), Kind: "setup"}
-		var rep reportedError
-		if errors.As(err, &rep) {
-			kind, rest, _ := strings.Cut(strings.TrimSpace(string(rep)), " ")
-			errno, text, _ := strings.Cut(rest, " ")
-			resp.Kind, resp.Error = kind, text
-			resp.Errno, _ = strconv.Atoi(errno)
-		}
-		_ = unix.Kill(p.pid, unix.SIGKILL)
-		delete(a.byID, p.id)
-		if p.exited {
-			delete(a.procs, p.pid)
-		} else {
-			p.failed = true
-		}
-		_ = a.conn.Send(resp)
-		return
-	}
-	p.started = true
-	_ = a.conn.Send(agent.Response{ID: req.ID, Started: true, Pid: p.pid})
-	if p.exited {
-		delete(a.procs, p.pid)
-		delete(a.byID, p.id)
-		_ = a.conn.Send(agent.Response{ID: req.ID, Exited: true, Status: int(p.ws)})
-	}
 }
 
 // ExecError maps an agent's exec failure to the sandbox errors (127/126).

@@ -653,7 +653,12 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 		return err
 	}
 	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
-		return err
+		// Rootless, a directory whose owner or group the one-id map does
+		// not cover (a group other than the caller's) shows as the
+		// overflow id, which cannot be given: the caller's stays.
+		if !s.cfg.Rootless || !errors.Is(err, unix.EINVAL) {
+			return err
+		}
 	}
 	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
 		return err

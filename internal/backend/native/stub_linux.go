@@ -30,6 +30,7 @@ const (
 	stubDataOff  = 0x10000 // records live below, data above
 	stubPoke     = 1 << 32
 	stubChain    = 2 << 32
+	stubFork     = 3 << 32
 	stubIgnore   = 1 << 8
 	stubRecSize  = 64
 	stubMaxBytes = stubRes - stubBase
@@ -355,7 +356,7 @@ func stubSetup(s *stubScript, c *execConfig) error {
 			for _, rule := range landlockRules(c) {
 				if rule.kind == ruleUnknown {
 					var st unix.Stat_t
-					if unix.Stat(rule.path, &st) != nil {
+					if statIn(c, rule.path, &st) != nil {
 						continue
 					}
 					rule.kind = ruleFile
@@ -629,4 +630,19 @@ func pid1Filter() []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&prog[0])), len(prog)*8)
+}
+
+// statIn stats p as the command will see it: in the sandbox's root,
+// which is this process's own root unless the script is built outside
+// the sandbox (execConfig.inRoot).
+func statIn(c *execConfig, p string, st *unix.Stat_t) error {
+	if !c.inRoot {
+		return unix.Stat(p, st)
+	}
+	fd, err := openInRoot(c.rootFd, p, unix.O_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fstat(fd, st)
 }

@@ -15,7 +15,10 @@
 #   ...      data the records point at
 # Results are kept at RES + 8*index. POKE stores arg1 at address arg0
 # (e.g. a file descriptor into a Landlock rule). CHAIN reads the next
-# script and runs it. On the first failing record the stub writes
+# script and runs it. FORK forks: the child goes on with the script (its
+# result is 0), the parent writes the child's pid (u64) to fd 3 and exits
+# 0, so that a stub that entered a PID namespace with setns starts its
+# command inside it. On the first failing record the stub writes
 # {u64 index, u64 errno} to fd 4 and exits 125.
 #
 # Rebuild: go generate ./internal/backend/native (needs binutils).
@@ -26,6 +29,7 @@
 .set SCRATCH, 0x7e1f0000
 .set POKE, 0x100000000
 .set CHAIN, 0x200000000
+.set FORK, 0x300000000
 
 .globl _start
 .text
@@ -104,10 +108,26 @@ next:
 	je readscript
 	mov rcx, POKE
 	cmp rax, rcx
-	jne call
+	jne 7f
 	mov [rdi], rsi
 	xor eax, eax
 	jmp store
+7:	mov rcx, FORK
+	cmp rax, rcx
+	jne call
+	mov eax, 57                 # fork()
+	syscall
+	test rax, rax
+	jle store                   # the child (0) goes on; an error fails
+	mov qword ptr ds:SCRATCH, rax
+	mov eax, 1                  # write(3, SCRATCH, 8): the child's pid
+	mov edi, 3
+	mov esi, SCRATCH
+	mov edx, 8
+	syscall
+	mov eax, 231                # exit_group(0)
+	xor edi, edi
+	syscall
 call:
 	syscall
 store:

@@ -1,0 +1,306 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/idletrim"
+)
+
+// Sandbox is a running sandbox as a Server sees it: a backend's handle on
+// it, from outside or from inside the sandbox as the backend arranges.
+type Sandbox interface {
+	// Exec starts a command with stdio (which the caller keeps and
+	// closes) as its descriptors 0-2 and returns once it runs. An error
+	// that says why the command could not be executed is an *ExecError.
+	Exec(req *ExecRequest, stdio [3]int) (Process, error)
+	// FS does file operations confined to the sandbox's root.
+	FS() *FS
+	// Stats reports the sandbox's processes, uptime and resident memory.
+	Stats() Stats
+	// Stop ends every process of the sandbox (SIGTERM, SIGKILL after a
+	// grace period) and returns once the sandbox is gone.
+	Stop()
+}
+
+// Process is a command started by Sandbox.Exec.
+type Process interface {
+	// Pid is the command's pid in the sandbox's PID namespace.
+	Pid() int
+	// Signal sends sig to the command.
+	Signal(sig syscall.Signal) error
+	// Wait blocks until the command ends and returns its wait status.
+	Wait() syscall.WaitStatus
+}
+
+// ExecError says why a command did not start: Kind "exec" when it could
+// not be executed (Errno ENOENT: not found, 127; others 126), "setup"
+// when the sandbox could not prepare it.
+type ExecError struct {
+	Kind  string
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *ExecError) Error() string { return e.Msg }
+
+// idleTrimAfter is how long a server waits without a request before it
+// gives memory back (package idletrim).
+const idleTrimAfter = 10 * time.Second
+
+// Server answers the agent protocol for one sandbox on every connection
+// accepted on a listening socket: exec (with the client's descriptors as
+// the command's stdio, Started then Exited), signals to the commands a
+// connection started, file operations through Sandbox.FS, stats and stop.
+// A connection that closes leaves its commands running; their exit
+// reports go nowhere.
+type Server struct {
+	sb   Sandbox
+	trim *idletrim.Trimmer
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// NewServer returns a Server for sb.
+func NewServer(sb Sandbox) *Server {
+	return &Server{sb: sb, trim: idletrim.New(idleTrimAfter), stopped: make(chan struct{})}
+}
+
+// Stopped is closed once a client's OpStop has stopped the sandbox.
+func (s *Server) Stopped() <-chan struct{} { return s.stopped }
+
+// Close stops the idle trimmer (the listener is the caller's).
+func (s *Server) Close() { s.trim.Stop() }
+
+// Serve accepts clients on the listening SOCK_SEQPACKET socket lfd until
+// it is closed or shut down.
+func (s *Server) Serve(lfd int) {
+	for {
+		nfd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+				continue
+			}
+			return
+		}
+		c := &serverConn{s: s, conn: NewConn(os.NewFile(uintptr(nfd), "client")), procs: map[uint64]Process{}}
+		go c.serve()
+	}
+}
+
+// serverConn is one client connection; request IDs are its own.
+type serverConn struct {
+	s    *Server
+	conn *Conn
+
+	mu    sync.Mutex
+	procs map[uint64]Process // running commands by their exec request's ID
+}
+
+func (c *serverConn) serve() {
+	defer c.conn.Close()
+	for {
+		var req Request
+		fds, err := c.conn.Recv(&req)
+		if err != nil {
+			return
+		}
+		switch req.Op {
+		case OpStop:
+			CloseFds(fds)
+			go c.stop(req.ID)
+		case OpStats:
+			CloseFds(fds)
+			st := c.s.sb.Stats()
+			_ = c.conn.Send(Response{ID: req.ID, Stats: &st})
+		default:
+			idle := c.s.trim.Busy()
+			go func() {
+				defer idle()
+				c.handle(req, fds)
+			}()
+		}
+	}
+}
+
+// stop stops the sandbox (once, whoever asks) and answers when it is gone.
+func (c *serverConn) stop(id uint64) {
+	c.s.stopOnce.Do(func() {
+		c.s.sb.Stop()
+		close(c.s.stopped)
+	})
+	<-c.s.stopped
+	_ = c.conn.Send(Response{ID: id, Exited: true})
+}
+
+func (c *serverConn) fail(id uint64, err error) {
+	resp := Response{ID: id, Error: err.Error(), Kind: "path"}
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		resp.Errno = int(en)
+	}
+	if errors.Is(err, ErrRefused) {
+		resp.Kind = "refused"
+	}
+	_ = c.conn.Send(resp)
+}
+
+func (c *serverConn) handle(req Request, fds []int) {
+	if req.Op == OpExec {
+		c.exec(req, fds)
+		return
+	}
+	var file *os.File
+	if len(fds) > 0 {
+		// The first descriptor is the stream; file owns it from here, so
+		// it must not be closed a second time below: a double close in
+		// this multi-request process would close whatever descriptor
+		// another request got under the same number meanwhile.
+		file = os.NewFile(uintptr(fds[0]), "stream")
+		fds = fds[1:]
+		defer file.Close()
+	}
+	defer CloseFds(fds)
+	needFile := func() bool {
+		if file == nil {
+			_ = c.conn.Send(Response{ID: req.ID, Error: "no descriptor attached", Kind: "setup"})
+			return false
+		}
+		return true
+	}
+	fs := c.s.sb.FS()
+	switch req.Op {
+	case OpPing:
+		_ = c.conn.Send(Response{ID: req.ID})
+	case OpSignal:
+		c.mu.Lock()
+		p := c.procs[req.Target]
+		c.mu.Unlock()
+		if p != nil && req.Signal > 0 {
+			_ = p.Signal(syscall.Signal(req.Signal))
+		}
+		_ = c.conn.Send(Response{ID: req.ID})
+	case OpRead:
+		if !needFile() {
+			return
+		}
+		f, err := fs.Open(req.Path)
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		n, err := io.Copy(file, f)
+		f.Close()
+		file.Close()
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID, Size: n})
+	case OpWrite:
+		if !needFile() {
+			return
+		}
+		f, err := fs.Create(req.Path, req.Mode)
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		n, err := io.Copy(f, file)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID, Size: n})
+	case OpDelete:
+		if err := fs.Delete(req.Path, req.Recursive); err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID})
+	case OpList:
+		ents, err := fs.List(req.Path)
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID, Entries: ents})
+	case OpStat:
+		e, err := fs.Stat(req.Path)
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID, Stat: &e})
+	case OpTarOut:
+		if !needFile() {
+			return
+		}
+		err := fs.TarOut(req.Path, file)
+		file.Close()
+		if err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID})
+	case OpTarIn:
+		if !needFile() {
+			return
+		}
+		if err := fs.MkdirAll(req.Path); err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		if err := fs.TarIn(req.Path, file); err != nil {
+			c.fail(req.ID, err)
+			return
+		}
+		_ = c.conn.Send(Response{ID: req.ID})
+	default:
+		_ = c.conn.Send(Response{ID: req.ID, Error: "unknown op " + strconv.Quote(req.Op), Kind: "setup"})
+	}
+}
+
+// exec starts the request's command with the three passed descriptors
+// as its stdio, answers Started, and Exited when it ends.
+func (c *serverConn) exec(req Request, fds []int) {
+	if req.Exec == nil || len(req.Exec.Args) == 0 || len(fds) != 3 {
+		CloseFds(fds)
+		_ = c.conn.Send(Response{ID: req.ID, Error: "exec needs a command and three descriptors", Kind: "setup"})
+		return
+	}
+	p, err := c.s.sb.Exec(req.Exec, [3]int{fds[0], fds[1], fds[2]})
+	CloseFds(fds) // the command has its own copies
+	if err != nil {
+		resp := Response{ID: req.ID, Error: err.Error(), Kind: "setup"}
+		var ee *ExecError
+		if errors.As(err, &ee) {
+			resp.Kind, resp.Errno = ee.Kind, int(ee.Errno)
+		}
+		_ = c.conn.Send(resp)
+		return
+	}
+	c.mu.Lock()
+	c.procs[req.ID] = p
+	c.mu.Unlock()
+	_ = c.conn.Send(Response{ID: req.ID, Started: true, Pid: p.Pid()})
+	// Waiting is not work: the server may trim its memory meanwhile.
+	go func() {
+		ws := p.Wait()
+		c.mu.Lock()
+		delete(c.procs, req.ID)
+		c.mu.Unlock()
+		_ = c.conn.Send(Response{ID: req.ID, Exited: true, Status: int(ws)})
+	}()
+}
