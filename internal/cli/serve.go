@@ -311,11 +311,14 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		defer daemonDone(srv)()
 	} else {
 		for _, l := range lns {
-			if l.Addr().Network() == "unix" {
-				a.Infof("agentkernel API serving unix socket %s (your user only, no key needed)", o.unix)
-			} else {
+			if l.Addr().Network() != "unix" {
 				a.Infof("agentkernel API listening on http://%s", l.Addr())
 			}
+		}
+		// The socket's line last: a client that waits for it knows every
+		// listener is open.
+		if o.unix != "" {
+			a.Infof("agentkernel API serving unix socket %s (your user only, no key needed)", o.unix)
 		}
 	}
 	if err := srv.Serve(ctx, lns, o.grace); err != nil && !errors.Is(err, net.ErrClosed) {

@@ -314,7 +314,7 @@ func TestServeUnixSocket(t *testing.T) {
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
 	ln.Close()
 	s = startServe(t, a, "serving unix socket ", "serve", "--unix", sock, "--port", "0")
-	if !strings.Contains(s.errb.String(), "listening on http://") {
+	if !s.waitLog("listening on http://") {
 		t.Errorf("--unix with --port does not serve TCP too:\n%s", s.errb.String())
 	}
 	s.stop()
