@@ -153,6 +153,24 @@ func TestGuardRules(t *testing.T) {
 	}
 }
 
+// TestChunkedBody: a body of unknown length (chunked) is a body too.
+func TestChunkedBody(t *testing.T) {
+	s, _ := guardServer(t, Options{})
+	for ct, want := range map[string]int{"text/plain": 415, "": 415, "application/json": 400} {
+		req := httptest.NewRequest("POST", "/run", strings.NewReader(runBody))
+		req.Host, req.ContentLength, req.TransferEncoding = "localhost", -1, []string{"chunked"}
+		req.Header.Set("Authorization", "Bearer k")
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		if w.Code != want {
+			t.Errorf("chunked body, Content-Type %q: %d, want %d", ct, w.Code, want)
+		}
+	}
+}
+
 // TestCORS: an allowed origin gets its preflight and ACAO; others get
 // neither.
 func TestCORS(t *testing.T) {
