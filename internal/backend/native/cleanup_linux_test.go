@@ -188,9 +188,26 @@ func TestRootless(t *testing.T) {
 	if code != 7 {
 		t.Fatalf("exit %d: %q %q", code, out, errs)
 	}
+	// Root inside is the user; with a subordinate range delegated to the
+	// user (useradd gives one, uidmap's helpers map it), ids 1… are that
+	// range.
 	f := strings.Fields(out)
-	if len(f) < 6 || f[0] != "0" || f[1] != "0" || f[2] != u.Uid || f[3] != "1" || f[4] != "sbx" || strings.Contains(out, "CORE") || f[5] != "hi" {
+	sub, _, subOK := subRange("/etc/subuid", name, atoi(u.Uid))
+	wantFields := 6
+	if subOK && isExecutable("/usr/bin/newuidmap") && isExecutable("/usr/bin/newgidmap") {
+		wantFields = 9
+	}
+	if len(f) != wantFields || f[0] != "0" || f[1] != "0" || f[2] != u.Uid || f[3] != "1" || f[len(f)-2] != "sbx" || strings.Contains(out, "CORE") || f[len(f)-1] != "hi" {
 		t.Fatalf("rootless: %q %q", out, errs)
+	}
+	if wantFields == 9 && (f[4] != "1" || f[5] != strconv.Itoa(sub) || f[6] != "65535") {
+		t.Fatalf("rootless subordinate map: %q", out)
+	}
+	// With that range, other ids exist inside: chown and su work.
+	if wantFields == 9 {
+		if out, errs, code := run(newSpecIn(img, "sh", "-c", "touch /tmp/f && chown 1000:1000 /tmp/f && stat -c %u:%g /tmp/f && su app -s /bin/sh -c 'id -u'")); code != 0 || out != "1000:1000\n1000\n" {
+			t.Errorf("chown and su with subordinate ids: %d %q %q", code, out, errs)
+		}
 	}
 	if !strings.Contains(errs, "cgroup limits unavailable") {
 		t.Errorf("no cgroup warning: %q", errs)

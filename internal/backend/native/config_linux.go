@@ -36,6 +36,11 @@ type initConfig struct {
 	// Rootless: the init already runs in a user namespace of its own (the
 	// caller's uid is root there) and execs the command without another one.
 	Rootless bool `json:"rootless,omitempty"`
+	// SubIDs (rootless): the init's user namespace also maps the caller's
+	// subordinate ids (subids_linux.go); it is cloned with no map and
+	// waits for 'M' (mapped) or 'S' (only the caller: setgroups denied)
+	// before anything else.
+	SubIDs bool `json:"sub_ids,omitempty"`
 	// NestUserNS: the command gets its own user namespace mapping 0 to
 	// RootUID (root caller, no --userns=host).
 	NestUserNS bool `json:"nest_userns,omitempty"`

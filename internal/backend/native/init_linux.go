@@ -19,7 +19,7 @@ import (
 // sandbox stage (the init or the exec stage). main calls it before doing
 // anything else and hands control to InitMain when it is true.
 func IsInit() bool {
-	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec || os.Args[0] == argv0Userns)
+	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec || os.Args[0] == argv0Userns || os.Args[0] == argv0InitWait)
 }
 
 // InitMain runs the stage this process was re-executed for and returns
@@ -32,6 +32,8 @@ func InitMain() int {
 		return execMain()
 	case argv0Userns:
 		return usernsMain()
+	case argv0InitWait:
+		return initWaitMain()
 	}
 	return 125
 }
@@ -125,6 +127,12 @@ func initMain() int {
 	stages = append(stages, initStage{"starting command", s.releaseExecStage})
 	if s.readConfig() == nil && s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: started\n", monotonic())
+	}
+	if s.cfg != nil && s.cfg.SubIDs {
+		if err := s.awaitIDMaps(); err != nil {
+			fmt.Fprint(s.errW, "setup 0 mapping ids: "+err.Error())
+			return 125
+		}
 	}
 	for _, st := range stages[1:] {
 		if s.cfg == nil {
@@ -624,4 +632,23 @@ func (s *initState) supervise() int {
 		}
 		return ws.ExitStatus()
 	}
+}
+
+// awaitIDMaps waits until the parent has mapped our user namespace
+// (initConfig.SubIDs): 'M' with the caller's subordinate ids, 'S' with
+// the caller alone (setgroups then denied).
+func (s *initState) awaitIDMaps() error {
+	var b [8]byte
+	n, err := s.sock.Read(b[:])
+	if err != nil {
+		return err
+	}
+	switch {
+	case n == 1 && b[0] == 'M':
+	case n == 1 && b[0] == 'S':
+		s.cfg.SubIDs, s.cfg.Exec.NoSetgroups = false, true
+	default:
+		return fmt.Errorf("unexpected message %q", b[:n])
+	}
+	return nil
 }

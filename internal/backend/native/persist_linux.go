@@ -69,6 +69,9 @@ type Instance struct {
 	homeAdded bool
 	// rootUID/rootGID: the sandbox root's host ids.
 	rootUID, rootGID int
+	// rootless: PID 1's user namespace is the caller's (no block of host
+	// ids; commands share that namespace).
+	rootless bool
 	sock             *os.File // the config socket, which PID 1 waits on
 	endOnce          sync.Once
 	start            time.Time
@@ -151,7 +154,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		return nil, err
 	}
 	inst := &Instance{r: r, pid: l.pid, pidfd: -1, rootFd: -1, sock: l.sock, start: time.Now(), done: make(chan struct{}),
-		rootUID: cfg.RootUID, rootGID: cfg.RootGID}
+		rootUID: cfg.RootUID, rootGID: cfg.RootGID, rootless: cfg.Rootless}
 	go func() {
 		ex := <-l.waitCh
 		inst.ws = ex.ws
@@ -331,7 +334,7 @@ func (i *Instance) Stats() agent.Stats {
 // who is root inside).
 func (i *Instance) FS() *agent.FS {
 	uid, gid := i.rootUID, i.rootGID
-	if i.exec.NoSetgroups { // rootless
+	if i.rootless {
 		uid, gid = -1, -1
 	}
 	return &agent.FS{Root: i.rootFd, InSandbox: true, UID: uid, GID: gid}
@@ -398,7 +401,7 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 // file) and waits until the command runs or its start failed.
 func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Process, error) {
 	setupErr := func(err error) error { return &agent.ExecError{Kind: "setup", Msg: err.Error()} }
-	rootless := c.NoSetgroups
+	rootless := i.rootless
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, setupErr(err)

@@ -99,6 +99,8 @@ type runState struct {
 	// sandbox is gone; idBase a persistent sandbox's reserved block.
 	ids    *idrange.Lease
 	idBase uint32
+	// subs are a rootless caller's subordinate ids, when cfg.SubIDs.
+	subs subIDs
 }
 
 // earlyCgroup is a cgroup being made for a Run that has not started yet.
@@ -265,8 +267,14 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		NoNewPrivs: true,
 		Landlock:   spec.Security.Landlock,
 		NoFile:     min(nofile.Max, defaultNoFile),
-		// An unprivileged caller's user namespace has setgroups denied.
+		// An unprivileged caller's user namespace has setgroups denied,
+		// unless newgidmap wrote its map.
 		NoSetgroups: rootless,
+	}
+	if rootless {
+		if subs, ok := lookupSubIDs(); ok {
+			r.subs, cfg.SubIDs, cfg.Exec.NoSetgroups = subs, true, false
+		}
 	}
 
 	// The stub's script area holds about 1 MiB: a larger argv and
@@ -505,8 +513,10 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 	}
 	if cfg.Rootless {
 		sys.Cloneflags |= unix.CLONE_NEWUSER
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		if !cfg.SubIDs { // else mapped below, by newuidmap and newgidmap
+			sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+			sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		}
 	}
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: stdio ready\n", monotonic())
@@ -524,10 +534,17 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 		fmt.Fprintf(os.Stderr, "%s parent: forking init\n", monotonic())
 	}
 	l := &launched{sock: parentSock, waitCh: make(chan initExit, 1), errCh: make(chan []byte, 1)}
+	var mapsW *os.File // SubIDs: closed once the init's maps are written
 	fork := func() error {
+		files := []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()}
+		if cfg.SubIDs {
+			pid, w, err := forkUnmapped(files, sys)
+			l.pid, mapsW = pid, w
+			return err
+		}
 		pid, err := syscall.ForkExec("/proc/self/exe", []string{argv0Init}, &syscall.ProcAttr{
 			Env:   []string{},
-			Files: []uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd(), childSock.Fd(), errW.Fd()},
+			Files: files,
 			Sys:   sys,
 		})
 		l.pid = pid
@@ -576,6 +593,28 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 		return nil, fmt.Errorf("starting sandbox init: %w", err)
 	}
 	pid := l.pid
+	if cfg.SubIDs {
+		// The init waits for its maps before it execs (forkUnmapped).
+		defer mapsW.Close()
+		msg := []byte{'M'}
+		if err := r.subs.mapSubIDs(pid); err != nil {
+			r.warn("subordinate ids not mapped (" + err.Error() + "); the sandbox maps your uid only")
+			if err := mapOwnID(pid); err != nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				parentSock.Close()
+				errR.Close()
+				return nil, fmt.Errorf("mapping the sandbox's user namespace: %w", err)
+			}
+			msg[0] = 'S'
+		}
+		if _, err := parentSock.Write(msg); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			parentSock.Close()
+			errR.Close()
+			return nil, err
+		}
+		mapsW.Close() // the init execs agentkernel now
+	}
 	// Compile the seccomp filter while the init boots, and send it as the
 	// second config message; the init passes it on to the exec stage.
 	// The second config message says "you are in your cgroup, here is

@@ -42,7 +42,7 @@ func (s *initState) prepareProcess() error {
 		return fmt.Errorf("workdir %s: %w", e.Workdir, err)
 	} else if _, err := os.Stat(wd); err != nil {
 		uid, gid := s.cfg.RootUID+u.uid, s.cfg.RootGID+u.gid
-		if s.cfg.Rootless && u.uid != 0 {
+		if s.cfg.Rootless && !s.cfg.SubIDs && u.uid != 0 {
 			uid, gid = 0, 0
 		}
 		if err := mkdirAllOwned(wd, uid, gid); err != nil {
