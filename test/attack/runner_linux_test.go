@@ -83,6 +83,7 @@ type runner struct {
 	warnings map[string]bool
 	cowBad   []string // copy-on-write workspaces that changed on the host
 	setid    []string // set-id files or file capabilities found in host workspaces
+	foreign  []string // files in host workspaces owned by other host users
 }
 
 // setIDFiles lists files under dir that are set-user-ID, set-group-ID or
@@ -102,6 +103,41 @@ func setIDFiles(dir string) []string {
 		}
 		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil && n > 0 {
 			out = append(out, fmt.Sprintf("%s has security.capability (owner %d)", p, st.Uid))
+		}
+		return nil
+	})
+	return out
+}
+
+// foreignOwned lists files under dir (a writable host directory a
+// sandbox had) owned by a host user other than the invoking one (sudo's
+// user, else this process's), root (whose the fixtures are) or an id of
+// systemd's container range, where sandboxes have their blocks.
+// Rootless, the caller is the only owner a sandbox can give.
+func foreignOwned(dir string) []string {
+	ok := func(id uint32, mine int) bool {
+		return int(id) == mine || (os.Geteuid() == 0 && (id == 0 || id >= 524288))
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		if u, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && u > 0 {
+			uid = u
+		}
+		if g, err := strconv.Atoi(os.Getenv("SUDO_GID")); err == nil && g > 0 {
+			gid = g
+		}
+	}
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return nil
+		}
+		if !ok(st.Uid, uid) || !ok(st.Gid, gid) {
+			out = append(out, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
 		}
 		return nil
 	})
@@ -415,6 +451,11 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 				r.setid = append(r.setid, fmt.Sprintf("%s/%s: %v", profile, probe, bad))
 				r.mu.Unlock()
 			}
+			if bad := foreignOwned(m.Source); len(bad) > 0 {
+				r.mu.Lock()
+				r.foreign = append(r.foreign, fmt.Sprintf("%s/%s: %v", profile, probe, bad))
+				r.mu.Unlock()
+			}
 		}
 	}
 	if cow {
@@ -539,6 +580,7 @@ func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *m
 	r.mu.Lock()
 	check("copy-on-write workspaces unchanged on the host", len(r.cowBad) == 0, orNone(r.cowBad, "every moderate run's project directory hashed the same before and after"))
 	check("no set-id file or file capability reaches a host workspace", len(r.setid) == 0, orNone(r.setid, "every permissive run's project directory scanned"))
+	check("no file in a host workspace belongs to another host user", len(r.foreign) == 0, orNone(r.foreign, "every permissive run's project directory scanned: owners are the invoking user, root (the fixtures') or a sandbox's own block of ids"))
 	for w := range r.warnings {
 		res.Warnings = append(res.Warnings, w)
 	}
