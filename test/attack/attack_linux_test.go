@@ -174,7 +174,7 @@ func rootlessFromRoot(t *testing.T, probes string) (*modeResults, error) {
 	out := filepath.Join(dir, "results.json")
 
 	cmd := exec.Command(setpriv, "--reuid="+u.Uid, "--regid="+u.Gid, "--clear-groups", "--pdeathsig=SIGKILL",
-		bin, "-test.run=^TestAttackRootlessInner$", "-test.v", "-test.timeout=280s")
+		bin, "-test.run=^TestAttackRootlessInner$", "-test.v", "-test.timeout=360s")
 	cmd.Dir = dir
 	cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir, "TMPDIR=" + dir, "ATTACK_ONLY=" + os.Getenv("ATTACK_ONLY"),

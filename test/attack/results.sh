@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 marker=$(mktemp)
 trap 'rm -f "$marker"' EXIT
-go test -count=1 -timeout 10m -run '^TestAttack$' . -update "$@"
+go test -count=1 -timeout 15m -run '^TestAttack$' . -update "$@"
 status=$?
 if [ RESULTS.md -nt "$marker" ]; then
   echo "results.sh: wrote $(pwd)/RESULTS.md"

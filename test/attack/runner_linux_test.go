@@ -509,17 +509,22 @@ func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *m
 	for _, p := range probes {
 		res.Outcomes[p] = map[string]*outcome{}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-
 	// Positive controls first: each probe shows that its target is there
-	// and reachable outside a sandbox, as this kind of user.
+	// and reachable outside a sandbox, as this kind of user. They have a
+	// bound of their own, outside the probes'.
 	if ctrls == nil {
 		cstart := time.Now()
-		ctrls = r.runControls(ctx, probes)
+		cctx, ccancel := context.WithTimeout(context.Background(), 90*time.Second)
+		ctrls = r.runControls(cctx, probes)
+		ccancel()
 		t.Logf("%s: positive controls: %v", mode, time.Since(cstart).Round(time.Millisecond))
 	}
 	res.Controls = ctrls
+
+	// An outer bound on the probes: on a loaded machine the battery can
+	// take minutes, and a run started after the bound is killed at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	defer cancel()
 
 	type job struct{ profile, probe string }
 	var light, heavyJobs []job
@@ -541,7 +546,13 @@ func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *m
 			go func() {
 				defer wg.Done()
 				for j := range ch {
-					o := r.run(ctx, j.profile, j.probe)
+					var o *outcome
+					if ctx.Err() != nil {
+						o = &outcome{Probe: j.probe, Profile: j.profile, Result: errored,
+							Detail: "not run: the battery's outer bound ran out first (a loaded machine?)"}
+					} else {
+						o = r.run(ctx, j.profile, j.probe)
+					}
 					mu.Lock()
 					res.Outcomes[j.probe][j.profile] = o
 					mu.Unlock()
