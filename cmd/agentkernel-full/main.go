@@ -41,6 +41,11 @@ func run() int {
 	if native.IsInit() {
 		return native.InitMain()
 	}
+	// A sandbox's supervisor lives as long as its sandbox: it skips the
+	// command line's set-up (and the memory that would stay with it).
+	if len(os.Args) > 0 && os.Args[0] == cli.SuperviseArgv0 {
+		return cli.SuperviseMain(os.Args[1:])
+	}
 	if commit == "unknown" {
 		commit = runcli.Revision()
 	}

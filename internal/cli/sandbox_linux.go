@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -86,11 +88,8 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	lc := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
-		argv := []string{exe, "--data-dir", a.DataDir, "--log-level", a.LogLevel}
-		if a.ConfigPath != "" {
-			argv = append(argv, "--config", a.ConfigPath)
-		}
-		return append(argv, "sandbox", "supervise", name)
+		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain).
+		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel}
 	}}
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -636,50 +635,83 @@ func newSandboxExtendCmd(a *App) *cobra.Command {
 	return cmd
 }
 
-// newSandboxSuperviseCmd is the hidden supervisor mode that 'sandbox
-// start' spawns; it never touches the state database.
+// newSandboxSuperviseCmd is the hidden supervisor mode, as a command
+// (`sandbox supervise NAME`); 'sandbox start' runs it as SuperviseMain,
+// which skips the command line's set-up.
 func newSandboxSuperviseCmd(a *App) *cobra.Command {
 	return &cobra.Command{
 		Use:    "supervise NAME",
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var ready *os.File
-			if os.Getenv("AGENTKERNEL_SUPERVISOR_READY_FD") == "3" {
-				ready = os.NewFile(3, "ready")
-				_ = os.Unsetenv("AGENTKERNEL_SUPERVISOR_READY_FD")
-			}
-			if err := validName(args[0]); err != nil {
-				return err
-			}
-			dir := filepath.Join(a.DataDir, "sandboxes", args[0])
-			fail := func(err error) error {
-				if ready != nil {
-					fmt.Fprintf(ready, "error: %v", err)
-					ready.Close()
-				}
-				return &ExitError{Code: ExitAgentkernel, Err: err}
-			}
-			if ready != nil {
-				// Not inherited by the sandbox's init.
-				_, _ = ready.Stat()
-				if err := setCloexec(ready); err != nil {
-					return fail(err)
-				}
-			}
-			b, err := os.ReadFile(dir + "/spec.json")
-			if err != nil {
-				return fail(err)
-			}
-			var spec sandbox.Spec
-			if err := json.Unmarshal(b, &spec); err != nil {
-				return fail(fmt.Errorf("spec.json: %w", err))
-			}
-			be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})
-			if err := supervisor.Serve(context.Background(), be, &spec, dir, ready); err != nil {
-				return &ExitError{Code: ExitAgentkernel, Err: err}
-			}
-			return nil
+			return supervise(a.DataDir, args[0], a.Logger, func(s string) { a.Warnf("%s", s) })
 		},
 	}
+}
+
+// SuperviseArgv0 is the argv[0] by which 'sandbox start' runs a
+// supervisor: main hands such a process to SuperviseMain before it builds
+// the command line, so that a sandbox's long-lived supervisor holds none
+// of the CLI's memory.
+const SuperviseArgv0 = "agentkernel:supervise"
+
+// SuperviseMain is the supervisor of sandbox NAME in data directory
+// DATA-DIR (its arguments: DATA-DIR NAME [LOG-LEVEL]); it returns the
+// exit code.
+func SuperviseMain(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "agentkernel: supervise: want DATA-DIR NAME [LOG-LEVEL]")
+		return ExitAgentkernel
+	}
+	level := slog.LevelWarn
+	if len(args) > 2 {
+		_ = level.UnmarshalText([]byte(args[2]))
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	warn := func(s string) { fmt.Fprintf(os.Stderr, "agentkernel: warning: %s\n", s) }
+	if err := supervise(args[0], args[1], logger, warn); err != nil {
+		fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
+		return runcli.ExitCode(err, io.Discard)
+	}
+	return 0
+}
+
+// supervise boots and serves sandbox name (supervisor.Serve), telling
+// the starter on fd 3 when AGENTKERNEL_SUPERVISOR_READY_FD says so.
+func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) error {
+	var ready *os.File
+	if os.Getenv("AGENTKERNEL_SUPERVISOR_READY_FD") == "3" {
+		ready = os.NewFile(3, "ready")
+		_ = os.Unsetenv("AGENTKERNEL_SUPERVISOR_READY_FD")
+	}
+	fail := func(err error) error {
+		if ready != nil {
+			fmt.Fprintf(ready, "error: %v", err)
+			ready.Close()
+		}
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	if err := validName(name); err != nil {
+		return fail(err)
+	}
+	dir := filepath.Join(dataDir, "sandboxes", name)
+	if ready != nil {
+		// Not inherited by the sandbox's init.
+		if err := setCloexec(ready); err != nil {
+			return fail(err)
+		}
+	}
+	b, err := os.ReadFile(dir + "/spec.json")
+	if err != nil {
+		return fail(err)
+	}
+	var spec sandbox.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return fail(fmt.Errorf("spec.json: %w", err))
+	}
+	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn})
+	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready); err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	return nil
 }

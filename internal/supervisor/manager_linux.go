@@ -34,7 +34,8 @@ var ErrNotRunning = sandbox.ErrNotRunning
 // running sandbox) never opens it.
 type Manager struct {
 	DataDir string
-	// SuperviseCommand is the argv that runs the supervisor of name
+	// SuperviseCommand is what runs the supervisor of name: the program,
+	// then its argv (argv[0] first)
 	// (this binary's hidden `sandbox supervise` command).
 	SuperviseCommand func(name string) []string
 
@@ -616,7 +617,8 @@ func spawn(argv []string, logPath string) (int, uint64, error) {
 		return 0, 0, err
 	}
 	defer rr.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.Command(argv[0])
+	cmd.Args = argv[1:]
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{rw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
