@@ -101,8 +101,13 @@ func makeUserns(proc, uidMap, gidMap string, useStub bool) (int, error) {
 		}
 		if err != nil {
 			_ = unix.Kill(pid, unix.SIGKILL)
-			reap(pid)
-			return -1, fmt.Errorf("the namespace's first process failed: %w", err)
+			var ws unix.WaitStatus
+			for {
+				if _, werr := unix.Wait4(pid, &ws, 0, nil); werr != unix.EINTR {
+					break
+				}
+			}
+			return -1, fmt.Errorf("the namespace's first process failed (%v; it ended with status %#x): %w", err, uint32(ws), err)
 		}
 	} else {
 		// Not Go's UidMappings: it writes them through /proc, which is
