@@ -107,7 +107,7 @@ func makeUserns(proc, uidMap, gidMap string, useStub bool) (int, error) {
 					break
 				}
 			}
-			return -1, fmt.Errorf("the namespace's first process failed (%v; it ended with status %#x): %w", err, uint32(ws), err)
+			return -1, fmt.Errorf("the namespace's first process failed (it ended with status %#x): %w", uint32(ws), err)
 		}
 	} else {
 		// Not Go's UidMappings: it writes them through /proc, which is
