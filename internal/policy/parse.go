@@ -126,6 +126,11 @@ func ParseVolume(spec, cwd, home string) (sandbox.Mount, error) {
 	if _, err := os.Stat(host); err != nil {
 		return bad("host path %s does not exist or cannot be read", host)
 	}
+	// Symlinks resolved now: the backend mounts the path with none, so
+	// that nobody can swap one in between.
+	if real, err := filepath.EvalSymlinks(host); err == nil {
+		host = real
+	}
 	if err := checkSandboxPath(dest); err != nil {
 		return bad("%v", err)
 	}

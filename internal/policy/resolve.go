@@ -369,7 +369,9 @@ func absDir(dir string) (string, error) {
 	if !st.IsDir() {
 		return "", fmt.Errorf("%s is not a directory", abs)
 	}
-	return abs, nil
+	// Symlinks resolved now: the backend mounts the path with none, so
+	// that nobody can swap one in between (native: openVolumeSource).
+	return filepath.EvalSymlinks(abs)
 }
 
 func resolveEnv(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Profile, mode Mode, in Input, lookup func(string) (string, bool), warnf func(string, ...any)) error {

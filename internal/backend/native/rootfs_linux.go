@@ -569,7 +569,40 @@ func makeMountPoint(src, dst string) error {
 	return f.Close()
 }
 
+// openVolumeSource opens a volume's host path without following any
+// symlink on the way (policy resolved them when it made the spec) and
+// returns the descriptor (the caller closes it) and a path that names
+// exactly what it opened, for the mount system calls: whatever is
+// renamed or swapped for a symlink in the host path meanwhile (by a
+// sandbox that can write a parent directory, say), the mount is of the
+// directory that was checked, or fails.
+func openVolumeSource(src string) (int, string, error) {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for {
+		fd, err := unix.Openat2(unix.AT_FDCWD, src, &how)
+		switch {
+		case err == unix.EINTR || err == unix.EAGAIN:
+			continue
+		case err == unix.ENOSYS: // before 5.6: the path as it is
+			return -1, src, nil
+		case err == unix.ELOOP:
+			return -1, "", fmt.Errorf("host path %s has a symlink in it (volumes are mounted with none: give its real path)", src)
+		case err != nil:
+			return -1, "", err
+		}
+		return fd, "/proc/self/fd/" + strconv.Itoa(fd), nil
+	}
+}
+
 func (s *initState) mountBind(m sandbox.Mount, dst string) error {
+	fd, src, err := openVolumeSource(m.Source)
+	if err != nil {
+		return err
+	}
+	if fd >= 0 {
+		defer unix.Close(fd)
+	}
+	m.Source = src
 	if err := makeMountPoint(m.Source, dst); err != nil {
 		return err
 	}
@@ -627,6 +660,14 @@ func (s *initState) idmappedVia(userns int, src, dst string, flags uint64) error
 // the scratch tmpfs: the sandbox writes freely, the host copy never
 // changes.
 func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
+	fd, src, err := openVolumeSource(m.Source)
+	if err != nil {
+		return err
+	}
+	if fd >= 0 {
+		defer unix.Close(fd)
+	}
+	m.Source = src
 	fi, err := os.Stat(m.Source)
 	if err != nil {
 		return err
