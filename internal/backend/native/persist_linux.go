@@ -72,9 +72,9 @@ type Instance struct {
 	// rootless: PID 1's user namespace is the caller's (no block of host
 	// ids; commands share that namespace).
 	rootless bool
-	sock             *os.File // the config socket, which PID 1 waits on
-	endOnce          sync.Once
-	start            time.Time
+	sock     *os.File // the config socket, which PID 1 waits on
+	endOnce  sync.Once
+	start    time.Time
 
 	done    chan struct{}
 	ws      syscall.WaitStatus

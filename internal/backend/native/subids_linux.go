@@ -2,9 +2,9 @@ package native
 
 import (
 	"bufio"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
