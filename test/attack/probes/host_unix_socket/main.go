@@ -1,13 +1,16 @@
 //go:build linux
 
 // Probe host_unix_socket tries to connect to a unix socket the host
-// listens on by path, and to the usual container-engine sockets.
+// listens on by path (stream or seqpacket), and to the usual
+// container-engine sockets.
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
@@ -24,7 +27,13 @@ func attack() {
 		if p == "" {
 			continue
 		}
+		// A stream connect to a SOCK_SEQPACKET listener (a persistent
+		// sandbox's own socket is one) fails with EPROTOTYPE although the
+		// socket is there: try both types.
 		c, err := net.DialTimeout("unix", p, 2*time.Second)
+		if errors.Is(err, syscall.EPROTOTYPE) {
+			c, err = net.DialTimeout("unixpacket", p, 2*time.Second)
+		}
 		if err == nil {
 			c.Close()
 			report("allowed", "connected to "+p)
