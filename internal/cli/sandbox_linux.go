@@ -649,12 +649,6 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 	}
 }
 
-// SuperviseArgv0 is the argv[0] by which 'sandbox start' runs a
-// supervisor: main hands such a process to SuperviseMain before it builds
-// the command line, so that a sandbox's long-lived supervisor holds none
-// of the CLI's memory.
-const SuperviseArgv0 = "agentkernel:supervise"
-
 // SuperviseMain is the supervisor of sandbox NAME in data directory
 // DATA-DIR (its arguments: DATA-DIR NAME [LOG-LEVEL]); it returns the
 // exit code.
