@@ -69,7 +69,7 @@ func mountAt(spec *sandbox.Spec, dest string) *sandbox.Mount {
 	return nil
 }
 
-// TestProfileTable checks every cell of the profile table in issue 2.
+// TestProfileTable checks every cell of the profile table (README, "Security profiles").
 func TestProfileTable(t *testing.T) {
 	f := newFixture(t)
 	type row struct {

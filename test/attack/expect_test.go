@@ -40,11 +40,11 @@ var exceptions = []exception{
 	},
 	{
 		Probe: "memory_bomb", Profiles: []string{"moderate", "restrictive"}, Modes: []string{"rootless"}, Want: "allowed",
-		Why: "rootless without cgroup delegation (this machine: cgroup v1, no delegation) cannot set a memory limit; the backend warns once and runs without limits (issue 4)",
+		Why: "rootless without cgroup delegation (this machine: cgroup v1, no delegation) cannot set a memory limit; the backend warns once and runs without limits",
 	},
 	{
 		Probe: "fork_bomb", Modes: []string{"rootless"}, Want: "allowed",
-		Why: "rootless without cgroup delegation cannot set a pids limit; the backend warns and runs without limits (issue 4). The probe stops itself at 5000 processes",
+		Why: "rootless without cgroup delegation cannot set a pids limit; the backend warns and runs without limits. The probe stops itself at 5000 processes",
 	},
 	{
 		Probe: "raw_socket", Profiles: []string{"permissive"}, Modes: []string{"rootless"}, Want: "allowed",

@@ -218,7 +218,7 @@ func firstField(s string) string {
 // does, with the test image and a workspace of its own for this run.
 //
 // Network: the native backend refuses egress until the network proxy
-// exists (issue 4), so every profile runs with --no-network; the network
+// exists, so every profile runs with --no-network; the network
 // probes check that loopback-only really is all a sandbox gets.
 func (r *runner) spec(profile, probe string) *sandbox.Spec {
 	ws := filepath.Join(r.f.tmp, "ws", profile+"-"+probe)
