@@ -277,6 +277,11 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		}
 	}
 
+	// More than execve can take is refused here, at once, rather than
+	// after it travelled through every stage (seconds for tens of MiB).
+	if err := checkArgMax(cfg.Exec.Args, cfg.Exec.Env); err != nil {
+		return nil, err
+	}
 	// The stub's script area holds about 1 MiB: a larger argv and
 	// environment (execve allows more) goes through the Go exec stage.
 	if argBytes(cfg.Exec.Args)+argBytes(cfg.Exec.Env) > stubArgBudget {
@@ -974,4 +979,38 @@ func invokingUser() (uid, gid int) {
 		return u, g
 	}
 	return uid, gid
+}
+
+// maxArgStrlen is the kernel's MAX_ARG_STRLEN: the longest one argument
+// or environment string execve takes (32 pages).
+const maxArgStrlen = 32 * 4096
+
+// checkArgMax refuses (E2BIG, "cannot invoke") an argv and environment
+// that execve would refuse in the sandbox: a string longer than
+// MAX_ARG_STRLEN, or strings and pointers together over the kernel's
+// limit for this process's stack rlimit (a quarter of it, at most 3/4 of
+// 8 MiB, at least 128 KiB), which the command inherits.
+func checkArgMax(args, env []string) error {
+	limit := uint64(6 << 20)
+	var st unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_STACK, &st) == nil && st.Cur != unix.RLIM_INFINITY {
+		limit = min(limit, st.Cur/4)
+	}
+	limit = max(limit, maxArgStrlen)
+	var total uint64
+	for _, list := range [][]string{args, env} {
+		for _, s := range list {
+			if len(s)+1 > maxArgStrlen {
+				return fmt.Errorf("exec %s: %w: one argument or variable is %d bytes, over the kernel's %d: %w",
+					args[0], unix.E2BIG, len(s), maxArgStrlen, sandbox.ErrCannotInvoke)
+			}
+			total += uint64(len(s)) + 1 + 8
+		}
+		total += 8
+	}
+	if total > limit {
+		return fmt.Errorf("exec %s: %w: %d bytes of arguments and environment, over the kernel's %d: %w",
+			args[0], unix.E2BIG, total, limit, sandbox.ErrCannotInvoke)
+	}
+	return nil
 }
