@@ -62,6 +62,15 @@ func GC(ctx context.Context, dataDir string) (removed []string, err error) {
 			pruneSeccompCache(filepath.Join(dataDir, "cache", "seccomp"), exePrefix(id))
 		}
 	}
+	// Host id blocks reserved by sandboxes of data directories that no
+	// longer exist (removed by hand, or a test's).
+	if os.Geteuid() == 0 {
+		freed, err := GCIDs("", nil, false)
+		removed = append(removed, freed...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, parent := range cgroupParents() {
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {

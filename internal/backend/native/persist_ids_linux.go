@@ -111,8 +111,9 @@ func ReleaseIDs(dataDir string, spec *sandbox.Spec, dir string) error {
 }
 
 // GCIDs frees the blocks reserved for sandboxes of data directory dataDir
-// that no longer exist: known maps each existing sandbox's name to its
-// id. It returns what it freed.
+// that no longer exist (known maps each existing sandbox's name to its
+// id), and those of any data directory that is gone. With dataDir "" only
+// the latter. It returns what it freed.
 func GCIDs(dataDir string, known map[string]string, dryRun bool) ([]string, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
@@ -122,14 +123,20 @@ func GCIDs(dataDir string, known map[string]string, dryRun bool) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
-	mine := reservation(dataDir, &sandbox.Spec{}).DataDir
+	mine := ""
+	if dataDir != "" {
+		mine = reservation(dataDir, &sandbox.Spec{}).DataDir
+	}
 	var freed []string
 	var errs []error
 	for base, r := range res {
-		if r.DataDir != mine {
-			continue
-		}
-		if id, ok := known[r.Name]; ok && (id == r.UUID || r.UUID == r.Name) {
+		if mine == "" || r.DataDir != mine {
+			// A data directory that is gone (deleted by hand, a test's)
+			// has no sandbox left to need its blocks.
+			if _, err := os.Stat(r.DataDir); !errors.Is(err, fs.ErrNotExist) || r.DataDir == "" {
+				continue
+			}
+		} else if id, ok := known[r.Name]; ok && (id == r.UUID || r.UUID == r.Name) {
 			continue
 		}
 		freed = append(freed, fmt.Sprintf("host uid range %d-%d (sandbox %s)", base, base+idrange.Size-1, r.Name))

@@ -559,8 +559,12 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
 	// restorer, mask.
 	s.add("ignoring SIGCHLD", unix.SYS_RT_SIGACTION, int(unix.SIGCHLD), s.bytes(u64s(1, 0, 0, 0)), 0, 8)
-	addLockdown(s)
+	// The thread goes on with the root as soon as the mounts are
+	// staged; the lockdown overlaps that, and the thread waits for its
+	// second report only before it lets the command start (pid1Locked).
 	s.add("reporting", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
+	addLockdown(s)
+	s.add("reporting locked down", unix.SYS_WRITE, fdConfig, uint64(stubBase), 1)
 	s.add("closing error pipe", unix.SYS_CLOSE, fdErr)
 	i = s.add("waiting", unix.SYS_READ, fdConfig, s.bytes(make([]byte, 8)), 8)
 	s.recs[i].flags |= stubIgnore

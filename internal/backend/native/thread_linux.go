@@ -450,6 +450,19 @@ func (t *threadInit) procMounted() error {
 	return reportedError(stubError(t.script, report[:n]))
 }
 
+// pid1Locked waits until PID 1 reports that it holds nothing any more
+// (stubInitScript's second report); it has long done so by the time the
+// command may start.
+func (t *threadInit) pid1Locked() error {
+	var b [1]byte
+	if n, err := t.sock.Read(b[:]); n == 1 && err == nil {
+		return nil
+	}
+	var report [16]byte
+	n, _ := io.ReadFull(t.errR, report[:])
+	return reportedError(stubError(t.script, report[:n]))
+}
+
 // releaseFromThread is releaseExecStage for a thread-built sandbox: the
 // filter comes from the parent, and a prepared sandbox's command from
 // Prepared.Run.
@@ -472,6 +485,9 @@ func (s *initState) releaseFromThread(tl *threadLaunch) error {
 			return errors.New("prepared sandbox discarded")
 		}
 		s.cfg.Exec.Args, s.cmdStdio = c.args, c.stdio
+	}
+	if err := s.thread.pid1Locked(); err != nil {
+		return err
 	}
 	return s.releaseStub()
 }

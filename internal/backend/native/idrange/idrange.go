@@ -39,14 +39,12 @@
 package idrange
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 )
 
@@ -87,15 +85,15 @@ func Default() Allocator { return Allocator{Dir: DefaultDir, Files: SystemFiles}
 type Lease struct {
 	// Base is the block's first host id: sandbox id n is host id Base+n.
 	Base uint32
-	f    *os.File
+	fd   int // its block file, flock'ed; -1 once released
 }
 
 // Release gives the block back (an ephemeral one becomes free; a
 // reservation stays).
 func (l *Lease) Release() {
-	if l != nil && l.f != nil {
-		l.f.Close()
-		l.f = nil
+	if l != nil && l.fd >= 0 {
+		syscall.Close(l.fd)
+		l.fd = -1
 	}
 }
 
@@ -153,10 +151,11 @@ func (a Allocator) Claim(base uint32, r Reservation) (ok bool, err error) {
 	if ex.overlaps(base) {
 		return false, nil
 	}
-	f, err := a.lock(base, false)
-	if err != nil || f == nil {
+	fd, err := a.lock(base, false)
+	if err != nil || fd < 0 {
 		return false, err
 	}
+	f := os.NewFile(uintptr(fd), a.path(base))
 	defer f.Close()
 	have, err := readReservation(f)
 	if err != nil {
@@ -222,82 +221,92 @@ func (a Allocator) read(base uint32) (*Reservation, error) {
 }
 
 func (a Allocator) path(base uint32) string {
-	return filepath.Join(a.Dir, strconv.FormatUint(uint64(base), 10))
+	return a.Dir + "/" + strconv.FormatUint(uint64(base), 10)
 }
 
-// take finds the lowest free block, locks it and, for a reservation,
-// records it.
+// take finds a free block, locks it and, for a reservation, records it.
+// Reservations are taken from the bottom of the range up and ephemeral
+// leases from the top down, so that a run meets only the blocks of the
+// other runs alive at the same time, not every persistent sandbox's.
 func (a Allocator) take(r *Reservation) (*Lease, error) {
 	ex, err := a.exclusions()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(a.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("host id ranges: %w", err)
-	}
-	for base := uint64(First); base+Size <= End; base += Size {
+	const blocks = (End - First) / Size
+	for i := uint64(0); i < blocks; i++ {
+		base := uint64(First) + i*Size
+		if r == nil {
+			base = uint64(First) + (blocks-1-i)*Size
+		}
 		if ex.overlaps(uint32(base)) {
 			continue
 		}
-		f, err := a.lock(uint32(base), true)
+		fd, err := a.lock(uint32(base), true)
 		if err != nil {
 			return nil, err
 		}
-		if f == nil {
+		if fd < 0 {
 			continue // held by a live sandbox
 		}
 		var st syscall.Stat_t
-		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-			f.Close()
+		if err := syscall.Fstat(fd, &st); err != nil {
+			syscall.Close(fd)
 			return nil, err
 		}
 		if st.Size > 0 {
-			f.Close() // reserved by a persistent sandbox
+			syscall.Close(fd) // reserved by a persistent sandbox
 			continue
 		}
 		if r != nil {
-			if err := writeReservation(f, r); err != nil {
-				f.Close()
+			f := os.NewFile(uintptr(fd), a.path(uint32(base)))
+			err := writeReservation(f, r)
+			f.Close()
+			if err != nil {
 				return nil, err
 			}
+			return &Lease{Base: uint32(base), fd: -1}, nil
 		}
-		return &Lease{Base: uint32(base), f: f}, nil
+		return &Lease{Base: uint32(base), fd: fd}, nil
 	}
 	return nil, ErrExhausted
 }
 
-// lock opens block base's file and takes its lock without waiting: nil
-// when another process holds it.
-func (a Allocator) lock(base uint32, create bool) (*os.File, error) {
-	flags := os.O_RDWR
+// lock opens block base's file and takes its lock without waiting, with
+// plain system calls (it is on every run's path): -1 when another
+// process holds it.
+func (a Allocator) lock(base uint32, create bool) (int, error) {
+	p := a.path(base)
+	flags := syscall.O_RDWR | syscall.O_NOFOLLOW | syscall.O_CLOEXEC
 	if create {
-		flags |= os.O_CREATE
+		flags |= syscall.O_CREAT
 	}
-	f, err := os.OpenFile(a.path(base), flags|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		if !create && errors.Is(err, os.ErrNotExist) {
-			if err := os.MkdirAll(a.Dir, 0o700); err != nil {
-				return nil, err
-			}
-			return a.lock(base, true)
+	fd, err := syscall.Open(p, flags, 0o600)
+	if err == syscall.ENOENT {
+		// The first block ever taken here: make the directory.
+		if err := os.MkdirAll(a.Dir, 0o700); err != nil {
+			return -1, fmt.Errorf("host id ranges: %w", err)
 		}
-		return nil, fmt.Errorf("host id ranges: %w", err)
+		fd, err = syscall.Open(p, flags|syscall.O_CREAT, 0o600)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("host id ranges: %s: %w", p, err)
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if err != syscall.EINTR {
 			break
 		}
 	}
 	if err == syscall.EWOULDBLOCK {
-		f.Close()
-		return nil, nil
+		syscall.Close(fd)
+		return -1, nil
 	}
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("host id ranges: locking %s: %w", a.path(base), err)
+		syscall.Close(fd)
+		return -1, fmt.Errorf("host id ranges: locking %s: %w", p, err)
 	}
-	return f, nil
+	return fd, nil
 }
 
 // lockWait opens and locks an existing block file, waiting for the lock.
@@ -403,27 +412,74 @@ func (a Allocator) exclusions() (exclusions, error) {
 }
 
 // scan calls fn with the colon-separated fields of each line of path; a
-// missing file has no lines.
+// missing file has no lines. (One read and no scanner: it runs on every
+// sandbox's start.)
 func scan(path string, fn func([]string)) error {
 	if path == "" {
 		return nil
 	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+	data, err := readSmall(path)
+	if errors.Is(err, syscall.ENOENT) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("host id ranges: %w", err)
+		return fmt.Errorf("host id ranges: %s: %w", path, err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 4096), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
+	var fields [8]string
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		fn(strings.Split(line, ":"))
+		n := 0
+		for n < len(fields) {
+			j := bytes.IndexByte(line, ':')
+			if j < 0 || n == len(fields)-1 {
+				fields[n] = string(line)
+				n++
+				break
+			}
+			fields[n] = string(line[:j])
+			line = line[j+1:]
+			n++
+		}
+		fn(fields[:n])
 	}
-	return sc.Err()
+	return nil
+}
+
+// readSmall reads a small file with plain system calls: os.File's set-up
+// per file is a measurable part of a run's start here.
+func readSmall(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, 4096)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= 4<<20 {
+				return nil, errors.New("file too large")
+			}
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }

@@ -28,12 +28,21 @@ func testAllocator(t *testing.T, subuid string) Allocator {
 	}}
 }
 
+// top is the highest block: ephemeral leases are taken from the top of
+// the range down, reservations from the bottom up.
+const top = End - Size
+
 // TestAcquireAvoidsAndDistinct: blocks overlap no subordinate range or
-// high local id, and two live leases never share a block.
+// high local id, and two live leases never share a block; leases come
+// from the top of the range, reservations from the bottom, each side
+// skipping what is excluded.
 func TestAcquireAvoidsAndDistinct(t *testing.T) {
-	// alice's range covers the first block; bob's gid range the third
-	// (700000 is inside First+2*Size…); a local uid the fourth.
-	a := testAllocator(t, "# comment\nalice:"+strconv.Itoa(First+10)+":65536\nbroken line\n")
+	// alice's range covers the top block; bob's gid range one id of the
+	// third from the top; a local uid the fourth.
+	a := testAllocator(t, "# comment\nalice:"+strconv.Itoa(top+10)+":65536\nbroken line\nbob:"+strconv.Itoa(top-2*Size+7)+":1\n")
+	if err := os.WriteFile(a.Files.Passwd, []byte("big:x:"+strconv.Itoa(top-3*Size+5)+":100::/:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var leases []*Lease
 	seen := map[uint32]bool{}
 	for i := 0; i < 4; i++ {
@@ -46,20 +55,17 @@ func TestAcquireAvoidsAndDistinct(t *testing.T) {
 			t.Fatalf("block %d handed out twice", l.Base)
 		}
 		seen[l.Base] = true
-		if (l.Base-First)%Size != 0 || l.Base < First {
-			t.Fatalf("block %d not aligned", l.Base)
+		if (l.Base-First)%Size != 0 || l.Base < First || l.Base+Size > End {
+			t.Fatalf("block %d not aligned in the range", l.Base)
 		}
 	}
-	for _, excluded := range []uint32{First, First + Size, First + 2*Size, First + 3*Size} {
-		if excluded == First+2*Size {
-			continue // 700000 is in the second block (First+Size)
-		}
+	for _, excluded := range []uint32{top, top - 2*Size, top - 3*Size} {
 		if seen[excluded] {
 			t.Errorf("excluded block %d handed out", excluded)
 		}
 	}
-	if seen[First+Size] {
-		t.Errorf("block %d overlaps bob's subgid range", First+Size)
+	if !seen[top-Size] || !seen[top-4*Size] {
+		t.Errorf("leases %v: want the free blocks from the top down", seen)
 	}
 	// A released block is handed out again.
 	freed := leases[0].Base
@@ -71,6 +77,12 @@ func TestAcquireAvoidsAndDistinct(t *testing.T) {
 	l.Release()
 	for _, l := range leases[1:] {
 		l.Release()
+	}
+	// Reservations start at the bottom, past what is excluded there.
+	b := testAllocator(t, "carol:"+strconv.Itoa(First)+":65536\n")
+	base, err := b.Reserve(Reservation{DataDir: "/d", Name: "x"})
+	if err != nil || base != First+Size {
+		t.Fatalf("reservation: %d %v, want %d", base, err, First+Size)
 	}
 }
 
@@ -137,7 +149,7 @@ func TestCrashReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal("flock(1) (util-linux) is needed:", err)
 	}
-	cmd := exec.Command(flock, a.path(First), "sleep", "60")
+	cmd := exec.Command(flock, a.path(top), "sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -151,7 +163,7 @@ func TestCrashReleases(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.Release()
-		if l.Base != First {
+		if l.Base != top {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -168,7 +180,7 @@ func TestCrashReleases(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.Release()
-		if l.Base == First {
+		if l.Base == top {
 			break
 		}
 		if time.Now().After(deadline) {
