@@ -9,8 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/agentkernel/agentkernel/internal/idshift"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
@@ -45,7 +44,10 @@ func (s *Store) convertLegacy(want cache.Meta) error {
 		return fmt.Errorf("image store: %w", err)
 	}
 	for _, e := range ents {
-		if err := unshiftTree(filepath.Join(layers, e.Name(), "fs"), cache.LegacyIDMap); err != nil {
+		// Image ids 0…65535 were stored at LegacyIDMap.UID…; a file
+		// capability is rewritten for the image's own root.
+		m := cache.LegacyIDMap
+		if err := idshift.Tree(filepath.Join(layers, e.Name(), "fs"), m.UID, 0, m.Size, func(v []byte) ([]byte, bool) { return shiftCapability(v, 0) }); err != nil {
 			return fmt.Errorf("image store: converting layer %s: %w", e.Name(), err)
 		}
 	}
@@ -60,62 +62,4 @@ func (s *Store) convertLegacy(want cache.Meta) error {
 		return fmt.Errorf("image store: %w", err)
 	}
 	return nil
-}
-
-// unshiftTree gives every file under root that is owned by an id of m's
-// range the image id it stands for (host id - m.UID), keeping its set-id
-// bits and its file capability (which chown would clear: it is written
-// back as one whose root is the image's uid 0).
-func unshiftTree(root string, m cache.IDMap) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) && p == root {
-				return nil
-			}
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		uid, gid := unshift(st.Uid, m.UID, m.Size), unshift(st.Gid, m.GID, m.Size)
-		if uid == st.Uid && gid == st.Gid {
-			return nil
-		}
-		var capv []byte
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			buf := make([]byte, 64)
-			if n, err := unix.Lgetxattr(p, "security.capability", buf); err == nil && n > 0 {
-				capv = buf[:n]
-			}
-		}
-		if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return nil
-		}
-		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			if err := unix.Chmod(p, st.Mode&0o7777); err != nil {
-				return err
-			}
-		}
-		if capv != nil {
-			if v, ok := shiftCapability(capv, 0); ok {
-				if err := unix.Lsetxattr(p, "security.capability", v, 0); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// unshift maps a host id of the range [base, base+size) back to its
-// image id; other ids are left as they are.
-func unshift(id, base, size uint32) uint32 {
-	if id >= base && uint64(id) < uint64(base)+uint64(size) {
-		return id - base
-	}
-	return id
 }

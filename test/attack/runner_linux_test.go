@@ -86,38 +86,14 @@ type runner struct {
 	foreign  []string // files in host workspaces owned by other host users
 }
 
-// setIDFiles lists files under dir that are set-user-ID, set-group-ID or
-// carry a security.capability xattr, with their host owner.
-func setIDFiles(dir string) []string {
-	var out []string
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			return nil
-		}
-		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			out = append(out, fmt.Sprintf("%s mode %o owner %d:%d", p, st.Mode&0o7777, st.Uid, st.Gid))
-		}
-		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil && n > 0 {
-			out = append(out, fmt.Sprintf("%s has security.capability (owner %d)", p, st.Uid))
-		}
-		return nil
-	})
-	return out
-}
-
-// foreignOwned lists files under dir (a writable host directory a
-// sandbox had) owned by a host user other than the invoking one (sudo's
-// user, else this process's), root (whose the fixtures are) or an id of
-// systemd's container range, where sandboxes have their blocks.
+// scanWorkspace looks at every file under dir, a writable host
+// directory a sandbox had: setid lists those that are set-user-ID,
+// set-group-ID or carry a security.capability xattr, with their host
+// owner; foreign those owned by a host user other than the invoking one
+// (sudo's user, else this process's), root (whose the fixtures are) or
+// an id of systemd's container range, where sandboxes have their blocks.
 // Rootless, the caller is the only owner a sandbox can give.
-func foreignOwned(dir string) []string {
-	ok := func(id uint32, mine int) bool {
-		return int(id) == mine || (os.Geteuid() == 0 && (id == 0 || id >= 524288))
-	}
+func scanWorkspace(dir string) (setid, foreign []string) {
 	uid, gid := os.Getuid(), os.Getgid()
 	if uid == 0 {
 		if u, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && u > 0 {
@@ -127,7 +103,9 @@ func foreignOwned(dir string) []string {
 			gid = g
 		}
 	}
-	var out []string
+	ok := func(id uint32, mine int) bool {
+		return int(id) == mine || (os.Geteuid() == 0 && (id == 0 || id >= 524288))
+	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
@@ -136,12 +114,18 @@ func foreignOwned(dir string) []string {
 		if unix.Lstat(p, &st) != nil {
 			return nil
 		}
+		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			setid = append(setid, fmt.Sprintf("%s mode %o owner %d:%d", p, st.Mode&0o7777, st.Uid, st.Gid))
+		}
+		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil && n > 0 {
+			setid = append(setid, fmt.Sprintf("%s has security.capability (owner %d)", p, st.Uid))
+		}
 		if !ok(st.Uid, uid) || !ok(st.Gid, gid) {
-			out = append(out, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
+			foreign = append(foreign, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
 		}
 		return nil
 	})
-	return out
+	return setid, foreign
 }
 
 // runSpec runs spec as a direct run, or in the prepared mode as a pooled
@@ -446,16 +430,15 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 	}
 	for _, m := range spec.Mounts {
 		if m.Kind == sandbox.MountBind && !m.ReadOnly {
-			if bad := setIDFiles(m.Source); len(bad) > 0 {
-				r.mu.Lock()
-				r.setid = append(r.setid, fmt.Sprintf("%s/%s: %v", profile, probe, bad))
-				r.mu.Unlock()
+			setid, foreign := scanWorkspace(m.Source)
+			r.mu.Lock()
+			if len(setid) > 0 {
+				r.setid = append(r.setid, fmt.Sprintf("%s/%s: %v", profile, probe, setid))
 			}
-			if bad := foreignOwned(m.Source); len(bad) > 0 {
-				r.mu.Lock()
-				r.foreign = append(r.foreign, fmt.Sprintf("%s/%s: %v", profile, probe, bad))
-				r.mu.Unlock()
+			if len(foreign) > 0 {
+				r.foreign = append(r.foreign, fmt.Sprintf("%s/%s: %v", profile, probe, foreign))
 			}
+			r.mu.Unlock()
 		}
 	}
 	if cow {

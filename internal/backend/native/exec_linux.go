@@ -124,8 +124,21 @@ func setIdentity(c *execConfig) error {
 }
 
 // lookPath finds the command like execvp does, with the command's own
-// PATH, in the sandbox's root.
+// PATH, in this process's root (the sandbox's).
 func lookPath(name string, env []string) (string, error) {
+	return searchPath(name, env, func(p string) (found, executable bool) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return false, false
+		}
+		return true, unix.Access(p, unix.X_OK) == nil
+	})
+}
+
+// searchPath walks the PATH of env as execvp does for name, asking probe
+// about each candidate: whether it is there (and not a directory) and
+// whether it may be executed.
+func searchPath(name string, env []string, probe func(p string) (found, executable bool)) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
@@ -141,11 +154,11 @@ func lookPath(name string, env []string) (string, error) {
 			dir = "."
 		}
 		p := dir + "/" + name
-		var st unix.Stat_t
-		if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		found, executable := probe(p)
+		if !found {
 			continue
 		}
-		if unix.Access(p, unix.X_OK) != nil {
+		if !executable {
 			denied = true
 			continue
 		}

@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
+	"github.com/agentkernel/agentkernel/internal/idshift"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -76,7 +75,7 @@ func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) 
 	if err != nil {
 		return 0, fmt.Errorf("reserving the sandbox's host uid range: %w", err)
 	}
-	if err := reown(filepath.Join(dir, "upper"), old, base); err != nil {
+	if err := idshift.Tree(filepath.Join(dir, "upper"), old, base, idrange.Size, nil); err != nil {
 		_ = alloc.Free(base, r)
 		return 0, fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
 	}
@@ -147,59 +146,6 @@ func GCIDs(dataDir string, known map[string]string, dryRun bool) ([]string, erro
 		}
 	}
 	return freed, errors.Join(errs...)
-}
-
-// reown gives every file under root owned by an id of the block starting
-// at from the same id of the block starting at to, keeping set-id bits
-// and file capabilities (which chown clears).
-func reown(root string, from, to uint32) error {
-	if from == to {
-		return nil
-	}
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		move := func(id uint32) uint32 {
-			if id >= from && id-from < idrange.Size {
-				return to + (id - from)
-			}
-			return id
-		}
-		uid, gid := move(st.Uid), move(st.Gid)
-		if uid == st.Uid && gid == st.Gid {
-			return nil
-		}
-		var capv []byte
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			buf := make([]byte, 64)
-			if n, err := unix.Lgetxattr(p, "security.capability", buf); err == nil && n > 0 {
-				capv = buf[:n]
-			}
-		}
-		if err := unix.Lchown(p, int(uid), int(gid)); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return nil
-		}
-		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			if err := unix.Chmod(p, st.Mode&0o7777); err != nil {
-				return err
-			}
-		}
-		if capv != nil {
-			_ = unix.Lsetxattr(p, "security.capability", capv, 0)
-		}
-		return nil
-	})
 }
 
 // writeFileAtomic writes data to path through a synced temporary file

@@ -615,49 +615,26 @@ func nsPid(p int) int {
 	return p
 }
 
-// lookPathIn finds name as execve in the sandbox would along PATH
+// lookPathIn finds name as execvp in the sandbox would along PATH
 // (relative entries from workdir), looking it up below the sandbox's
 // root descriptor.
 func lookPathIn(rootFd int, name string, env []string, workdir string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	pathEnv := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
+	return searchPath(name, env, func(p string) (found, executable bool) {
+		if !path.IsAbs(p) {
+			p = path.Join(workdir, p)
 		}
-	}
-	denied := false
-	for _, dir := range strings.Split(pathEnv, ":") {
-		if dir == "" {
-			dir = "."
-		}
-		p := dir + "/" + name
-		look := p
-		if !path.IsAbs(look) {
-			look = path.Join(workdir, look)
-		}
-		fd, err := openInRoot(rootFd, look, unix.O_PATH)
+		fd, err := openInRoot(rootFd, p, unix.O_PATH)
 		if err != nil {
-			continue
+			return false, false
 		}
 		var st unix.Stat_t
 		err = unix.Fstat(fd, &st)
 		unix.Close(fd)
 		if err != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			continue
+			return false, false
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o111 == 0 {
-			denied = true
-			continue
-		}
-		return p, nil
-	}
-	if denied {
-		return "", fmt.Errorf("%s: %w", name, unix.EACCES)
-	}
-	return "", fmt.Errorf("%s: executable file not found in $PATH: %w", name, unix.ENOENT)
+		return true, st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0
+	})
 }
 
 // ---- the init's side ----

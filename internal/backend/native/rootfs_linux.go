@@ -594,15 +594,27 @@ func openVolumeSource(src string) (int, string, error) {
 	}
 }
 
-func (s *initState) mountBind(m sandbox.Mount, dst string) error {
+// pinSource is m with its Source pinned (openVolumeSource) and what
+// releases the descriptor once mounted.
+func pinSource(m sandbox.Mount) (sandbox.Mount, func(), error) {
 	fd, src, err := openVolumeSource(m.Source)
+	if err != nil {
+		return m, nil, err
+	}
+	m.Source = src
+	return m, func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}, nil
+}
+
+func (s *initState) mountBind(m sandbox.Mount, dst string) error {
+	m, release, err := pinSource(m)
 	if err != nil {
 		return err
 	}
-	if fd >= 0 {
-		defer unix.Close(fd)
-	}
-	m.Source = src
+	defer release()
 	if err := makeMountPoint(m.Source, dst); err != nil {
 		return err
 	}
@@ -660,14 +672,11 @@ func (s *initState) idmappedVia(userns int, src, dst string, flags uint64) error
 // the scratch tmpfs: the sandbox writes freely, the host copy never
 // changes.
 func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
-	fd, src, err := openVolumeSource(m.Source)
+	m, release, err := pinSource(m)
 	if err != nil {
 		return err
 	}
-	if fd >= 0 {
-		defer unix.Close(fd)
-	}
-	m.Source = src
+	defer release()
 	fi, err := os.Stat(m.Source)
 	if err != nil {
 		return err

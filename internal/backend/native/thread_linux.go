@@ -441,6 +441,12 @@ func (t *threadInit) procMounted() error {
 		return nil
 	}
 	t.acked = true
+	return t.nextReport()
+}
+
+// nextReport waits for PID 1's next one-byte report, or says which step
+// of its script failed.
+func (t *threadInit) nextReport() error {
 	var b [1]byte
 	if n, err := t.sock.Read(b[:]); n == 1 && err == nil {
 		return nil
@@ -453,15 +459,7 @@ func (t *threadInit) procMounted() error {
 // pid1Locked waits until PID 1 reports that it holds nothing any more
 // (stubInitScript's second report); it has long done so by the time the
 // command may start.
-func (t *threadInit) pid1Locked() error {
-	var b [1]byte
-	if n, err := t.sock.Read(b[:]); n == 1 && err == nil {
-		return nil
-	}
-	var report [16]byte
-	n, _ := io.ReadFull(t.errR, report[:])
-	return reportedError(stubError(t.script, report[:n]))
-}
+func (t *threadInit) pid1Locked() error { return t.nextReport() }
 
 // releaseFromThread is releaseExecStage for a thread-built sandbox: the
 // filter comes from the parent, and a prepared sandbox's command from
