@@ -174,6 +174,13 @@ func (s *Server) Serve(ctx context.Context, lns []net.Listener, grace time.Durat
 	for _, ln := range lns {
 		go func() { errc <- hs.Serve(ln) }()
 	}
+	// A listener whose Serve had not started by the shutdown would stay
+	// open (a unix socket's file left behind): close each one ourselves.
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
 	select {
 	case err := <-errc:
 		_ = hs.Close()

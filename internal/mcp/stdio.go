@@ -128,6 +128,10 @@ func (c *stdioConn) drain() {
 		left, ch := len(c.pending), c.changed
 		c.mu.Unlock()
 		if left == 0 {
+			// An answer counts before its bytes are out (Write): wait
+			// for the write in progress.
+			c.wmu.Lock()
+			c.wmu.Unlock()
 			return
 		}
 		select {
@@ -169,26 +173,25 @@ func (c *stdioConn) reply(msg []byte) {
 }
 
 // Write passes the SDK's messages to stdout and marks their requests
-// answered.
+// answered, before the bytes go out: a client that has read an answer
+// may send its id again at once, and must not find it still in flight.
+// (drain waits for the write itself.)
 func (c *stdioConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	n, err := c.out.Write(p)
-	if n > 0 {
-		c.outBuf = append(c.outBuf, p[:n]...)
-		for {
-			i := bytes.IndexByte(c.outBuf, '\n')
-			if i < 0 {
-				break
-			}
-			c.answered(c.outBuf[:i])
-			c.outBuf = c.outBuf[i+1:]
+	c.outBuf = append(c.outBuf, p...)
+	for {
+		i := bytes.IndexByte(c.outBuf, '\n')
+		if i < 0 {
+			break
 		}
-		if len(c.outBuf) == 0 {
-			c.outBuf = nil
-		}
+		c.answered(c.outBuf[:i])
+		c.outBuf = c.outBuf[i+1:]
 	}
-	return n, err
+	if len(c.outBuf) == 0 {
+		c.outBuf = nil
+	}
+	return c.out.Write(p)
 }
 
 // answered marks the request a response line of the SDK answers.
