@@ -15,6 +15,9 @@ import (
 // bulk data travels through passed descriptors.
 const MaxMessage = 256 << 10
 
+// ErrMessageTooLarge is Send's error for a message over MaxMessage.
+var ErrMessageTooLarge = errors.New("message too large")
+
 // Conn is one end of a SOCK_SEQPACKET connection carrying JSON messages
 // with optional descriptors. Send is safe for concurrent use; Recv must be
 // called from one goroutine at a time.
@@ -65,7 +68,7 @@ func (c *Conn) Send(v any, fds ...int) error {
 		return err
 	}
 	if len(b) > MaxMessage {
-		return fmt.Errorf("message too large (%d bytes)", len(b))
+		return fmt.Errorf("%w (%d bytes, %d at most)", ErrMessageTooLarge, len(b), MaxMessage)
 	}
 	var oob []byte
 	if len(fds) > 0 {

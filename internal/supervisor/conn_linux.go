@@ -105,6 +105,10 @@ func (c Conn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sandbox.S
 	for _, w := range waits {
 		w()
 	}
+	if errors.Is(err, agent.ErrMessageTooLarge) {
+		return sandbox.Result{}, fmt.Errorf("exec %s: %w: the arguments and environment are over the %d KiB one exec request carries: %w",
+			req.Args[0], unix.E2BIG, agent.MaxMessage>>10, sandbox.ErrCannotInvoke)
+	}
 	if err != nil {
 		return sandbox.Result{}, err
 	}

@@ -52,6 +52,18 @@ func TestSandboxPID1IsIdleStub(t *testing.T) {
 	if r := a.run("exec", name, "--", "sh", "-c", "echo ok; exit 7"); r.stdout != "ok\n" || r.code != 7 {
 		t.Errorf("exec: %v", r)
 	}
+	// An argv over what the exec stub carries is refused as execve would refuse it (126),
+	// and the sandbox goes on serving.
+	big := []string{"exec", name, "--", "true"}
+	for i := 0; i < 8; i++ {
+		big = append(big, strings.Repeat("x", 120<<10))
+	}
+	if r := a.run(big...); r.code != 126 || !strings.Contains(r.stderr, "argument list too long") {
+		t.Errorf("exec of a 960 KiB argv: %v", r)
+	}
+	if r := a.run("exec", name, "--", "true"); r.code != 0 {
+		t.Errorf("exec after a refused one: %v", r)
+	}
 	// Nothing else of agentkernel lives in the sandbox's PID namespace:
 	// PID 1 and the shell (read and echo are built in).
 	if r := a.must("exec", name, "--", "sh", "-c", "for p in /proc/[0-9]*; do read c < $p/comm; echo $c; done"); r.stdout != "agentkernel-ini\nsh\n" {

@@ -4,15 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // TestArgMaxRefusedAtOnce: an argv and environment that execve would
 // refuse (96 MiB here, as the attack battery's huge_env_argv sends) is
-// refused before any stage runs, as "cannot invoke", in well under a
-// second; one the kernel takes (1 MiB) still runs.
+// refused before any stage runs, as "cannot invoke"; one the kernel
+// takes (1 MiB) still runs.
 func TestArgMaxRefusedAtOnce(t *testing.T) {
 	arg := strings.Repeat("A", maxArgStrlen-1)
 	spec := newSpec("true")
@@ -22,13 +21,11 @@ func TestArgMaxRefusedAtOnce(t *testing.T) {
 	for i := 0; i < 256; i++ {
 		spec.Env = append(spec.Env, "BIG="+arg[4:])
 	}
-	start := time.Now()
 	o := runSpec(t, spec, nil)
-	if !errors.Is(o.err, sandbox.ErrCannotInvoke) || !strings.Contains(o.err.Error(), "argument list too long") {
+	// "over the kernel's": refused by the check before the stages, not
+	// by an execve at their end.
+	if !errors.Is(o.err, sandbox.ErrCannotInvoke) || !strings.Contains(o.err.Error(), "argument list too long") || !strings.Contains(o.err.Error(), "over the kernel's") {
 		t.Errorf("96 MiB of argv: %v %+v", o.err, o.res)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("refusing took %v", d)
 	}
 	spec = newSpec("sh", "-c", `echo ${#1}`, "sh", strings.Repeat("B", 1<<17-1))
 	if o := runSpec(t, spec, nil); o.err != nil || o.stdout != "131071\n" {

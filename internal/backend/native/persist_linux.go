@@ -2,6 +2,7 @@ package native
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -385,7 +386,8 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 		c.Env = append(c.Env, "HOME="+u.home)
 	}
 	if argBytes(c.Args)+argBytes(c.Env) > stubArgBudget {
-		return nil, setupErr(errors.New("the command line and environment are too large for exec (about 1 MiB at most)"))
+		return nil, &agent.ExecError{Kind: "exec", Errno: unix.E2BIG,
+			Msg: fmt.Sprintf("exec %s: %v: the arguments and environment are over the %d KiB the exec stub carries", c.Args[0], unix.E2BIG, stubArgBudget>>10)}
 	}
 	p, err := lookPathIn(i.rootFd, c.Args[0], c.Env, c.Workdir)
 	if err != nil {
@@ -497,7 +499,7 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 	}
 	reap(intermediate)
 	reaped = true
-	cmd := int(int64(pidb[0]) | int64(pidb[1])<<8 | int64(pidb[2])<<16 | int64(pidb[3])<<24)
+	cmd := int(binary.LittleEndian.Uint64(pidb[:]))
 	p := &execProc{pid: cmd, done: make(chan struct{})}
 	// Its pid in the sandbox, before it may end.
 	p.nspid = nsPid(cmd)
@@ -805,7 +807,7 @@ func ExecError(resp *agent.Response) error {
 		switch syscall.Errno(resp.Errno) {
 		case unix.ENOENT:
 			return fmt.Errorf("%s: %w", resp.Error, sandbox.ErrNotFound)
-		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP:
+		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP, unix.E2BIG:
 			return fmt.Errorf("%s: %w", resp.Error, sandbox.ErrCannotInvoke)
 		}
 	}
