@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
@@ -41,7 +42,7 @@ func (s *Store) updateIndex(ctx context.Context, fn func(*indexFile) error) erro
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(s.indexPath(), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.indexPath(), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("image store: writing index: %w", err)
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 )
 
 // layerJob is one layer to unpack: where its (possibly compressed) bytes
@@ -233,7 +235,7 @@ func (s *Store) commitLayer(tmp string, diffID v1.Hash) error {
 	if err != nil {
 		return fmt.Errorf("committing layer %s: %w", diffID, err)
 	}
-	return syncDir(filepath.Dir(final))
+	return atomicfile.SyncDir(filepath.Dir(final))
 }
 
 // removeLayer deletes an unpacked layer: first renamed out of layers/ so

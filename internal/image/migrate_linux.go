@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/idshift"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
@@ -58,7 +59,7 @@ func (s *Store) convertLegacy(want cache.Meta) error {
 		}
 	}
 	out, _ := json.MarshalIndent(want, "", "  ")
-	if err := writeFileAtomic(s.path("store.json"), append(out, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.path("store.json"), append(out, '\n'), 0o644); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 )
 
 // imageSource is one image to bring into the store, from a registry, a
@@ -235,7 +237,7 @@ func (s *Store) writeBlob(h v1.Hash, data []byte) error {
 			return nil
 		}
 	}
-	if err := writeFileAtomic(p, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(p, data, 0o644); err != nil {
 		return fmt.Errorf("storing blob %s: %w", h, err)
 	}
 	return nil

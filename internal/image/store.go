@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
@@ -197,7 +198,7 @@ func (s *Store) create(want cache.Meta) error {
 		return want.Check(s.root, data)
 	}
 	data, _ := json.MarshalIndent(want, "", "  ")
-	if err := writeFileAtomic(s.path("store.json"), append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(s.path("store.json"), append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
 	return nil

@@ -5,11 +5,12 @@ package image
 import (
 	"fmt"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
 // syncTree is a no-op where layers cannot be unpacked anyway.
-func syncTree(dir string) error { return syncDir(dir) }
+func syncTree(dir string) error { return atomicfile.SyncDir(dir) }
 
 // convertLegacy cannot run where layers cannot be unpacked.
 func (s *Store) convertLegacy(want cache.Meta) error {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 )
 
 // readExisting returns a file's content, whether it exists, and its mode.
@@ -39,38 +41,13 @@ func commit(path string, old []byte, existed bool, mode os.FileMode, content []b
 	if existed {
 		bak := path + ".bak"
 		if _, err := os.Lstat(bak); errors.Is(err, fs.ErrNotExist) {
-			if err := atomicWrite(bak, old, mode); err != nil {
+			if err := atomicfile.WriteFile(bak, old, mode); err != nil {
 				return "", fmt.Errorf("backup: %w", err)
 			}
 			backup = bak
 		}
 	}
-	return backup, atomicWrite(path, content, mode)
-}
-
-func atomicWrite(path string, content []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return backup, atomicfile.WriteFile(path, content, mode)
 }
 
 // writeOwnFile installs a file whose whole content is ours (a skill, a

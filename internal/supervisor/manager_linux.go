@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/store"
@@ -329,7 +330,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 	dir := m.Dir(name)
 	pid, start, ok := m.adopt(name)
 	if !ok {
-		if err := writeFileAtomic(filepath.Join(dir, "spec.json"), sb.Spec); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, "spec.json"), sb.Spec, 0o600); err != nil {
 			return nil, err
 		}
 		native.RemoveCgroups(SpecID(sb))
@@ -346,27 +347,6 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		return nil, storeErr(name, err)
 	}
 	return m.info(sb), nil
-}
-
-// writeFileAtomic replaces path with b (temporary file, fsync, rename),
-// so that a reader never sees half of it.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	return err
 }
 
 // Stop stops the sandbox (no-op when stopped).

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/idshift"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -85,7 +86,7 @@ func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) 
 			_ = os.RemoveAll(filepath.Join(dir, "work", e.Name()))
 		}
 	}
-	if err := writeFileAtomic(filepath.Join(dir, idrangeFile), []byte(strconv.FormatUint(uint64(base), 10)+"\n")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, idrangeFile), []byte(strconv.FormatUint(uint64(base), 10)+"\n"), 0o600); err != nil {
 		_ = alloc.Free(base, r)
 		return 0, err
 	}
@@ -146,26 +147,4 @@ func GCIDs(dataDir string, known map[string]string, dryRun bool) ([]string, erro
 		}
 	}
 	return freed, errors.Join(errs...)
-}
-
-// writeFileAtomic writes data to path through a synced temporary file
-// and a rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
