@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	osuser "os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,8 +37,11 @@ type subIDs struct {
 // missing.
 func lookupSubIDs() (subIDs, bool) {
 	var s subIDs
-	uid, gid := os.Getuid(), os.Getgid()
-	name := userName(uid)
+	uid := os.Getuid()
+	name := ""
+	if u, err := osuser.LookupId(strconv.Itoa(uid)); err == nil {
+		name = u.Username
+	}
 	var ok bool
 	if s.uidStart, s.uidCount, ok = subRange("/etc/subuid", name, uid); !ok {
 		return s, false
@@ -45,7 +49,6 @@ func lookupSubIDs() (subIDs, bool) {
 	if s.gidStart, s.gidCount, ok = subRange("/etc/subgid", name, uid); !ok {
 		return s, false
 	}
-	_ = gid
 	for _, dir := range []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"} {
 		if s.newuidmap == "" && isExecutable(dir+"/newuidmap") {
 			s.newuidmap = dir + "/newuidmap"
@@ -59,24 +62,6 @@ func lookupSubIDs() (subIDs, bool) {
 
 func isExecutable(p string) bool {
 	return unix.Access(p, unix.X_OK) == nil
-}
-
-// userName is uid's name in /etc/passwd ("" when it has none).
-func userName(uid int) string {
-	f, err := os.Open("/etc/passwd")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	want := strconv.Itoa(uid)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Split(sc.Text(), ":")
-		if len(fields) > 2 && fields[2] == want {
-			return fields[0]
-		}
-	}
-	return ""
 }
 
 // subRange is the first range of /etc/subuid or /etc/subgid (path) that
