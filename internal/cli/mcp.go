@@ -43,8 +43,10 @@ of its working directory (or --config) and the user file
   allowed_dirs = ["/home/me/shared-libs"]
 
 Paths are compared after resolving symbolic links; "/" is never allowed,
-nor is "..". An agentkernel.toml inside a requested cwd cannot add
-directories (it still sets that run's other settings, as for 'run').`
+nor is "..". An agentkernel.toml inside a requested cwd is not read: the
+server's own configuration, read when it starts, governs every call (a
+change to it takes effect when the server restarts); the cwd only chooses
+the directory mounted at /workspace and the one image detection reads.`
 
 const mcpServerExample = `  agentkernel mcp-server
   agentkernel mcp server                         # the same
@@ -93,23 +95,20 @@ func (a *App) runMCPServer(ctx context.Context) error {
 	defer done()
 	dir, _ := os.Getwd()
 	home, _ := os.UserHomeDir()
-	// [mcp] allowed_dirs comes from the server's own configuration,
-	// read once now: never from a requested cwd's agentkernel.toml.
+	// The server's own configuration, read once now, governs every call
+	// ([mcp] allowed_dirs included): never a requested cwd's
+	// agentkernel.toml. A configuration that does not load makes the
+	// tools refuse (NewServer keeps the error), not run on defaults.
+	cfg, cfgErr := a.LoadConfig(dir)
 	var allowed []string
-	if cfg, err := a.LoadConfig(dir); err != nil {
-		a.Warnf("%v (until it is fixed, a tool call's cwd may only be %s or below it)", err, dir)
+	if cfgErr != nil {
+		a.Warnf("%v (until it is fixed and the server restarted, sandbox_run and sandbox_create refuse)", cfgErr)
 	} else {
 		allowed = cfg.MCP.AllowedDirs
 	}
 	s := mcp.NewServer(mcp.Options{
-		Manager: m,
-		LoadConfig: func(dir string) (*config.Config, error) {
-			c, err := a.LoadConfig(dir)
-			if err != nil {
-				return nil, err
-			}
-			return c, nil
-		},
+		Manager:     m,
+		LoadConfig:  func(string) (*config.Config, error) { return cfg, cfgErr },
 		Dir:         dir,
 		AllowedDirs: allowed,
 		HomeDir:     home,

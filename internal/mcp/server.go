@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -24,20 +26,27 @@ const ServerName = "agentkernel"
 // Options configure a Server.
 type Options struct {
 	// Manager runs ephemeral sandboxes and owns the persistent ones
-	// (without a Lifecycle the persistent tools answer isError).
+	// (without the persistent-sandbox mechanism wired in, the persistent
+	// tools answer isError).
 	Manager *sandbox.Manager
-	// LoadConfig loads the configuration that applies to a project
-	// directory (agentkernel.toml there, the user's, the defaults); nil
-	// means config.Defaults.
+	// LoadConfig loads the server's configuration: NewServer calls it
+	// once, with Dir (agentkernel.toml there or --config, the user's
+	// file, the defaults), and that configuration governs every tool
+	// call, whatever its cwd: an agentkernel.toml in a requested cwd is
+	// never read. When it fails, sandbox_run and sandbox_create answer
+	// with its error. nil means config.Defaults.
 	LoadConfig func(dir string) (*config.Config, error)
 	// Dir is the project directory used when a call names no cwd
 	// (default: the process's working directory). A call's cwd must be
-	// Dir, a directory below it, or one of AllowedDirs (confine.go).
+	// Dir, a directory below it, or one of AllowedDirs (confine.go); it
+	// chooses only the directory mounted at /workspace and the one image
+	// detection looks at.
 	Dir string
 	// AllowedDirs are the other host directories (with what is below
 	// them) a call's cwd may name: [mcp] allowed_dirs of the server's own
-	// configuration, loaded by the face for Dir. The configuration of a
-	// requested cwd never adds to them.
+	// configuration, loaded by the face for Dir. They are resolved once,
+	// in NewServer; one that does not exist then is dropped with a
+	// warning.
 	AllowedDirs []string
 	// HomeDir is the host $HOME (mounted read-only by permissive).
 	HomeDir string
@@ -54,6 +63,17 @@ type Options struct {
 // tools is the work behind the tool handlers.
 type tools struct {
 	opts Options
+	// cfg is the server's configuration (Options.LoadConfig for Dir, once);
+	// cfgErr is why it could not be loaded.
+	cfg    *config.Config
+	cfgErr error
+	// roots are Dir and AllowedDirs resolved (confine.go); dirReal is
+	// Dir resolved.
+	roots   []string
+	dirReal string
+
+	mu    sync.Mutex
+	noted map[string]bool // agentkernel.toml files of cwds already warned about
 }
 
 // NewServer returns the MCP server with the nine sandbox tools.
@@ -75,10 +95,28 @@ func NewServer(opts Options) *sdk.Server {
 		Instructions: instructions,
 		Logger:       opts.Logger,
 	})
-	t := &tools{opts: opts}
+	t := newTools(opts)
 	names := t.register(s)
 	s.AddReceivingMiddleware(unknownToolAsResult(names))
 	return s
+}
+
+// newTools loads the server's configuration and resolves the
+// directories a call may name, once.
+func newTools(opts Options) *tools {
+	t := &tools{opts: opts, cfg: config.Defaults()}
+	if opts.LoadConfig != nil {
+		cfg, err := opts.LoadConfig(opts.Dir)
+		switch {
+		case err != nil:
+			t.cfg, t.cfgErr = nil, err
+		case cfg != nil:
+			t.cfg = cfg
+		}
+	}
+	t.roots = resolveRoots(opts.Dir, opts.AllowedDirs, opts.Warn)
+	t.dirReal, _ = filepath.EvalSymlinks(opts.Dir)
+	return t
 }
 
 const instructions = `agentkernel runs commands in isolated sandboxes (own namespaces, overlay root, seccomp, no network egress).

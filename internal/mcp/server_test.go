@@ -65,7 +65,7 @@ func TestToolsAndErrors(t *testing.T) {
 		{"sandbox_run", map[string]any{"command": []string{"x"}, "network": true, "image": "host"}, "network egress"},
 		{"sandbox_exec", map[string]any{"name": "bad name", "command": []string{"x"}}, "name"},
 		{"sandbox_file_write", map[string]any{"name": "a", "path": "rel", "content": ""}, "absolute"},
-		{"sandbox_list", nil, "not available"}, // no Lifecycle wired
+		{"sandbox_list", nil, "not available"}, // no persistent-sandbox mechanism wired
 	} {
 		text, isErr := callText(t, cs, c.name, c.args)
 		if !isErr || !strings.Contains(text, c.want) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,10 +30,15 @@ type rawSession struct {
 
 func newRawSession(t *testing.T) *rawSession {
 	t.Helper()
+	return newRawSessionWith(t, Options{Manager: sandbox.NewManager(sandbox.ManagerOptions{}), Dir: t.TempDir(), Version: "test"})
+}
+
+func newRawSessionWith(t *testing.T, opts Options) *rawSession {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := NewServer(Options{Manager: sandbox.NewManager(sandbox.ManagerOptions{}), Dir: t.TempDir(), Version: "test"})
+	s := NewServer(opts)
 	rs := &rawSession{t: t, in: inW, out: bufio.NewReaderSize(outR, 1<<20), done: make(chan error, 1)}
 	go func() {
 		in, out := stdio(ctx, inR, outW)
@@ -293,5 +299,166 @@ func TestHTTPMalformedBodies(t *testing.T) {
 	defer cs.Close()
 	if _, err := cs.ListTools(context.Background(), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// blocking is a backend whose runs start (entered) and then wait for
+// release.
+type blocking struct {
+	entered, release chan struct{}
+}
+
+func (b *blocking) Name() string { return "blocking" }
+
+func (b *blocking) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return sandbox.Result{}, nil
+}
+
+// TestStdioInFlightIDRefused: a request that reuses the id of one still
+// being answered is refused with that id (the SDK would answer it with a
+// null id, or mix the two up); once the first is answered, the id may be
+// used again.
+func TestStdioInFlightIDRefused(t *testing.T) {
+	b := &blocking{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	rs := newRawSessionWith(t, Options{Version: "test", Dir: t.TempDir(),
+		Manager: sandbox.NewManager(sandbox.ManagerOptions{Images: hostImages{}, Backends: []sandbox.Backend{b}, Default: "blocking"})})
+	rs.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"sandbox_run","arguments":{"command":["true"],"image":"host"}}}`)
+	select {
+	case <-b.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not start")
+	}
+	rs.send(`{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	m := rs.recv()
+	if e, _ := m["error"].(map[string]any); e == nil || e["code"] != float64(codeInvalidRequest) || m["id"] != float64(7) ||
+		!strings.Contains(fmt.Sprint(e["message"]), "still being answered") {
+		t.Errorf("a second request with id 7: %v", m)
+	}
+	close(b.release)
+	m = rs.recv()
+	if res, _ := m["result"].(map[string]any); m["id"] != float64(7) || res == nil || res["isError"] == true {
+		t.Errorf("the run's answer: %v", m)
+	}
+	rs.send(`{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if m := rs.recv(); m["id"] != float64(7) || m["result"] == nil {
+		t.Errorf("id 7 after its answer: %v", m)
+	}
+}
+
+// slowOut holds the write of the line that answers id "p" until
+// released; closed is closed by Close.
+type slowOut struct {
+	mu                       sync.Mutex
+	buf                      bytes.Buffer
+	entered, release, closed chan struct{}
+	closeOnce                sync.Once
+}
+
+func (w *slowOut) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"id":"p"`)) {
+		close(w.entered)
+		<-w.release
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *slowOut) Close() error {
+	w.closeOnce.Do(func() { close(w.closed) })
+	return nil
+}
+
+func (w *slowOut) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestStdioDrainWaitsForWrite: an answer counts as given before its
+// bytes go out (so that its id may be reused at once), yet at EOF the
+// drain waits for that write to finish, so that EOF does not reach the
+// SDK, which then closes stdout, under a write in progress.
+func TestStdioDrainWaitsForWrite(t *testing.T) {
+	out := &slowOut{entered: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := newStdioConn(ctx, io.NopCloser(strings.NewReader(`{"jsonrpc":"2.0","id":"p","method":"ping"}`+"\n")), out)
+	if _, err := c.Read(make([]byte, 4096)); err != nil || !c.isPending(idKey([]byte(`"p"`))) {
+		t.Fatalf("read the ping: %v", err)
+	}
+	wrote := make(chan struct{})
+	go func() {
+		_, _ = c.Write([]byte(`{"jsonrpc":"2.0","id":"p","result":{}}` + "\n"))
+		close(wrote)
+	}()
+	<-out.entered
+	if c.isPending(idKey([]byte(`"p"`))) {
+		t.Errorf("the answer being written does not count yet")
+	}
+	drained := make(chan struct{})
+	go func() {
+		c.drain()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+		t.Errorf("the drain ended while the last answer was still being written")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(out.release)
+	<-wrote
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the drain did not end after the write")
+	}
+}
+
+// TestStdioSessionOutlivesLastWrite: at EOF the session lasts until the
+// last answer is written out: stdout is not closed under a write in
+// progress (a real pipe would lose the rest of the answer). The drain
+// (above) and the SDK (which closes a connection only once its answers
+// are written) both hold to this.
+func TestStdioSessionOutlivesLastWrite(t *testing.T) {
+	in := io.NopCloser(strings.NewReader(strings.Join([]string{
+		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":"p","method":"ping"}`,
+	}, "\n") + "\n"))
+	out := &slowOut{entered: make(chan struct{}), release: make(chan struct{}), closed: make(chan struct{})}
+	s := NewServer(Options{Manager: sandbox.NewManager(sandbox.ManagerOptions{}), Dir: t.TempDir()})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		r, w := stdio(ctx, in, out)
+		done <- serveIO(ctx, s, r, w)
+	}()
+	select {
+	case <-out.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ping was not answered")
+	}
+	select {
+	case err := <-done:
+		t.Errorf("the session ended (%v) while its last answer was still being written", err)
+	case <-out.closed:
+		t.Errorf("stdout was closed while the last answer was still being written")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(out.release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session did not end after its last answer")
+	}
+	if !strings.Contains(out.String(), `"id":"p"`) {
+		t.Errorf("no answer to the ping:\n%s", out.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -182,10 +183,13 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return errorResult(fmt.Sprintf("cwd %s: not a directory", dir)), nil, nil
 	}
-	cfg, err := t.config(dir)
+	// The server's configuration, whatever the cwd: an agentkernel.toml
+	// there could otherwise loosen the sandbox of the agent that wrote it.
+	cfg, err := t.config()
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
+	t.noteOwnConfig(dir)
 	o := policy.Overrides{Set: map[string]bool{}}
 	if in.Image != "" {
 		o.Image, o.Set["image"] = in.Image, true
@@ -224,6 +228,12 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Args: in.Command, Cwd: dir,
 		HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det})
 	if err != nil {
+		return errorResult(err.Error()), nil, nil
+	}
+	if err := t.checkMounts(spec); err != nil {
+		if in.Cwd != "" {
+			err = fmt.Errorf("cwd %q: %w", in.Cwd, err)
+		}
 		return errorResult(err.Error()), nil, nil
 	}
 	for _, w := range warnings {
@@ -269,11 +279,40 @@ func prefixNL(s string) string {
 	return "\n" + s
 }
 
-func (t *tools) config(dir string) (*config.Config, error) {
-	if t.opts.LoadConfig == nil {
-		return config.Defaults(), nil
+// maxNoted bounds the files noteOwnConfig remembers (a client can make
+// any number of directories); past it, it stays quiet.
+const maxNoted = 256
+
+// noteOwnConfig warns, once per directory, that the agentkernel.toml of
+// a cwd other than the server's project directory is not read.
+func (t *tools) noteOwnConfig(dir string) {
+	if dir == t.dirReal {
+		return
 	}
-	return t.opts.LoadConfig(dir)
+	own := filepath.Join(dir, config.FileName)
+	if _, err := os.Lstat(own); err != nil {
+		return
+	}
+	t.mu.Lock()
+	seen := t.noted[own] || len(t.noted) >= maxNoted
+	if t.noted == nil {
+		t.noted = map[string]bool{}
+	}
+	if !seen {
+		t.noted[own] = true
+	}
+	t.mu.Unlock()
+	if !seen {
+		t.opts.Warn("%s is not read: the MCP server's own configuration applies to every tool call, whatever its cwd (start the server in %s to use that file)", own, dir)
+	}
+}
+
+// config is the server's configuration, loaded when it started.
+func (t *tools) config() (*config.Config, error) {
+	if t.cfgErr != nil {
+		return nil, fmt.Errorf("the MCP server's configuration: %w (fix it and restart the server)", t.cfgErr)
+	}
+	return t.cfg, nil
 }
 
 func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createInput) (*sdk.CallToolResult, any, error) {
@@ -281,7 +320,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 		return errorResult(err.Error()), nil, nil
 	}
 	dir := t.opts.Dir
-	cfg, err := t.config(dir)
+	cfg, err := t.config()
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
@@ -289,6 +328,9 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	det := detect.Image(detect.Input{ExplicitImage: in.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
 	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Cwd: dir, HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det})
 	if err != nil {
+		return errorResult(err.Error()), nil, nil
+	}
+	if err := t.checkMounts(spec); err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
 	for _, w := range warnings {

@@ -261,17 +261,6 @@ func setIn(cfg *config.Config, key string) string {
 	return s.Path
 }
 
-// CheckCommand applies [security.commands] to argv[0] (its first word,
-// compared by full string and by basename): a blocked command, or one
-// missing from the allow list when allowlist_only is set, is an error
-// wrapping sandbox.ErrCommandRefused. The Manager applies the same rules
-// from Spec.Commands wherever a command starts. Like upstream, this is a
-// guard-rail, not a boundary: 'sh -c' gets past it.
-func CheckCommand(c config.Commands, args []string) error {
-	r := sandbox.CommandRules{Allow: c.Allow, Block: c.Block, AllowlistOnly: c.AllowlistOnly}
-	return r.Check(args)
-}
-
 // NewID returns a random 12-hex-digit sandbox ID.
 func NewID() string {
 	var b [6]byte

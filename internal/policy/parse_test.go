@@ -146,7 +146,9 @@ func TestParseEnv(t *testing.T) {
 	}
 }
 
-func TestCheckCommand(t *testing.T) {
+// TestCommandRulesCheck: [security.commands] as CommandRules makes it,
+// applied by the rules' Check the way sandbox.Manager applies them.
+func TestCommandRulesCheck(t *testing.T) {
 	block := config.Commands{Block: []string{"curl", "/usr/bin/wget"}}
 	allow := config.Commands{Allow: []string{"python3", "/bin/sh"}, AllowlistOnly: true}
 	tests := []struct {
@@ -168,12 +170,14 @@ func TestCheckCommand(t *testing.T) {
 		{config.Commands{Block: []string{"rm"}}, []string{"rm -rf /"}, false},
 	}
 	for _, tt := range tests {
-		err := CheckCommand(tt.c, tt.args)
+		cfg := config.Defaults()
+		cfg.Security.Commands = tt.c
+		err := CommandRules(cfg).Check(tt.args)
 		if (err == nil) != tt.ok {
-			t.Errorf("CheckCommand(%+v, %q) = %v", tt.c, tt.args, err)
+			t.Errorf("rules %+v, %q: %v", tt.c, tt.args, err)
 		}
 		if err != nil && (!errors.Is(err, sandbox.ErrCommandRefused) || !errors.Is(err, sandbox.ErrCannotInvoke)) {
-			t.Errorf("CheckCommand(%+v, %q) = %v: not a command refusal", tt.c, tt.args, err)
+			t.Errorf("rules %+v, %q: %v: not a command refusal", tt.c, tt.args, err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,12 +88,15 @@ func mcpHTTPSession(t *testing.T, url, key string) *sdk.ClientSession {
 }
 
 // cwdFixture is a server project directory whose agentkernel.toml allows
-// one more directory (shared), a subdirectory, a symbolic link in it to
-// /etc, and a "hostile" subdirectory whose own agentkernel.toml lists
-// /etc and a secret directory in allowed_dirs.
+// one more directory (shared) and blocks printf, a subdirectory, a
+// symbolic link in it to /etc, and a "hostile" subdirectory whose own
+// agentkernel.toml (as an agent could write in its workspace) lists /etc
+// and a secret directory in allowed_dirs and loosens every setting it
+// can: the permissive profile, the workspace read-write, $HOME mounted,
+// no seccomp filter, no command rules.
 type cwdFixture struct {
-	a                    *ak
-	shared, secret, host string
+	a              *ak
+	shared, secret string
 }
 
 func newCwdFixture(t *testing.T) *cwdFixture {
@@ -108,12 +112,15 @@ func newCwdFixture(t *testing.T) *cwdFixture {
 			t.Fatal(err)
 		}
 	}
-	write(filepath.Join(a.dir, "agentkernel.toml"), "[mcp]\nallowed_dirs = [\""+f.shared+"\"]\n")
+	write(filepath.Join(a.dir, "agentkernel.toml"), "[mcp]\nallowed_dirs = [\""+f.shared+"\"]\n[security.commands]\nblock = [\"printf\"]\n")
 	write(filepath.Join(f.shared, "marker"), "shared\n")
 	write(filepath.Join(f.secret, "marker"), "secret\n")
 	write(filepath.Join(a.dir, "sub", "marker"), "sub\n")
 	write(filepath.Join(a.dir, "hostile", "marker"), "hostile\n")
-	write(filepath.Join(a.dir, "hostile", "agentkernel.toml"), "[mcp]\nallowed_dirs = [\"/etc\", \""+f.secret+"\"]\n")
+	write(filepath.Join(a.dir, "hostile", "agentkernel.toml"), "[mcp]\nallowed_dirs = [\"/etc\", \""+f.secret+"\"]\n"+
+		"[security]\nprofile = \"permissive\"\nmount_cwd = \"rw\"\nmount_home = true\nseccomp = \"unconfined\"\n"+
+		"[security.commands]\nblock = []\n")
+	write(filepath.Join(a.home, "home-marker"), "home secret\n")
 	if err := os.Symlink("/etc", filepath.Join(a.dir, "etc-link")); err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +180,30 @@ func (f *cwdFixture) check(t *testing.T, s *sdk.ClientSession) {
 		t.Errorf("a refused run wrote into %s", f.secret)
 	}
 	out, _ := run("/etc", "", "true")
-	for _, want := range []string{"allowed_dirs", f.a.dir} {
+	for _, want := range []string{"allowed_dirs", f.a.dir, filepath.Join(f.a.dir, "agentkernel.toml")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the refusal does not say how to allow a directory (%q): %s", want, out)
 		}
+	}
+
+	// The server's own configuration governs every call: its command
+	// rules hold below the project, where no agentkernel.toml is, and in
+	// a directory whose own agentkernel.toml drops them.
+	for _, cwd := range []string{"", filepath.Join(f.a.dir, "sub"), filepath.Join(f.a.dir, "hostile")} {
+		out, isErr := run(cwd, "", "printf", "ran")
+		if !isErr || !strings.Contains(out, "blocked by [security.commands]") || !strings.Contains(out, filepath.Join(f.a.dir, "agentkernel.toml")) || strings.Contains(out, "ran") {
+			t.Errorf("cwd %q: printf: %q (isError %v), want the project's rule", cwd, out, isErr)
+		}
+	}
+	// Nothing else of the hostile file applies either: the workspace
+	// stays copy-on-write, $HOME is not mounted, the seccomp filter is on.
+	out, isErr := run(filepath.Join(f.a.dir, "hostile"), "", "sh", "-c",
+		"echo pwned > /workspace/written; cat /home/user/home-marker 2>/dev/null; grep '^Seccomp:' /proc/self/status")
+	if isErr || strings.Contains(out, "home secret") || !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("run in the hostile directory: %q (isError %v), want no $HOME and a seccomp filter", out, isErr)
+	}
+	if _, err := os.Stat(filepath.Join(f.a.dir, "hostile", "written")); err == nil {
+		t.Errorf("the hostile directory's agentkernel.toml made its workspace writable on the host")
 	}
 }
 
@@ -409,17 +436,42 @@ func TestCommandRulesEverywhere(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&m)
 		return resp.StatusCode, m
 	}
-	for _, c := range []struct{ path, body string }{
-		{"/sandboxes/box/exec", `{"command":["wget","-q","http://127.0.0.1:1/"]}`},
-		{"/run", `{"command":["wget"],"image":"` + ref + `"}`},
-		{"/run", `{"command":["wget"],"image":"` + ref + `"}`}, // again: a warm sandbox once the pool has one
-		{"/run", `{"command":["/bin/cat"],"image":"` + ref + `","fast":false}`},
-	} {
-		status, m := post(c.path, c.body)
-		if status != 409 || m["exit_code"] != float64(126) || !strings.Contains(m["error"].(string), "blocked by [security.commands]") || m["success"] != false {
-			t.Errorf("POST %s %s: %d %v", c.path, c.body, status, m)
+	refusedHTTP := func(path, body string) {
+		t.Helper()
+		status, m := post(path, body)
+		if msg, _ := m["error"].(string); status != 409 || m["exit_code"] != float64(126) || !strings.Contains(msg, "blocked by [security.commands]") || m["success"] != false {
+			t.Errorf("POST %s %s: %d %v", path, body, status, m)
 		}
 	}
+	metric := func(prefix string) int {
+		req, _ := http.NewRequest("GET", url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer rules-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, prefix) {
+				v, _ := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+				n += v
+			}
+		}
+		return n
+	}
+	refusedHTTP("/sandboxes/box/exec", `{"command":["wget","-q","http://127.0.0.1:1/"]}`)
+	refusedHTTP("/run", `{"command":["wget"],"image":"`+ref+`"}`)
+	// With a warm sandbox of the same spec ready (an allowed fast run
+	// creates the pool, which fills in the background), a fast run is
+	// still refused.
+	if status, m := post("/run", `{"command":["true"],"image":"`+ref+`"}`); status != 200 {
+		t.Errorf("allowed fast run: %d %v", status, m)
+	}
+	waitUntil(t, "warm sandbox in /metrics", func() bool { return metric("agentkernel_pool_warm_sandboxes{") > 0 })
+	refusedHTTP("/run", `{"command":["wget"],"image":"`+ref+`"}`)
+	refusedHTTP("/run", `{"command":["/bin/cat"],"image":"`+ref+`","fast":false}`)
 	if status, m := post("/sandboxes/box/exec", `{"command":["sh","-c","echo ok"]}`); status != 200 || m["data"].(map[string]any)["output"] != "ok\n" {
 		t.Errorf("allowed HTTP exec: %d %v", status, m)
 	}
@@ -439,16 +491,43 @@ func TestCommandRulesEverywhere(t *testing.T) {
 		t.Errorf("allowed MCP exec: %q", out)
 	}
 
-	// Through the daemon: the same refusal as a direct run, from a
-	// prepared sandbox and from a warm one.
+	// Through the daemon: the same refusal as a direct run, before the
+	// spec has a pool and with a warm sandbox of it ready (an allowed run
+	// through the daemon creates the pool, which fills in the
+	// background).
 	a.must("daemon", "start")
 	t.Cleanup(func() { a.run("daemon", "stop") })
 	direct := a.run("run", "--no-daemon", "--image", ref, "--", "wget")
-	for i := 0; i < 2; i++ {
-		got := a.run("run", "--image", ref, "--", "wget")
+	same := func(what string, got result) {
+		t.Helper()
 		if got.code != direct.code || got.stderr != direct.stderr || got.stdout != direct.stdout {
-			t.Errorf("daemon run %d: %v\ndirect: %v", i, got, direct)
+			t.Errorf("%s: %v\ndirect: %v", what, got, direct)
 		}
 	}
+	same("daemon run, no pool", a.run("run", "--image", ref, "--", "wget"))
+	if r := a.run("run", "--image", ref, "--", "true"); r.code != 0 {
+		t.Errorf("allowed daemon run: %v", r)
+	}
+	waitUntil(t, "warm sandbox in the daemon's pool", func() bool {
+		r := a.run("daemon", "status", "--json")
+		var st struct{ Pools []struct{ Ready int } }
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("daemon status --json: %v %v", r, err)
+		}
+		return len(st.Pools) > 0 && st.Pools[0].Ready > 0
+	})
+	same("daemon run, warm sandbox ready", a.run("run", "--image", ref, "--", "wget"))
 	refused("run wget through the daemon", a.run("run", "--image", ref, "--", "wget"))
+}
+
+// waitUntil polls cond for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 30 s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
