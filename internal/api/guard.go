@@ -15,7 +15,10 @@ import (
 //
 //  1. Who is connected. Over a unix socket, the peer's uid (SO_PEERCRED)
 //     must be the server's: other users are refused whatever the file's
-//     mode. Over TCP, the Host header must name this server: localhost
+//     mode. A peer of that uid in another user or PID namespace than the
+//     server's (inside a rootless sandbox, whose user namespace maps its
+//     ids to the caller's, when the socket file is in its workspace or a
+//     volume) must send the API key. Over TCP, the Host header must name this server: localhost
 //     (or a *.localhost name), a loopback address, the address the
 //     client connected to (any local interface address when the
 //     listener is bound to 0.0.0.0 or ::), or a name the user allowed.
@@ -30,7 +33,7 @@ import (
 //     page can send cross-origin without a preflight; none of them can
 //     carry application/json.
 //  4. The API key (authorized), unless the peer is the server's own user
-//     on the unix socket.
+//     in the server's own namespaces on the unix socket.
 
 // connInfo is how a connection arrived (http.Server.ConnContext).
 type connInfo struct {
@@ -38,6 +41,10 @@ type connInfo struct {
 	// peerUID is the unix peer's effective uid at connect time; -1 when
 	// it cannot be known.
 	peerUID int
+	// peerOwnNS: the unix peer runs in the server's user and PID
+	// namespaces (not inside a sandbox); only then does the server's uid
+	// go without a key.
+	peerOwnNS bool
 	// local is the TCP connection's local address: the address the
 	// client dialled.
 	local netip.Addr
@@ -53,8 +60,8 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	ci := &connInfo{peerUID: -1}
 	if uc, ok := c.(*net.UnixConn); ok {
 		ci.unix = true
-		if uid, ok := peerUID(uc); ok {
-			ci.peerUID = uid
+		if uid, ownNS, ok := peerOf(uc); ok {
+			ci.peerUID, ci.peerOwnNS = uid, ownNS
 		}
 		return context.WithValue(ctx, connKey{}, ci)
 	}
@@ -90,6 +97,10 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request) string {
 			writeErr(w, http.StatusForbidden, fmt.Sprintf("Forbidden: this socket serves only its owner (uid %d); other users must connect over TCP with an API key", s.uid))
 			return "forbidden_peer"
 		}
+		if !ci.peerOwnNS && !s.keyMatches(r) {
+			writeErr(w, http.StatusForbidden, "Forbidden: this connection comes from a process in another user or PID namespace than the server's (inside a sandbox or a container), which needs the API key here (Authorization: Bearer <key>)")
+			return "forbidden_peer_ns"
+		}
 	} else if !s.hostAllowed(r.Host, ci) {
 		msg := "Forbidden: missing or malformed Host header (DNS rebinding protection)"
 		if name := hostOnly(r.Host); name != "" {
@@ -104,7 +115,7 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request) string {
 			origin = vals[0]
 		}
 		if _, ok := s.origins[strings.ToLower(origin)]; !ok || len(vals) != 1 {
-			writeErr(w, http.StatusForbidden, fmt.Sprintf("Forbidden: requests from web pages are refused (Origin %q); to allow a page start the server with --allow-origin ORIGIN (or [api] allowed_origins)", clip(strings.Join(vals, ", "))))
+			writeErr(w, http.StatusForbidden, fmt.Sprintf("Forbidden: requests from web pages are refused (Origin %q); to allow a page start the server with --allowed-origin ORIGIN (or [api] allowed_origins)", clip(strings.Join(vals, ", "))))
 			return "forbidden_origin"
 		}
 		h := w.Header()
@@ -125,6 +136,13 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request) string {
 		h.Set("Access-Control-Expose-Headers", "Mcp-Session-Id")
 	}
 	if hasBody(r) {
+		cts := r.Header.Values("Content-Type")
+		if len(cts) > 1 {
+			// Which one counts differs between parsers (and proxies):
+			// none does.
+			writeErr(w, http.StatusUnsupportedMediaType, fmt.Sprintf("%d Content-Type headers: send exactly one, application/json", len(cts)))
+			return "unsupported_media_type"
+		}
 		ct := r.Header.Get("Content-Type")
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
 			msg := "Missing Content-Type: request bodies must be application/json (curl: -H 'Content-Type: application/json')"
@@ -205,16 +223,20 @@ func hostOnly(hostport string) string {
 	return strings.TrimSuffix(h, ".")
 }
 
+// validPort reports whether p is a TCP port as a Host header carries it:
+// decimal digits only, 1 to 65535.
 func validPort(p string) bool {
 	if p == "" || len(p) > 5 {
 		return false
 	}
+	n := 0
 	for _, c := range p {
 		if c < '0' || c > '9' {
 			return false
 		}
+		n = n*10 + int(c-'0')
 	}
-	return true
+	return n >= 1 && n <= 65535
 }
 
 // localInterfaceAddr reports whether ip is an address of this machine's

@@ -56,21 +56,21 @@ func (s *Server) info(i *sandbox.Info) SandboxInfo {
 	return out
 }
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeData(w, http.StatusOK, "ok")
 }
 
-func (s *Server) openapi(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(apispec.OpenAPI)
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	writeData(w, http.StatusOK, map[string]any{"version": s.opts.Version, "backend": s.opts.Backend,
 		"api_key_configured": len(s.keys) > 0})
 }
 
-func (s *Server) stats(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	_, host, err := s.opts.Manager.Stats(r.Context(), 0)
 	if err != nil {
 		s.fail(w, "", err)
@@ -147,6 +147,10 @@ func (l *lockedBuffer) String() string {
 func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, stdio sandbox.Stdio) (sandbox.Result, error) {
 	start := time.Now()
 	defer func() { s.metrics.run(time.Since(start)) }()
+	// A refused command must not use up (and discard) a warm sandbox.
+	if err := spec.Commands.Check(spec.Args); err != nil {
+		return sandbox.Result{}, err
+	}
 	if fast {
 		sb, why, done := s.pools.take(spec)
 		s.metrics.poolRun(why)
@@ -167,6 +171,11 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 	defer func() { s.metrics.run(time.Since(start)) }()
 	if !poolable(spec) {
 		return sandbox.Result{}, "", fmt.Errorf("this run cannot use a prepared sandbox: %w", sandbox.ErrUnsupported)
+	}
+	// A refused command must not use up a warm sandbox, nor have one
+	// prepared for it.
+	if err := spec.Commands.Check(spec.Args); err != nil {
+		return sandbox.Result{}, "", err
 	}
 	sb, why, done := s.pools.take(spec)
 	defer done()
@@ -206,7 +215,7 @@ func (s *Server) runOnce(r *http.Request, spec *sandbox.Spec, fast bool) (string
 	return out.String(), nil
 }
 
-func (s *Server) run(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var q runRequest
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)
@@ -230,7 +239,7 @@ type batchResult struct {
 	Error  *string `json:"error"`
 }
 
-func (s *Server) batchRun(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) batchRun(w http.ResponseWriter, r *http.Request) {
 	var q struct {
 		Commands []runRequest `json:"commands"`
 	}
@@ -266,7 +275,7 @@ func (s *Server) batchRun(w http.ResponseWriter, r *http.Request, _ []string) {
 	writeData(w, http.StatusOK, map[string]any{"results": results})
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	var o sandbox.ListOptions
 	for _, l := range r.URL.Query()["label"] {
 		k, v, ok := strings.Cut(l, ":")
@@ -291,7 +300,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ []strin
 	writeData(w, http.StatusOK, out)
 }
 
-func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var q struct {
 		Name        string            `json:"name"`
 		Image       string            `json:"image"`
@@ -334,9 +343,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, _ []strin
 	writeData(w, http.StatusCreated, s.info(info))
 }
 
-// name is the {name} segment, validated (400).
-func (s *Server) name(w http.ResponseWriter, seg []string) (string, bool) {
-	n := seg[1]
+// name is the {name} wildcard, validated (400).
+func (s *Server) name(w http.ResponseWriter, r *http.Request) (string, bool) {
+	n := r.PathValue("name")
 	if err := sandbox.ValidateName(n); err != nil {
 		s.fail(w, n, badRequest("%s", err.Error()))
 		return "", false
@@ -344,8 +353,8 @@ func (s *Server) name(w http.ResponseWriter, seg []string) (string, bool) {
 	return n, true
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -357,8 +366,8 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, seg []string
 	writeData(w, http.StatusOK, s.info(info))
 }
 
-func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -380,8 +389,8 @@ func (s *Server) patchSandbox(w http.ResponseWriter, r *http.Request, seg []stri
 
 // sandboxAction is a route that does one thing to the named sandbox and
 // answers with done.
-func (s *Server) sandboxAction(w http.ResponseWriter, seg []string, done string, do func(name string) error) {
-	n, ok := s.name(w, seg)
+func (s *Server) sandboxAction(w http.ResponseWriter, r *http.Request, done string, do func(name string) error) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -392,26 +401,26 @@ func (s *Server) sandboxAction(w http.ResponseWriter, seg []string, done string,
 	writeData(w, http.StatusOK, done)
 }
 
-func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	s.sandboxAction(w, seg, "Sandbox removed", func(n string) error { return s.opts.Manager.Remove(r.Context(), n, true) })
+func (s *Server) removeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxAction(w, r, "Sandbox removed", func(n string) error { return s.opts.Manager.Remove(r.Context(), n, true) })
 }
 
-func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	s.sandboxAction(w, seg, "Sandbox started", func(n string) error {
+func (s *Server) startSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxAction(w, r, "Sandbox started", func(n string) error {
 		_, err := s.opts.Manager.Start(r.Context(), n)
 		return err
 	})
 }
 
-func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	s.sandboxAction(w, seg, "Sandbox stopped", func(n string) error {
+func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
+	s.sandboxAction(w, r, "Sandbox stopped", func(n string) error {
 		_, err := s.opts.Manager.Stop(r.Context(), n)
 		return err
 	})
 }
 
-func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -456,12 +465,12 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request, seg []strin
 	writeData(w, http.StatusOK, map[string]string{"output": out.String()})
 }
 
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
-	p, err := filePath(seg[3:])
+	p, err := filePath(strings.Split(r.PathValue("path"), "/"))
 	if err != nil {
 		s.fail(w, n, err)
 		return
@@ -479,12 +488,12 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, seg []string) 
 	writeData(w, http.StatusOK, map[string]any{"content": content, "encoding": enc, "size": len(b)})
 }
 
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
-	p, err := filePath(seg[3:])
+	p, err := filePath(strings.Split(r.PathValue("path"), "/"))
 	if err != nil {
 		s.fail(w, n, err)
 		return
@@ -512,12 +521,12 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, seg []string)
 	writeData(w, http.StatusOK, fmt.Sprintf("Wrote %d bytes to %s", written, p))
 }
 
-func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
-	p, err := filePath(seg[3:])
+	p, err := filePath(strings.Split(r.PathValue("path"), "/"))
 	if err != nil {
 		s.fail(w, n, err)
 		return
@@ -529,8 +538,8 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, seg []string
 	writeData(w, http.StatusOK, "Deleted "+p)
 }
 
-func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -558,8 +567,8 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request, seg []string
 	writeData(w, http.StatusOK, map[string]int{"written": written})
 }
 
-func (s *Server) logs(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -574,8 +583,8 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, seg []string) {
 	writeData(w, http.StatusOK, entries)
 }
 
-func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request, seg []string) {
-	n, ok := s.name(w, seg)
+func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
+	n, ok := s.name(w, r)
 	if !ok {
 		return
 	}
@@ -607,7 +616,7 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request, seg []str
 	writeData(w, http.StatusOK, map[string]*string{"expires_at": exp})
 }
 
-func (s *Server) gc(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 	removed, err := s.opts.Manager.GC(r.Context(), false)
 	if err != nil {
 		s.fail(w, "", err)

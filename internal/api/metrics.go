@@ -1,116 +1,119 @@
 package api
 
 import (
-	"bytes"
-	"fmt"
+	"context"
+	"log/slog"
 	"net/http"
 	"runtime"
-	"sort"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
+// GET /metrics is written by prometheus/client_golang (exposition
+// format, label escaping, content negotiation). Each Server has its own
+// registry, never the process-wide default one: two servers in one
+// process (tests) count apart, and nothing another package registers
+// shows here.
+
 // runBuckets are the upper bounds (seconds) of the run latency histogram.
-var runBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+var runBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-type reqKey struct {
-	route string
-	code  int
-}
+// poolResults are how a fast run can be served: "hit" (a warm sandbox),
+// "miss" (pool empty: ephemeral), "unpoolable" (ephemeral).
+var poolResults = []string{"hit", "miss", "unpoolable"}
 
-// metrics are the server's counters, written in the Prometheus text
-// format by serveMetrics.
+// metrics are the server's counters, kept as requests and runs happen.
 type metrics struct {
-	mu       sync.Mutex
-	requests map[reqKey]uint64
-	reqSum   map[string]float64
-	runCount uint64
-	runSum   float64
-	runHist  [len(runBuckets)]uint64
-	// poolRuns counts fast runs by how they were served: "hit" (a warm
-	// sandbox), "miss" (pool empty: ephemeral), "unpoolable" (ephemeral).
-	poolRuns map[string]uint64
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	reqTime  *prometheus.CounterVec
+	runs     prometheus.Histogram
+	poolRuns *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
-	return &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{},
-		poolRuns: map[string]uint64{"hit": 0, "miss": 0, "unpoolable": 0}}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentkernel_http_requests_total",
+			Help: "HTTP requests answered, by route and status code.",
+		}, []string{"route", "code"}),
+		reqTime: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentkernel_http_request_duration_seconds_total",
+			Help: "Time spent answering requests, by route.",
+		}, []string{"route"}),
+		runs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "agentkernel_run_duration_seconds",
+			Help:    "Time to run one command in a fresh sandbox (/run, /run/stream, /batch/run).",
+			Buckets: runBuckets,
+		}),
+		poolRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentkernel_pool_runs_total",
+			Help: "Fast runs, by how they were served: hit (warm sandbox), miss (pool empty: ephemeral), unpoolable (ephemeral).",
+		}, []string{"result"}),
+	}
+	for _, r := range poolResults {
+		m.poolRuns.WithLabelValues(r) // every result shows, at 0 until it happens
+	}
+	m.reg.MustRegister(m.requests, m.reqTime, m.runs, m.poolRuns)
+	return m
 }
 
 func (m *metrics) request(route string, code int, d time.Duration) {
-	m.mu.Lock()
-	m.requests[reqKey{route, code}]++
-	m.reqSum[route] += d.Seconds()
-	m.mu.Unlock()
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.reqTime.WithLabelValues(route).Add(d.Seconds())
 }
 
-func (m *metrics) run(d time.Duration) {
-	sec := d.Seconds()
-	m.mu.Lock()
-	m.runCount++
-	m.runSum += sec
-	for i, b := range runBuckets {
-		if sec <= b {
-			m.runHist[i]++
-		}
-	}
-	m.mu.Unlock()
+func (m *metrics) run(d time.Duration) { m.runs.Observe(d.Seconds()) }
+
+func (m *metrics) poolRun(result string) { m.poolRuns.WithLabelValues(result).Inc() }
+
+// serveMetrics is GET /metrics: the counters, and the server's state
+// read at scrape time within the request's context.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	state := prometheus.NewRegistry()
+	state.MustRegister(stateCollector{s: s, ctx: r.Context()})
+	promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, state}, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+	}).ServeHTTP(w, r)
 }
 
-func (m *metrics) poolRun(result string) {
-	m.mu.Lock()
-	m.poolRuns[result]++
-	m.mu.Unlock()
+var (
+	sandboxesDesc = prometheus.NewDesc("agentkernel_sandboxes",
+		"Persistent sandboxes, by status.", []string{"status"}, nil)
+	warmDesc = prometheus.NewDesc("agentkernel_pool_warm_sandboxes",
+		"Warm sandboxes ready in the pools, by image and profile.", []string{"image", "profile"}, nil)
+	goroutinesDesc = prometheus.NewDesc("agentkernel_goroutines",
+		"Goroutines of the server process.", nil, nil)
+	uptimeDesc = prometheus.NewDesc("agentkernel_uptime_seconds",
+		"Seconds since the server started.", nil, nil)
+)
+
+// stateCollector reports what the server holds at the moment of one
+// scrape: persistent sandboxes (from the Manager), warm pools, the
+// process's goroutines and the server's uptime.
+type stateCollector struct {
+	s   *Server
+	ctx context.Context
 }
 
-func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- sandboxesDesc
+	ch <- warmDesc
+	ch <- goroutinesDesc
+	ch <- uptimeDesc
+}
 
-// serveMetrics is GET /metrics in the Prometheus text format (0.0.4).
-func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ []string) {
-	var b bytes.Buffer
-	m := s.metrics
-	m.mu.Lock()
-	keys := make([]reqKey, 0, len(m.requests))
-	for k := range m.requests {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].route != keys[j].route {
-			return keys[i].route < keys[j].route
-		}
-		return keys[i].code < keys[j].code
-	})
-	b.WriteString("# HELP agentkernel_http_requests_total HTTP requests answered, by route and status code.\n# TYPE agentkernel_http_requests_total counter\n")
-	for _, k := range keys {
-		fmt.Fprintf(&b, "agentkernel_http_requests_total{route=%q,code=\"%d\"} %d\n", k.route, k.code, m.requests[k])
-	}
-	routes := make([]string, 0, len(m.reqSum))
-	for r := range m.reqSum {
-		routes = append(routes, r)
-	}
-	sort.Strings(routes)
-	b.WriteString("# HELP agentkernel_http_request_duration_seconds_total Time spent answering requests, by route.\n# TYPE agentkernel_http_request_duration_seconds_total counter\n")
-	for _, r := range routes {
-		fmt.Fprintf(&b, "agentkernel_http_request_duration_seconds_total{route=%q} %s\n", r, fmtFloat(m.reqSum[r]))
-	}
-	b.WriteString("# HELP agentkernel_run_duration_seconds Time to run one command in a fresh sandbox (/run, /run/stream, /batch/run).\n# TYPE agentkernel_run_duration_seconds histogram\n")
-	for i, le := range runBuckets {
-		fmt.Fprintf(&b, "agentkernel_run_duration_seconds_bucket{le=%q} %d\n", fmtFloat(le), m.runHist[i])
-	}
-	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.runCount)
-	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_sum %s\nagentkernel_run_duration_seconds_count %d\n", fmtFloat(m.runSum), m.runCount)
-	b.WriteString("# HELP agentkernel_pool_runs_total Fast runs, by how they were served: hit (warm sandbox), miss (pool empty: ephemeral), unpoolable (ephemeral).\n# TYPE agentkernel_pool_runs_total counter\n")
-	for _, k := range []string{"hit", "miss", "unpoolable"} {
-		fmt.Fprintf(&b, "agentkernel_pool_runs_total{result=%q} %d\n", k, m.poolRuns[k])
-	}
-	m.mu.Unlock()
-
-	b.WriteString("# HELP agentkernel_sandboxes Persistent sandboxes, by status.\n# TYPE agentkernel_sandboxes gauge\n")
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := map[string]int{sandbox.StatusRunning: 0, sandbox.StatusStopped: 0}
-	if list, err := s.opts.Manager.List(r.Context(), sandbox.ListOptions{}); err == nil {
+	if list, err := c.s.opts.Manager.List(c.ctx, sandbox.ListOptions{}); err == nil {
 		for _, sb := range list {
 			st := sb.Status
 			if st != sandbox.StatusRunning {
@@ -119,14 +122,14 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request, _ []string
 			counts[st]++
 		}
 	}
-	fmt.Fprintf(&b, "agentkernel_sandboxes{status=\"running\"} %d\nagentkernel_sandboxes{status=\"stopped\"} %d\n", counts["running"], counts["stopped"])
-	b.WriteString("# HELP agentkernel_pool_warm_sandboxes Warm sandboxes ready in the pools, by image and profile.\n# TYPE agentkernel_pool_warm_sandboxes gauge\n")
-	for _, ps := range s.pools.sizes() {
-		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{image=%q,profile=%q} %d\n", ps.image, ps.profile, ps.ready)
+	for _, st := range []string{sandbox.StatusRunning, sandbox.StatusStopped} {
+		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), st)
 	}
-	fmt.Fprintf(&b, "# HELP agentkernel_goroutines Goroutines of the server process.\n# TYPE agentkernel_goroutines gauge\nagentkernel_goroutines %d\n", runtime.NumGoroutine())
-	fmt.Fprintf(&b, "# HELP agentkernel_uptime_seconds Seconds since the server started.\n# TYPE agentkernel_uptime_seconds gauge\nagentkernel_uptime_seconds %s\n", fmtFloat(time.Since(s.started).Seconds()))
-
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, _ = w.Write(b.Bytes())
+	for _, ps := range c.s.pools.sizes() {
+		// A label value must be UTF-8 (else the metric is refused).
+		ch <- prometheus.MustNewConstMetric(warmDesc, prometheus.GaugeValue, float64(ps.ready),
+			strings.ToValidUTF8(ps.image, "\uFFFD"), strings.ToValidUTF8(ps.profile, "\uFFFD"))
+	}
+	ch <- prometheus.MustNewConstMetric(goroutinesDesc, prometheus.GaugeValue, float64(runtime.NumGoroutine()))
+	ch <- prometheus.MustNewConstMetric(uptimeDesc, prometheus.GaugeValue, time.Since(c.s.started).Seconds())
 }

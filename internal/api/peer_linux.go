@@ -3,22 +3,18 @@ package api
 import (
 	"net"
 
-	"golang.org/x/sys/unix"
+	"github.com/agentkernel/agentkernel/internal/peercred"
 )
 
-// peerUID is the effective uid of the process that connected c, as the
-// kernel recorded it at connect time (SO_PEERCRED).
-func peerUID(c *net.UnixConn) (int, bool) {
-	raw, err := c.SyscallConn()
+// peerOf is the process that connected c, as the kernel recorded it at
+// connect time: its effective uid (SO_PEERCRED) and whether it runs in
+// the server's own user and PID namespaces (not inside a sandbox, whose
+// user namespace can map its ids to the server's uid). ok is false when
+// not even the uid can be read.
+func peerOf(c *net.UnixConn) (uid int, ownNS, ok bool) {
+	p, err := peercred.Of(c)
 	if err != nil {
-		return -1, false
+		return -1, false, false
 	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || serr != nil || cred == nil {
-		return -1, false
-	}
-	return int(cred.Uid), true
+	return p.UID, p.OwnNS, true
 }

@@ -4,6 +4,6 @@ package api
 
 import "net"
 
-// peerUID: peer credentials are read on Linux only; elsewhere every unix
+// peerOf: peer credentials are read on Linux only; elsewhere every unix
 // socket peer is a stranger (refused).
-func peerUID(c *net.UnixConn) (int, bool) { return -1, false }
+func peerOf(c *net.UnixConn) (uid int, ownNS, ok bool) { return -1, false, false }

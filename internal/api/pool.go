@@ -226,15 +226,17 @@ func poolKey(spec *sandbox.Spec) (string, error) {
 
 // take returns a prepared sandbox for spec, or nil when the caller must
 // run spec ephemerally. why is "hit", "miss" (pool empty) or
-// "unpoolable". The caller calls done once its command has ended. While
-// the pool still holds a ready sandbox, only then (or after refillDelay)
-// is the taken one replaced: building its successor (a Go process
-// start, namespaces, cgroup writes) competes for the CPU with the
-// command being served, which on 2 cores stalled a warm run's exec
-// stage by up to 1.6 ms. An emptied pool is refilled at once.
+// "unpoolable" (a command spec.Commands refuses included: it takes no
+// sandbox, and the caller's run refuses it). The caller calls done once
+// its command has ended. While the pool still holds a ready sandbox,
+// only then (or after refillDelay) is the taken one replaced: building
+// its successor (a Go process start, namespaces, cgroup writes) competes
+// for the CPU with the command being served, which on 2 cores stalled a
+// warm run's exec stage by up to 1.6 ms. An emptied pool is refilled at
+// once.
 func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done func()) {
 	done = func() {}
-	if !poolable(spec) {
+	if !poolable(spec) || spec.Commands.Check(spec.Args) != nil {
 		return nil, "unpoolable", done
 	}
 	key, err := poolKey(spec)

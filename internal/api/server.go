@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -92,6 +92,7 @@ type Server struct {
 	started time.Time
 	metrics *metrics
 	pools   *pools
+	mux     *http.ServeMux
 	// wg counts requests in flight (for tests and shutdown).
 	wg sync.WaitGroup
 }
@@ -115,27 +116,33 @@ func New(o Options) *Server {
 	}
 	s := &Server{opts: o, started: time.Now(), metrics: newMetrics(), uid: os.Geteuid(),
 		hosts: map[string]struct{}{}, origins: map[string]struct{}{}}
+	// The one normalisation of these lists is config's (the CLI's flags
+	// and [api] went through it already; it is idempotent). An entry it
+	// refuses allows nothing.
 	for _, h := range o.AllowedHosts {
-		h = strings.ToLower(strings.TrimSpace(h))
-		if h == "*" {
+		n, err := config.NormalizeAllowedHost(h)
+		if err != nil {
+			o.Logger.Warn("allowed host ignored", "err", err)
+			continue
+		}
+		if n == "*" {
 			s.anyHost = true
 		}
-		if h = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), "."); h != "" {
-			if ip, err := netip.ParseAddr(h); err == nil {
-				h = ip.Unmap().WithZone("").String()
-			}
-			s.hosts[h] = struct{}{}
-		}
+		s.hosts[n] = struct{}{}
 	}
 	for _, origin := range o.AllowedOrigins {
-		if origin = strings.ToLower(strings.TrimRight(strings.TrimSpace(origin), "/")); origin != "" && origin != "null" && origin != "*" {
-			s.origins[origin] = struct{}{}
+		n, err := config.NormalizeOrigin(origin)
+		if err != nil {
+			o.Logger.Warn("allowed origin ignored", "err", err)
+			continue
 		}
+		s.origins[n] = struct{}{}
 	}
 	s.pools = newPools(o.Manager, o.Pool, func(msg string, args ...any) { o.Logger.Warn(msg, args...) })
 	for _, k := range o.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
+	s.mux = s.routes()
 	return s
 }
 
@@ -204,35 +211,20 @@ func (s *Server) Serve(ctx context.Context, lns []net.Listener, grace time.Durat
 	return err
 }
 
-// ServeHTTP checks (guard.go), authenticates, routes and logs one
-// request.
+// ServeHTTP checks (guard.go), routes (router.go: authentication comes
+// with the route), and logs one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	defer s.wg.Done()
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w}
-	var rt route
-	var seg []string
 	refused := s.guard(rw, r)
 	if refused == "" {
-		seg = segments(r.URL.Path)
-		rt = s.match(r.Method, seg)
+		s.mux.ServeHTTP(rw, routable(r))
 	}
-	name := rt.name
-	switch {
-	case refused != "":
+	name := rw.route
+	if refused != "" {
 		name = refused
-	case !s.authorized(rw, r, rt):
-		name = "unauthorized"
-	case rt.h == nil:
-		writeErr(rw, http.StatusNotFound, "Not found")
-	default:
-		rc := http.NewResponseController(rw)
-		_ = rc.SetReadDeadline(start.Add(s.opts.ReadTimeout))
-		if !rt.long {
-			_ = rc.SetWriteDeadline(start.Add(s.opts.WriteTimeout))
-		}
-		rt.h(rw, r, seg)
 	}
 	took := time.Since(start)
 	s.metrics.request(name, rw.code(), took)
@@ -255,11 +247,11 @@ func remote(r *http.Request) string {
 }
 
 // authorized checks the Authorization header (every route but GET
-// /health) and writes the 401 itself when it fails. The server's own
-// user on a unix socket (checked by guard) needs no key; without keys,
-// TCP requests pass only with InsecureNoAuth.
-func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rt route) bool {
-	if ci := connOf(r); rt.open || (ci.unix && ci.peerUID == s.uid) || (len(s.keys) == 0 && s.opts.InsecureNoAuth) {
+// /health: noKey) and writes the 401 itself when it fails. The server's
+// own user on a unix socket (checked by guard) needs no key; without
+// keys, TCP requests pass only with InsecureNoAuth.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request, noKey bool) bool {
+	if ci := connOf(r); noKey || (ci.unix && ci.peerUID == s.uid && ci.peerOwnNS) || (len(s.keys) == 0 && s.opts.InsecureNoAuth) {
 		return true
 	}
 	h, ok := r.Header["Authorization"]
@@ -284,143 +276,13 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request, rt route) bo
 	return true
 }
 
-// segments splits a path on '/' and drops empty segments.
-func segments(p string) []string {
-	parts := strings.Split(p, "/")
-	out := parts[:0]
-	for _, s := range parts {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// route is one matched route: its name for logs and metrics, whether it
-// skips auth, whether it runs commands (no write deadline), its handler.
-type route struct {
-	name string
-	open bool
-	long bool
-	h    func(w http.ResponseWriter, r *http.Request, seg []string)
-}
-
-// match finds the route of method and path segments (h nil: 404).
-func (s *Server) match(method string, seg []string) route {
-	get, post := method == http.MethodGet || method == http.MethodHead, method == http.MethodPost
-	if len(seg) == 0 {
-		return route{name: "not_found"}
-	}
-	switch seg[0] {
-	case "health":
-		if len(seg) == 1 && get {
-			return route{name: "GET /health", open: true, h: s.health}
-		}
-	case "status":
-		if len(seg) == 1 && get {
-			return route{name: "GET /status", h: s.status}
-		}
-	case "stats":
-		if len(seg) == 1 && get {
-			return route{name: "GET /stats", h: s.stats}
-		}
-	case "metrics":
-		if len(seg) == 1 && get {
-			return route{name: "GET /metrics", h: s.serveMetrics}
-		}
-	case "openapi.yaml":
-		if len(seg) == 1 && get {
-			return route{name: "GET /openapi.yaml", h: s.openapi}
-		}
-	case "gc":
-		if len(seg) == 1 && post {
-			return route{name: "POST /gc", long: true, h: s.gc}
-		}
-	case "run":
-		if len(seg) == 1 && post {
-			return route{name: "POST /run", long: true, h: s.run}
-		}
-		if len(seg) == 2 && seg[1] == "stream" && post {
-			return route{name: "POST /run/stream", long: true, h: s.runStream}
-		}
-	case "batch":
-		if len(seg) == 2 && seg[1] == "run" && post {
-			return route{name: "POST /batch/run", long: true, h: s.batchRun}
-		}
-	case "mcp":
-		if s.opts.MCP != nil {
-			return route{name: "/mcp", long: true, h: func(w http.ResponseWriter, r *http.Request, _ []string) {
-				s.opts.MCP.ServeHTTP(w, r)
-			}}
-		}
-	case "sandboxes":
-		return s.matchSandboxes(method, seg[1:])
-	}
-	return route{name: "not_found"}
-}
-
-func (s *Server) matchSandboxes(method string, seg []string) route {
-	if len(seg) == 0 {
-		switch method {
-		case http.MethodGet, http.MethodHead:
-			return route{name: "GET /sandboxes", h: s.listSandboxes}
-		case http.MethodPost:
-			return route{name: "POST /sandboxes", long: true, h: s.createSandbox}
-		}
-		return route{name: "not_found"}
-	}
-	if len(seg) == 1 {
-		switch method {
-		case http.MethodGet, http.MethodHead:
-			return route{name: "GET /sandboxes/{name}", h: s.getSandbox}
-		case http.MethodPatch:
-			return route{name: "PATCH /sandboxes/{name}", h: s.patchSandbox}
-		case http.MethodDelete:
-			return route{name: "DELETE /sandboxes/{name}", long: true, h: s.removeSandbox}
-		}
-		return route{name: "not_found"}
-	}
-	switch seg[1] {
-	case "start", "stop", "exec", "extend", "logs":
-		if len(seg) != 2 {
-			break
-		}
-		switch {
-		case seg[1] == "start" && method == http.MethodPost:
-			return route{name: "POST /sandboxes/{name}/start", long: true, h: s.startSandbox}
-		case seg[1] == "stop" && method == http.MethodPost:
-			return route{name: "POST /sandboxes/{name}/stop", long: true, h: s.stopSandbox}
-		case seg[1] == "exec" && method == http.MethodPost:
-			return route{name: "POST /sandboxes/{name}/exec", long: true, h: s.execSandbox}
-		case seg[1] == "extend" && method == http.MethodPost:
-			return route{name: "POST /sandboxes/{name}/extend", h: s.extendSandbox}
-		case seg[1] == "logs" && (method == http.MethodGet || method == http.MethodHead):
-			return route{name: "GET /sandboxes/{name}/logs", h: s.logs}
-		}
-	case "files":
-		if len(seg) == 2 {
-			if method == http.MethodPost {
-				return route{name: "POST /sandboxes/{name}/files", h: s.writeFiles}
-			}
-			break
-		}
-		switch method {
-		case http.MethodGet, http.MethodHead:
-			return route{name: "GET /sandboxes/{name}/files/{path}", h: s.readFile}
-		case http.MethodPut:
-			return route{name: "PUT /sandboxes/{name}/files/{path}", h: s.writeFile}
-		case http.MethodDelete:
-			return route{name: "DELETE /sandboxes/{name}/files/{path}", h: s.deleteFile}
-		}
-	}
-	return route{name: "not_found"}
-}
-
-// statusWriter remembers the status and size of the answer.
+// statusWriter remembers the status and size of the answer, and the
+// name of the route that wrote it (router.go).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	n      int64
+	route  string
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -88,7 +88,7 @@ func (w *streamWriter) flush() {
 
 // runStream is POST /run/stream: the run of /run, its output sent as it
 // happens. Bad requests are answered as JSON before the stream starts.
-func (s *Server) runStream(w http.ResponseWriter, r *http.Request, _ []string) {
+func (s *Server) runStream(w http.ResponseWriter, r *http.Request) {
 	var q runRequest
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)

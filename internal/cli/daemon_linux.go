@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 
 	"github.com/agentkernel/agentkernel/internal/api"
@@ -48,10 +50,10 @@ The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
 socket under the data directory (daemon/api.sock, mode 0600: your user,
 no key; other users are refused), and on TCP with --tcp, where every
 request needs an API key as with 'serve' (--api-key-file,
-$AGENTKERNEL_API_KEY, [api] api_key, else <data-dir>/api-key, made on first
-use). Keys reach the daemon through an inherited pipe, never its command
-line. Its log is
-daemon/daemon.log under the data directory; a log over 10 MiB when the
+$AGENTKERNEL_API_KEY, [api] api_key_env / api_key of your user config,
+else <data-dir>/api-key, made on first use). Keys reach the daemon
+through an inherited pipe, never its command line or its environment.
+Its log is daemon/daemon.log under the data directory; a log over 10 MiB when the
 daemon starts is kept as daemon.log.1 and a new one begun. Pools shrink
 back towards min_warm after a minute without a run they could not serve.`
 
@@ -84,6 +86,7 @@ type daemonStartOptions struct {
 	insecure     bool
 	allowedHosts []string
 	allowOrigins []string
+	oldOrigins   []string // --allow-origin, the deprecated spelling
 	wait         time.Duration
 }
 
@@ -107,6 +110,10 @@ daemon through a pipe: they never appear on its command line.`,
   agentkernel daemon start --tcp 127.0.0.1:18888 --api-key-file ~/.config/agentkernel/keys`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("allow-origin") {
+				a.Warnf("--allow-origin is the former name of --allowed-origin: use that")
+			}
+			o.allowOrigins = append(o.allowOrigins, o.oldOrigins...)
 			return a.daemonStart(&o)
 		},
 	}
@@ -116,7 +123,9 @@ daemon through a pipe: they never appear on its command line.`,
 	fs.StringVar(&o.keyFile, "api-key-file", "", "API keys for --tcp in this file, one per line")
 	fs.BoolVar(&o.insecure, "insecure-no-auth", false, "serve --tcp without an API key (throwaway machines only; see 'agentkernel serve --help')")
 	fs.StringArrayVar(&o.allowedHosts, "allowed-host", nil, "also answer TCP requests whose Host is NAME (repeatable)")
-	fs.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "let web pages of this origin call the API, with CORS (repeatable)")
+	fs.StringArrayVar(&o.allowOrigins, "allowed-origin", nil, "let web pages of this origin call the API, with CORS (repeatable)")
+	fs.StringArrayVar(&o.oldOrigins, "allow-origin", nil, "the former name of --allowed-origin")
+	_ = fs.MarkHidden("allow-origin")
 	fs.DurationVar(&o.wait, "wait", 15*time.Second, "how long to wait for the daemon to answer")
 	return cmd
 }
@@ -138,10 +147,14 @@ func (a *App) daemonStart(o *daemonStartOptions) error {
 	if err != nil {
 		return err
 	}
-	if _, _, err := a.apiAccess(cfg, o.allowedHosts, o.allowOrigins); err != nil {
+	apiCfg, err := a.trustedAPI(cfg)
+	if err != nil {
+		return err
+	}
+	if _, _, err := a.apiAccess(apiCfg, o.allowedHosts, o.allowOrigins); err != nil {
 		return usageError("%v", err)
 	}
-	keys, err := a.serverKeys(keySources{keys: o.keys, keyFile: o.keyFile}, cfg, tcp != "", o.insecure)
+	keys, err := a.serverKeys(keySources{keys: o.keys, keyFile: o.keyFile}, apiCfg, tcp != "", o.insecure)
 	if err != nil {
 		return err
 	}
@@ -178,7 +191,7 @@ func (a *App) daemonStart(o *daemonStartOptions) error {
 		argv = append(argv, "--allowed-host", h)
 	}
 	for _, h := range o.allowOrigins {
-		argv = append(argv, "--allow-origin", h)
+		argv = append(argv, "--allowed-origin", h)
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -188,6 +201,14 @@ func (a *App) daemonStart(o *daemonStartOptions) error {
 	c := exec.Command(exe, argv...)
 	c.Stdin, c.Stdout, c.Stderr = devnull, logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// The keys travel in the pipe below (or, without a TCP listener, are
+	// not needed): the daemon does not inherit the variables that hold
+	// them, neither $AGENTKERNEL_API_KEY nor the one [api] api_key_env
+	// of the user's config names.
+	c.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "AGENTKERNEL_API_KEY" || (apiCfg.APIKeyEnv != "" && name == apiCfg.APIKeyEnv)
+	})
 	var keyPipe *os.File
 	if len(keys) > 0 {
 		// Descriptor 3 of the daemon: a pipe that holds the keys, one a
@@ -200,8 +221,6 @@ func (a *App) daemonStart(o *daemonStartOptions) error {
 		keyPipe = pw
 		c.ExtraFiles = []*os.File{pr}
 		c.Args = append(c.Args, "--api-key-fd", "3")
-		// The key travels in the pipe: the daemon need not inherit it.
-		c.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "AGENTKERNEL_API_KEY=") })
 	}
 	if err := c.Start(); err != nil {
 		if keyPipe != nil {
@@ -370,52 +389,40 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 	return cmd
 }
 
-// readDaemonMetrics fills the pool sizes and uptime from /metrics and
-// /status.
+// readDaemonMetrics fills the pool sizes, run counts and uptime from
+// /metrics, parsed as Prometheus parses it.
 func readDaemonMetrics(p daemon.Paths, st *daemonStatus) {
-	c := unixHTTPClient(p.API, 2*time.Second)
-	if resp, err := c.Get("http://agentkernel/metrics"); err == nil {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			val := func() int64 {
-				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				return int64(v)
-			}
-			switch {
-			case strings.HasPrefix(line, "agentkernel_pool_warm_sandboxes{"):
-				ps := poolStatus{Image: metricLabel(line, "image"), Profile: metricLabel(line, "profile"), Ready: val()}
-				st.Pools = append(st.Pools, ps)
-			case strings.HasPrefix(line, "agentkernel_pool_runs_total{"):
-				st.PoolRuns[metricLabel(line, "result")] += val()
-			}
-		}
-		resp.Body.Close()
+	resp, err := unixHTTPClient(p.API, 2*time.Second).Get("http://agentkernel/metrics")
+	if err != nil {
+		return
+	}
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return
+	}
+	for _, m := range fams["agentkernel_pool_warm_sandboxes"].GetMetric() {
+		st.Pools = append(st.Pools, poolStatus{Image: metricLabel(m, "image"), Profile: metricLabel(m, "profile"),
+			Ready: int64(m.GetGauge().GetValue())})
 	}
 	sort.Slice(st.Pools, func(i, j int) bool {
 		return st.Pools[i].Image+st.Pools[i].Profile < st.Pools[j].Image+st.Pools[j].Profile
 	})
-	if resp, err := c.Get("http://agentkernel/status"); err == nil {
-		var body struct {
-			Data struct {
-				Uptime int64 `json:"uptime_seconds"`
-			} `json:"data"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&body)
-		resp.Body.Close()
-		st.Uptime = body.Data.Uptime
+	for _, m := range fams["agentkernel_pool_runs_total"].GetMetric() {
+		st.PoolRuns[metricLabel(m, "result")] += int64(m.GetCounter().GetValue())
+	}
+	for _, m := range fams["agentkernel_uptime_seconds"].GetMetric() {
+		st.Uptime = int64(m.GetGauge().GetValue())
 	}
 }
 
-// metricLabel extracts label="value" from a Prometheus text line.
-func metricLabel(line, name string) string {
-	i := strings.Index(line, name+`="`)
-	if i < 0 {
-		return ""
-	}
-	rest := line[i+len(name)+2:]
-	if j := strings.IndexByte(rest, '"'); j >= 0 {
-		return rest[:j]
+// metricLabel is the value of m's label name ("" when it has none).
+func metricLabel(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
 	}
 	return ""
 }

@@ -36,32 +36,42 @@ Where it listens:
                        only; add --host or --port to serve TCP as well
 
 API keys. Over TCP every request but GET /health needs
-'Authorization: Bearer <key>'. Keys come from --api-key-file (one per
-line) and --api-key, else $AGENTKERNEL_API_KEY, else [api] api_key_env /
-api_key in
-agentkernel.toml. With none of those, the key in <data-dir>/api-key is
-used, made (32 random bytes, mode 0600) on the first start; the server
-says where it is:
-  export AGENTKERNEL_API_KEY="$(cat ~/.local/share/agentkernel/api-key)"
+'Authorization: Bearer <key>'. Keys come from --api-key-file (a regular
+file of at most 64 KiB, one key per line) and --api-key, else
+$AGENTKERNEL_API_KEY, else [api] api_key_env / api_key in your user
+config (~/.config/agentkernel/config.toml) or a --config file. A source
+that is given but empty or unreadable is an error. With none of those,
+the key in the file api-key of the data directory is used (--data-dir;
+default $XDG_DATA_HOME/agentkernel, else ~/.local/share/agentkernel),
+made (32 random bytes, mode 0600) on the first start; the server says
+where it is, and how to hand it to the SDKs:
+  export AGENTKERNEL_API_KEY="$(cat <data-dir>/api-key)"
+The data directory must be yours and not writable by other users.
 --api-key KEY works too, but other users of the machine can read a
 command line (ps): prefer the file or the variable. On the unix socket
-your own user needs no key and other users are refused, whatever the
-socket file's mode. --insecure-no-auth serves TCP without a key, with a
-warning on every start: anyone who can connect to the port, other users
-of this machine included, can then run commands.
+your own user needs no key (except from inside a sandbox, which must
+send it) and other users are refused, whatever the socket file's mode.
+--insecure-no-auth serves TCP without a key, with a warning on every
+start: anyone who can connect to the port, other users of this machine
+included, can then run commands; with --unix alone it has no effect (a
+warning says so).
 
 Web pages. A page in your browser can send requests to 127.0.0.1, so
 every request is checked before anything else: its Host must name this
 server (localhost, *.localhost, a loopback address, the address it
 listens on, a --host name, or --allowed-host NAME; "*" allows any), which
 stops DNS rebinding; a request carrying an Origin header (browsers send
-one) is refused unless --allow-origin lets that origin in, with CORS
-answers; a request body must be Content-Type: application/json, which
-HTML forms and simple cross-site requests cannot send. Refusals answer
-403 or 415 and are logged. --allowed-host and --allow-origin also come
-from [api] allowed_hosts / allowed_origins in your user config
-(~/.config/agentkernel/config.toml) or a --config file; a project's own
-agentkernel.toml cannot set them.
+one) is refused unless --allowed-origin lets that origin in, with CORS
+answers; a request body must be Content-Type: application/json (one
+Content-Type header), which HTML forms and simple cross-site requests
+cannot send. Refusals answer 403 or 415 and are logged. --allowed-host
+and --allowed-origin also come from [api] allowed_hosts / allowed_origins
+in your user config or a --config file.
+
+A project's own agentkernel.toml (the one in the working directory,
+perhaps of a repository you just cloned) cannot choose who may use the
+API: its [api] api_key, api_key_env, allowed_hosts and allowed_origins
+are ignored with a warning, and your user config's values stand.
 
 The server's working directory is the project directory of its sandboxes
 (agentkernel.toml, image detection, /workspace). SIGTERM or SIGINT stop it
@@ -75,10 +85,12 @@ type serveOptions struct {
 	keyFile string
 	keyFD   int
 	// insecure: serve TCP without a key (--insecure-no-auth).
-	insecure     bool
-	allowedHosts []string
-	allowOrigins []string
-	grace        time.Duration
+	insecure       bool
+	allowedHosts   []string
+	allowedOrigins []string
+	// oldOrigins: --allow-origin, the deprecated spelling.
+	oldOrigins []string
+	grace      time.Duration
 	// hostSet, portSet: --host or --port was given (with --unix: serve
 	// TCP as well).
 	hostSet, portSet bool
@@ -99,10 +111,14 @@ func newServeCmd(a *App) *cobra.Command {
   AGENTKERNEL_API_KEY=secret agentkernel serve --port 8080
   agentkernel serve --host 0.0.0.0 --api-key-file /etc/agentkernel/keys --allowed-host devbox.lan
   agentkernel serve --unix $XDG_RUNTIME_DIR/agentkernel.sock    # no key for your own user
-  agentkernel serve --allow-origin http://localhost:3000     # a web app of yours may call it`,
+  agentkernel serve --allowed-origin http://localhost:3000   # a web app of yours may call it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.hostSet, o.portSet = cmd.Flags().Changed("host"), cmd.Flags().Changed("port")
+			if cmd.Flags().Changed("allow-origin") {
+				a.Warnf("--allow-origin is the former name of --allowed-origin: use that")
+			}
+			o.allowedOrigins = append(o.allowedOrigins, o.oldOrigins...)
 			return a.runServe(cmd.Context(), &o)
 		},
 	}
@@ -111,11 +127,13 @@ func newServeCmd(a *App) *cobra.Command {
 	fs.IntVarP(&o.port, "port", "p", 18888, "TCP port to listen on (0: any free port)")
 	fs.StringVar(&o.unix, "unix", "", "serve on this unix socket (mode 0600; your user needs no key) instead of TCP, or as well with --host/--port")
 	fs.StringArrayVar(&o.keys, "api-key", nil, "accept this API key (repeatable; visible to other users in ps: prefer --api-key-file)")
-	fs.StringVar(&o.keyFile, "api-key-file", "", "accept the API keys in this file, one per line")
+	fs.StringVar(&o.keyFile, "api-key-file", "", "accept the API keys in this regular file, one per line (at most 64 KiB)")
 	fs.IntVar(&o.keyFD, "api-key-fd", 0, "read the API keys from this inherited descriptor")
 	fs.BoolVar(&o.insecure, "insecure-no-auth", false, "serve TCP without an API key: anyone who can connect runs commands (throwaway machines only)")
 	fs.StringArrayVar(&o.allowedHosts, "allowed-host", nil, "also answer requests whose Host is NAME (repeatable; \"*\": any name)")
-	fs.StringArrayVar(&o.allowOrigins, "allow-origin", nil, "let web pages of this origin (scheme://host[:port]) call the API, with CORS (repeatable)")
+	fs.StringArrayVar(&o.allowedOrigins, "allowed-origin", nil, "let web pages of this origin (scheme://host[:port]) call the API, with CORS (repeatable)")
+	fs.StringArrayVar(&o.oldOrigins, "allow-origin", nil, "the former name of --allowed-origin")
+	_ = fs.MarkHidden("allow-origin")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "how long requests in flight may finish on shutdown")
 	fs.BoolVar(&o.daemon, "daemon", false, "serve as the background daemon ('agentkernel daemon start')")
 	fs.StringVar(&o.tcp, "tcp", "", "with --daemon: also serve the HTTP API on this TCP address")
@@ -125,12 +143,62 @@ func newServeCmd(a *App) *cobra.Command {
 	return cmd
 }
 
+// trusted reports whether the server may use key's value in cfg: not
+// when it comes from a project's own agentkernel.toml (the server's
+// working directory, possibly a repository just cloned), which must not
+// choose the key the server accepts nor open the API to other hosts or
+// web pages; that value is ignored with a warning. The user config, a
+// file given with --config, flags and the environment are the user's.
+func (a *App) trusted(cfg *config.Config, key string) bool {
+	src := cfg.Source(key)
+	if src.Kind != config.SourceProject || a.ConfigPath != "" {
+		return true
+	}
+	a.Warnf("%s: [api] %s is ignored: a project's agentkernel.toml cannot choose the API's keys, open it to other hosts or web pages, or let it exec as root (use the flag, your user config or --config)", src, strings.TrimPrefix(key, "api."))
+	return false
+}
+
+// trustedAPI is cfg's [api] with every setting that trusted refuses
+// replaced by the user config's own value (the project file's replaced
+// it when both set it).
+func (a *App) trustedAPI(cfg *config.Config) (config.API, error) {
+	out := cfg.API
+	var user *config.Config
+	// The settings that decide who may use the API and for what: the keys
+	// it accepts, the Host names and web pages it answers, exec as root.
+	for _, key := range []string{"api.api_key", "api.api_key_env", "api.allowed_hosts", "api.allowed_origins", "api.allow_sudo_exec"} {
+		if a.trusted(cfg, key) {
+			continue
+		}
+		if user == nil {
+			// The user file was read (and its warnings printed) once
+			// already.
+			u, _, err := config.LoadUser(config.LoadOptions{})
+			if err != nil {
+				return config.API{}, &ExitError{Code: ExitAgentkernel, Err: err, Hint: "fix the file, or see 'agentkernel init' for a commented example"}
+			}
+			user = u
+		}
+		switch key {
+		case "api.api_key":
+			out.APIKey = user.API.APIKey
+		case "api.api_key_env":
+			out.APIKeyEnv = user.API.APIKeyEnv
+		case "api.allowed_hosts":
+			out.AllowedHosts = user.API.AllowedHosts
+		case "api.allowed_origins":
+			out.AllowedOrigins = user.API.AllowedOrigins
+		case "api.allow_sudo_exec":
+			out.AllowSudoExec = user.API.AllowSudoExec
+		}
+	}
+	return out, nil
+}
+
 // apiAccess is the Host and Origin allow lists of a server: the flags,
-// and [api] allowed_hosts / allowed_origins of the user's config or a
-// --config file. A project's own agentkernel.toml (the server's working
-// directory, possibly a repository just cloned) may not open the API to
-// other names or to web pages: its entries are ignored with a warning.
-func (a *App) apiAccess(cfg *config.Config, hosts, origins []string) (outHosts, outOrigins []string, err error) {
+// and [api] allowed_hosts / allowed_origins of api (as trustedAPI let
+// them through).
+func (a *App) apiAccess(api config.API, hosts, origins []string) (outHosts, outOrigins []string, err error) {
 	for _, h := range hosts {
 		n, err := config.NormalizeAllowedHost(h)
 		if err != nil {
@@ -141,37 +209,28 @@ func (a *App) apiAccess(cfg *config.Config, hosts, origins []string) (outHosts, 
 	for _, o := range origins {
 		n, err := config.NormalizeOrigin(o)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--allow-origin: %w", err)
+			return nil, nil, fmt.Errorf("--allowed-origin: %w", err)
 		}
 		outOrigins = append(outOrigins, n)
 	}
-	trusted := func(key string) bool {
-		src := cfg.Source(key)
-		if src.Kind == config.SourceProject && a.ConfigPath == "" {
-			a.Warnf("%s: [api] %s is ignored: a project's agentkernel.toml cannot open the API to other hosts or web pages (use the flag, your user config or --config)", src, key[len("api."):])
-			return false
-		}
-		return true
-	}
-	if len(cfg.API.AllowedHosts) > 0 && trusted("api.allowed_hosts") {
-		outHosts = append(outHosts, cfg.API.AllowedHosts...)
-	}
-	if len(cfg.API.AllowedOrigins) > 0 && trusted("api.allowed_origins") {
-		outOrigins = append(outOrigins, cfg.API.AllowedOrigins...)
-	}
-	return outHosts, outOrigins, nil
+	return append(outHosts, api.AllowedHosts...), append(outOrigins, api.AllowedOrigins...), nil
 }
 
 // serverKeys are the keys a server (or 'daemon start' for its daemon)
 // uses: those given, else <data-dir>/api-key when a TCP listener needs
-// one. With --insecure-no-auth a TCP server takes none.
-func (a *App) serverKeys(ks keySources, cfg *config.Config, tcp, insecure bool) ([]string, error) {
+// one. With --insecure-no-auth a TCP server takes none; without a TCP
+// listener the flag changes nothing (the unix socket never asks the
+// server's own user for a key), which is said.
+func (a *App) serverKeys(ks keySources, api config.API, tcp, insecure bool) ([]string, error) {
 	if insecure && (len(ks.keys) > 0 || ks.keyFile != "") {
 		return nil, usageError("--insecure-no-auth and --api-key/--api-key-file contradict each other: choose one")
 	}
-	keys, from, err := a.apiKeys(ks, cfg)
+	if insecure && !tcp {
+		a.Warnf("--insecure-no-auth has no effect without a TCP listener: the unix socket serves your user without a key and refuses other users")
+	}
+	keys, from, err := a.apiKeys(ks, api)
 	if err != nil {
-		return nil, usageError("%v", err)
+		return nil, err
 	}
 	if insecure && tcp {
 		if len(keys) > 0 {
@@ -209,11 +268,15 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if !o.daemon {
 		tcp = o.unix == "" || o.hostSet || o.portSet
 	}
-	hosts, origins, err := a.apiAccess(cfg, o.allowedHosts, o.allowOrigins)
+	apiCfg, err := a.trustedAPI(cfg)
+	if err != nil {
+		return err
+	}
+	hosts, origins, err := a.apiAccess(apiCfg, o.allowedHosts, o.allowedOrigins)
 	if err != nil {
 		return usageError("%v", err)
 	}
-	keys, err := a.serverKeys(keySources{keys: o.keys, keyFile: o.keyFile, keyFD: o.keyFD}, cfg, tcp, o.insecure)
+	keys, err := a.serverKeys(keySources{keys: o.keys, keyFile: o.keyFile, keyFD: o.keyFD}, apiCfg, tcp, o.insecure)
 	if err != nil {
 		return err
 	}
@@ -272,7 +335,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	home, _ := os.UserHomeDir()
 	mcpServer := mcp.NewServer(mcp.Options{
 		Manager:    m,
-		LoadConfig: func(dir string) (*config.Config, error) { return a.LoadConfig(dir) },
+		LoadConfig: func(string) (*config.Config, error) { return cfg, nil },
 		Dir:        cwd,
 		// The server's own configuration, never a requested cwd's.
 		AllowedDirs: cfg.MCP.AllowedDirs,
@@ -288,7 +351,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		InsecureNoAuth: o.insecure,
 		AllowedHosts:   hosts,
 		AllowedOrigins: origins,
-		AllowSudoExec:  cfg.API.AllowSudoExec,
+		AllowSudoExec:  apiCfg.AllowSudoExec,
 		Version:        a.Version.Version,
 		Backend:        "native",
 		Logger:         accessLog,

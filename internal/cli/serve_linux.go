@@ -27,7 +27,17 @@ const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
 // the start. It replaces nothing but a stale socket (one nobody answers
 // on); the server's peer check (package api) is what keeps other users
 // out, whatever the file's mode becomes later.
-func listenUnixSocket(path string) (net.Listener, error) {
+func listenUnixSocket(path string) (net.Listener, error) { return listenUnix(path, nil) }
+
+// listenUnix is listenUnixSocket; afterBind, when set, runs right after
+// the socket is bound (tests: what a user who can write the directory
+// might do then).
+//
+// The mode comes from the umask at bind(2), never from a chmod after it:
+// a path is not a file descriptor, and whoever can write the directory
+// could have replaced the socket by a symbolic link to another file in
+// between, which a chmod would follow.
+func listenUnix(path string, afterBind func()) (net.Listener, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is too long (%d bytes; a unix socket path holds at most %d)", path, len(path), maxSocketPath)
 	}
@@ -40,7 +50,17 @@ func listenUnixSocket(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if afterBind != nil {
+		afterBind()
+	}
+	// What is at path now must be the socket just made, 0600.
+	fi, err := os.Lstat(path)
+	if err == nil && (fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600) {
+		err = fmt.Errorf("%s was replaced while the server started (now %v): not serving on it", path, fi.Mode())
+	}
+	if err != nil {
+		// Not ours (any more): closing must not remove what is there.
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
 		ln.Close()
 		return nil, err
 	}

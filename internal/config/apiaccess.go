@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -48,7 +49,7 @@ func NormalizeAllowedHost(h string) (string, error) {
 }
 
 // NormalizeOrigin checks one entry of [api] allowed_origins (or 'serve
-// --allow-origin'): a web origin as browsers send it, scheme://host with
+// --allowed-origin'): a web origin as browsers send it, scheme://host with
 // an optional port, http or https. It returns it in the form browsers
 // send (lower case, default port left out).
 func NormalizeOrigin(o string) (string, error) {
@@ -85,4 +86,31 @@ func NormalizeOrigin(o string) (string, error) {
 		out += ":" + port
 	}
 	return out, nil
+}
+
+// LoadUser reads the defaults and the user-wide file alone (opts.UserPath
+// and opts.NoUserFile as for Load; no project file), validated. Settings
+// that a project's own agentkernel.toml may not choose (such as who may
+// use the HTTP API) are taken from here when that file sets them too,
+// since Load lets the project's value replace the user's.
+func LoadUser(opts LoadOptions) (*Config, []Warning, error) {
+	c := Defaults()
+	var warns []Warning
+	if !opts.NoUserFile {
+		user := opts.UserPath
+		if user == "" {
+			user = UserPath(os.Getenv)
+		}
+		if user != "" {
+			w, err := c.applyFile(user, SourceUser, false)
+			warns = append(warns, w...)
+			if err != nil {
+				return nil, warns, err
+			}
+		}
+	}
+	if err := c.validate(); err != nil {
+		return nil, warns, err
+	}
+	return c, warns, nil
 }

@@ -1,6 +1,11 @@
 package config
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
 
 func TestNormalizeAllowedHost(t *testing.T) {
 	for in, want := range map[string]string{
@@ -33,5 +38,36 @@ func TestNormalizeOrigin(t *testing.T) {
 		if got, err := NormalizeOrigin(in); err == nil {
 			t.Errorf("NormalizeOrigin(%q) = %q, want an error", in, got)
 		}
+	}
+}
+
+// TestLoadUser: the user file alone, without the project file that Load
+// lets replace its values.
+func TestLoadUser(t *testing.T) {
+	dir := t.TempDir()
+	user := filepath.Join(dir, "user.toml")
+	if err := os.WriteFile(user, []byte("[api]\nallowed_hosts = [\"MyBox.LAN\"]\napi_key_env = \"MY_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte("[api]\nallowed_hosts = [\"evil.example\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := Load(LoadOptions{Dir: dir, UserPath: user})
+	if err != nil || !slices.Equal(all.API.AllowedHosts, []string{"evil.example"}) {
+		t.Fatalf("Load: %v %v", all.API.AllowedHosts, err)
+	}
+	c, _, err := LoadUser(LoadOptions{Dir: dir, UserPath: user})
+	if err != nil || !slices.Equal(c.API.AllowedHosts, []string{"mybox.lan"}) || c.API.APIKeyEnv != "MY_KEY" {
+		t.Errorf("LoadUser: %+v %v", c.API, err)
+	}
+	if src := c.Source("api.allowed_hosts"); src.Kind != SourceUser || src.Path != user {
+		t.Errorf("source: %v", src)
+	}
+	c, _, err = LoadUser(LoadOptions{UserPath: user, NoUserFile: true})
+	if err != nil || len(c.API.AllowedHosts) != 0 {
+		t.Errorf("NoUserFile: %+v %v", c.API, err)
+	}
+	if _, _, err := LoadUser(LoadOptions{UserPath: filepath.Join(dir, "missing.toml")}); err != nil {
+		t.Errorf("missing user file: %v", err)
 	}
 }

@@ -16,17 +16,16 @@ import (
 // tree of toml.Primitive values; the decoder walks that tree alongside the
 // Config struct (by toml tags), so that it knows, for every key, whether
 // the schema has it (else: a warning), its Go type (else: an error naming
-// the expected type) and its line. Lines come from the library itself: a
-// probe value whose UnmarshalTOML always fails makes the library report
-// the key's position in a toml.ParseError. Leaves are decoded into a fresh
+// the expected type) and its line (keyLine). Leaves are decoded into a fresh
 // value and then assigned, so a later layer replaces a list or a table of
 // strings as a whole instead of merging into it.
 
 // maxUnknownWarnings caps the warnings one file can produce.
 const maxUnknownWarnings = 20
 
-// maxProbes caps line look-ups per file: each costs a pass over the file
-// inside the TOML library, and a hostile file can have very many keys.
+// maxProbes caps line look-ups (keyLine) per file: each costs a pass
+// over the file inside the TOML library, and a hostile file can have very
+// many keys.
 const maxProbes = 256
 
 type decoder struct {
@@ -367,15 +366,33 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// probe fails to decode anything, so that the library reports the
-// position of the key it was asked to decode.
-type probe struct{}
+// keyLine is the 1-based line of p's key as the TOML library knows it (0
+// when it knows none: an implicit table). BurntSushi/toml v1.6.0 records
+// every key's position while parsing, but keeps it unexported (MetaData's
+// keyInfo): MetaData offers Keys, Type, IsDefined and Undecoded, and no
+// position. The position comes out only in the toml.ParseError of a
+// decode that fails, which names the key being decoded. So p is decoded
+// into a value whose UnmarshalTOML always fails, and the line is read
+// from that error. Building the error costs a pass over the file (its
+// column is computed from the whole document), hence maxProbes.
+func keyLine(md *toml.MetaData, p toml.Primitive) int {
+	var pe toml.ParseError
+	if err := md.PrimitiveDecode(p, &failDecode{}); errors.As(err, &pe) {
+		return pe.Position.Line
+	}
+	return 0
+}
 
-func (probe) UnmarshalTOML(any) error { return errors.New("position probe") }
+// failDecode fails to decode anything (keyLine).
+type failDecode struct{}
 
-// line returns the 1-based line of p's key, or fallback when the library
-// does not know it (implicit tables) or the probe budget is spent. For a
-// table it falls back to the line of its first key.
+func (*failDecode) UnmarshalTOML(any) error { return errors.New("position probe") }
+
+// line returns the 1-based line of p's key, or fallback when it is
+// non-zero (the keys of an element of an array of tables, which the
+// library cannot place), or 0 once the probe budget is spent. An
+// implicit table ("[a.b]" without "[a]") has no position of its own: it
+// takes that of its first key.
 func (d *decoder) line(p toml.Primitive, fallback int) int {
 	if fallback > 0 {
 		return fallback
@@ -384,12 +401,9 @@ func (d *decoder) line(p toml.Primitive, fallback int) int {
 		return 0
 	}
 	d.probes++
-	var pe toml.ParseError
-	if err := d.md.PrimitiveDecode(p, &probe{}); errors.As(err, &pe) && pe.Position.Line > 0 {
-		return pe.Position.Line
+	if ln := keyLine(d.md, p); ln > 0 {
+		return ln
 	}
-	// An implicit table ("[a.b]" without "[a]") has no position of its
-	// own: use one of its keys'.
 	var sub map[string]toml.Primitive
 	if err := d.md.PrimitiveDecode(p, &sub); err == nil && len(sub) > 0 {
 		first := ""

@@ -104,59 +104,65 @@ type control struct {
 
 // Reply is the daemon's one answer.
 type Reply struct {
-	ExitCode int    `json:"exit_code"`
-	Signal   int    `json:"signal,omitempty"`
-	TimedOut bool   `json:"timed_out,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// Kind classifies Error: not_found, cannot_invoke, command_refused
-	// ([security.commands]), unsupported or "" (any other failure).
-	Kind string `json:"kind,omitempty"`
+	ExitCode int  `json:"exit_code"`
+	Signal   int  `json:"signal,omitempty"`
+	TimedOut bool `json:"timed_out,omitempty"`
+	// Error is the failure's text, for people; Kind is what it is, for
+	// the client (errorKinds): a kind it does not know is a plain error.
+	Error string `json:"error,omitempty"`
+	Kind  string `json:"kind,omitempty"`
 	// Served says how the run was served: hit (a warm sandbox) or
 	// prepared (a sandbox prepared for it).
 	Served string `json:"served,omitempty"`
 }
 
+// errorKinds are the kinds of failure a reply names, with the error the
+// daemon's side matches (errors.Is, in this order: a refusal also
+// matches ErrCannotInvoke) and the sentinels the client's error then
+// wraps, so that the CLI maps it to the exit status of a direct run.
+var errorKinds = []struct {
+	kind  string
+	match error
+	is    []error
+}{
+	{"not_found", sandbox.ErrNotFound, []error{sandbox.ErrNotFound}},
+	{"command_refused", sandbox.ErrCommandRefused, []error{sandbox.ErrCommandRefused, sandbox.ErrCannotInvoke}},
+	{"cannot_invoke", sandbox.ErrCannotInvoke, []error{sandbox.ErrCannotInvoke}},
+	{"unsupported", sandbox.ErrUnsupported, []error{ErrNotServed}},
+	{"stale", ErrStale, []error{ErrStale}},
+}
+
 // errorReply turns an error into a reply.
 func errorReply(err error) Reply {
 	r := Reply{Error: err.Error()}
-	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		r.Kind = "not_found"
-	case errors.Is(err, sandbox.ErrCommandRefused):
-		r.Kind = "command_refused"
-	case errors.Is(err, sandbox.ErrCannotInvoke):
-		r.Kind = "cannot_invoke"
-	case errors.Is(err, sandbox.ErrUnsupported):
-		r.Kind = "unsupported"
+	for _, k := range errorKinds {
+		if errors.Is(err, k.match) {
+			r.Kind = k.kind
+			break
+		}
 	}
 	return r
 }
 
-// refusedError is a command refusal from the daemon, worded as the
-// daemon worded it (the CLI prints it as a direct run would).
-type refusedError string
-
-func (e refusedError) Error() string { return string(e) }
-func (e refusedError) Unwrap() []error {
-	return []error{sandbox.ErrCommandRefused, sandbox.ErrCannotInvoke}
+// replyError is a failure reported by the daemon: its text as the
+// daemon wrote it, and the sentinels of its kind.
+type replyError struct {
+	msg string
+	is  []error
 }
+
+func (e *replyError) Error() string   { return e.msg }
+func (e *replyError) Unwrap() []error { return e.is }
 
 // err turns a reply's error back into one the CLI maps to exit codes.
 func (r Reply) err() error {
 	if r.Error == "" {
 		return nil
 	}
-	switch r.Kind {
-	case "not_found":
-		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrNotFound.Error()), sandbox.ErrNotFound)
-	case "cannot_invoke":
-		return fmt.Errorf("%s: %w", strings.TrimSuffix(r.Error, ": "+sandbox.ErrCannotInvoke.Error()), sandbox.ErrCannotInvoke)
-	case "command_refused":
-		return refusedError(r.Error)
-	case "unsupported":
-		return fmt.Errorf("%s: %w", r.Error, ErrNotServed)
-	case "stale":
-		return ErrStale
+	for _, k := range errorKinds {
+		if k.kind == r.Kind {
+			return &replyError{msg: r.Error, is: k.is}
+		}
 	}
 	return errors.New(r.Error)
 }

@@ -126,7 +126,7 @@ func TestRunSocket(t *testing.T) {
 	if n := ran.Load(); n != 0 {
 		t.Fatalf("bad requests ran %d commands", n)
 	}
-	if r := raw([]byte(`{"op":"run","spec":{},"build":"1-2"}`), nil); r.err() != ErrStale {
+	if r := raw([]byte(`{"op":"run","spec":{},"build":"1-2"}`), nil); !errors.Is(r.err(), ErrStale) {
 		t.Errorf("stale reply maps to %v", r.err())
 	}
 

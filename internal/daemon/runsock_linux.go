@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/peercred"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -63,6 +65,7 @@ func Serve(ctx context.Context, ln *net.UnixListener, h Handler) {
 	if h.Logger == nil {
 		h.Logger = slog.New(slog.DiscardHandler)
 	}
+	self := peercred.ReadSelf()
 	var wg sync.WaitGroup
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
@@ -75,40 +78,31 @@ func Serve(ctx context.Context, ln *net.UnixListener, h Handler) {
 			}
 			break
 		}
-		wg.Go(func() { h.serveConn(c) })
+		wg.Go(func() { h.serveConn(c, self) })
 	}
 	wg.Wait()
 }
 
-// peerUID is the uid of the process at the other end of c.
-func peerUID(c *net.UnixConn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	uid := -1
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		var cred *unix.Ucred
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if cerr == nil {
-			uid = int(cred.Uid)
-		}
-	}); err != nil {
-		return -1, err
-	}
-	return uid, cerr
-}
-
-func (h Handler) serveConn(c *net.UnixConn) {
+func (h Handler) serveConn(c *net.UnixConn, self peercred.Self) {
 	defer c.Close()
 	reply := func(r Reply) {
 		if b, err := encode(r); err == nil {
 			_, _ = c.Write(b)
 		}
 	}
-	if uid, err := peerUID(c); err != nil || uid != os.Geteuid() {
+	// Same uid is not enough: a rootless sandbox's user namespace maps
+	// its ids to the caller's, so a sandboxed process that reaches this
+	// socket (a volume of the data directory) has our uid too.
+	peer, err := self.Of(c)
+	switch {
+	case err != nil || peer.UID != os.Geteuid():
+		discardRequest(c)
 		reply(Reply{Error: "permission denied: the daemon serves its own user only"})
+		return
+	case !peer.OwnNS:
+		h.Logger.Warn("run socket: refused a client of our uid in another user or PID namespace", "pid", peer.PID, "reason", peer.NSErr)
+		discardRequest(c)
+		reply(Reply{Error: "permission denied: the daemon serves only processes in its own user and PID namespaces, not from inside a sandbox or a container"})
 		return
 	}
 	buf := make([]byte, maxRequest+1)
@@ -196,6 +190,26 @@ func (h Handler) serveConn(c *net.UnixConn) {
 		reply(Reply{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, Served: served})
 	default:
 		reply(Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
+	}
+}
+
+// discardRequest reads a refused client's request (closing any
+// descriptors it passed), so that the refusal reaches it as the reply
+// rather than as a connection reset while it still sends; a client that
+// sends nothing is waited for a few seconds.
+func discardRequest(c *net.UnixConn) {
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	_, oobn, _, _, err := c.ReadMsgUnix(make([]byte, 1), oob)
+	if err != nil || oobn == 0 {
+		return
+	}
+	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+	for _, m := range msgs {
+		fds, _ := unix.ParseUnixRights(&m)
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
 	}
 }
 

@@ -10,7 +10,11 @@
 // A server on a unix socket (`agentkernel serve --unix PATH`, or the
 // daemon's <data-dir>/daemon/api.sock) is reached with the base URL
 // unix:///path/to.sock (AGENTKERNEL_BASE_URL or WithBaseURL) or
-// WithUnixSocket; the server's own user needs no API key there.
+// WithUnixSocket. The server's own user needs no API key there, except
+// from inside a sandbox (another user or PID namespace), so a key, when
+// the client has one, is sent there too; other users are refused. Such
+// a client only ever dials the socket: an HTTP client whose transport
+// cannot be made to dial it is an error, never a TCP request.
 package client
 
 import (
@@ -43,8 +47,12 @@ type Client struct {
 	baseURL string
 	apiKey  string
 	hc      *http.Client
-	// socket is the unix socket to dial ("" for TCP).
+	// unix: the server is on the unix socket at socket.
+	unix   bool
 	socket string
+	// err, when set, is returned by every request: a configuration that
+	// cannot be served as asked.
+	err error
 }
 
 // Option configures a Client.
@@ -58,24 +66,25 @@ func WithBaseURL(u string) Option { return func(c *Client) { c.setBaseURL(u) } }
 // WithUnixSocket talks to a server on the unix socket at path (as
 // WithBaseURL("unix://" + path)).
 func WithUnixSocket(path string) Option {
-	return func(c *Client) { c.baseURL, c.socket = unixHost, path }
+	return func(c *Client) { c.baseURL, c.unix, c.socket = unixHost, true, path }
 }
 
 func (c *Client) setBaseURL(u string) {
 	if p, ok := strings.CutPrefix(u, "unix://"); ok {
-		c.baseURL, c.socket = unixHost, p
+		c.baseURL, c.unix, c.socket = unixHost, true, p
 		return
 	}
-	c.baseURL, c.socket = strings.TrimRight(u, "/"), ""
+	c.baseURL, c.unix, c.socket = strings.TrimRight(u, "/"), false, ""
 }
 
 // WithAPIKey sets the API key (default $AGENTKERNEL_API_KEY).
 func WithAPIKey(k string) Option { return func(c *Client) { c.apiKey = k } }
 
 // WithHTTPClient replaces the HTTP client (timeouts, transports). With a
-// unix socket base URL, a client whose Transport is nil or an
-// *http.Transport is given a copy of that transport that dials the
-// socket; another RoundTripper must do so itself.
+// unix socket base URL the client's Transport must be nil or an
+// *http.Transport, of which a copy that dials the socket (and nothing
+// else) is used; with any other RoundTripper every request fails
+// (ErrUnixTransport), since it could only send it over TCP.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.hc = h } }
 
 // WithTimeout bounds each request (none by default: pass a context with a
@@ -97,14 +106,23 @@ func New(opts ...Option) *Client {
 	for _, o := range opts {
 		o(c)
 	}
-	if c.socket != "" {
-		c.hc = unixClient(c.hc, c.socket)
+	if c.unix {
+		c.hc, c.err = unixClient(c.hc, c.socket)
 	}
 	return c
 }
 
-// unixClient is a copy of hc whose transport dials the unix socket.
-func unixClient(hc *http.Client, socket string) *http.Client {
+// ErrUnixTransport is the error of every request of a Client for a unix
+// socket whose HTTP client has a Transport other than an *http.Transport
+// (WithHTTPClient).
+var ErrUnixTransport = errors.New("a unix socket base URL needs an http.Client whose Transport is nil or an *http.Transport")
+
+// unixClient is a copy of hc whose transport dials the unix socket, and
+// nothing else.
+func unixClient(hc *http.Client, socket string) (*http.Client, error) {
+	if socket == "" {
+		return hc, errors.New("agentkernel: unix:// base URL without a socket path (unix:///path/to.sock)")
+	}
 	var t *http.Transport
 	switch rt := hc.Transport.(type) {
 	case nil:
@@ -112,16 +130,19 @@ func unixClient(hc *http.Client, socket string) *http.Client {
 	case *http.Transport:
 		t = rt.Clone()
 	default:
-		return hc
+		return hc, fmt.Errorf("agentkernel: %w (got %T)", ErrUnixTransport, rt)
 	}
 	t.Proxy = nil
 	t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
 	}
+	// No other dialer: a TLS dialer of the copied transport would be
+	// used for an https URL (a redirect) instead of the socket.
+	t.DialTLSContext, t.DialTLS = nil, nil
 	h := *hc
 	h.Transport = t
-	return &h
+	return &h, nil
 }
 
 // Sentinel errors an *APIError matches with errors.Is, by status.
@@ -225,6 +246,9 @@ func decodeAnswer(status int, b []byte, out any) error {
 }
 
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -245,6 +269,8 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", UserAgent)
+	// Sent over a unix socket too: the server wants it there from its
+	// own user's processes in other namespaces (inside a sandbox).
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}

@@ -136,6 +136,34 @@ func TestServeKeySources(t *testing.T) {
 		t.Errorf("a key file was made although a key was given")
 	}
 	a.env = nil
+
+	// A project's own agentkernel.toml cannot choose the key: it is
+	// ignored with a warning, and the data dir's key is used.
+	if err := os.WriteFile(filepath.Join(a.dir, "agentkernel.toml"), []byte("[api]\napi_key = \"planted-by-the-repo\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = startServe(t, a, "listening on ", "serve", "--port", "0")
+	s.url = strings.TrimSpace(s.url)
+	if out := s.errb.String(); !strings.Contains(out, "[api] api_key is ignored") {
+		t.Errorf("no warning for the project's api_key:\n%s", out)
+	}
+	s.raw("GET", "/status", "", "Authorization", "Bearer planted-by-the-repo").expect(t, "the project's key", 401, "Invalid API key")
+	s.raw("GET", "/status", "", "Authorization", "Bearer "+readKey(t, filepath.Join(a.dataDir, "api-key"))).expect(t, "the data dir's key", 200, "")
+	s.stop()
+
+	// A key source given but unusable is a usage error naming it.
+	a.env = []string{"AGENTKERNEL_API_KEY="}
+	if r := a.run("serve", "--port", "0"); r.code != 125 || !strings.Contains(r.stderr, "$AGENTKERNEL_API_KEY is set but empty") || !strings.Contains(r.stderr, "hint: ") {
+		t.Errorf("empty $AGENTKERNEL_API_KEY: %v", r)
+	}
+	a.env = nil
+	big := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("k"), 64<<10+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.run("serve", "--port", "0", "--api-key-file", big); r.code != 125 || !strings.Contains(r.stderr, "--api-key-file "+big+": more than 64 KiB") {
+		t.Errorf("key file over 64 KiB: %v", r)
+	}
 	s = startAPI(t, "--api-key", apiKey)
 	if out := s.errb.String(); !strings.Contains(out, "--api-key puts the key on the command line") || !strings.Contains(out, "--api-key-file") || !strings.Contains(out, "AGENTKERNEL_API_KEY") {
 		t.Errorf("--api-key without the warning:\n%s", out)
@@ -357,13 +385,24 @@ func tcpStatus(t *testing.T, addr, key string) int {
 }
 
 // TestDaemonAPIKeys: 'daemon start --api-key K' hands K to the daemon
-// through a pipe: it is on no command line and in no environment, the
-// TCP listener requires it, the unix socket serves its own user without
-// it and refuses other users. Without a key, --tcp uses the data dir's.
+// through a pipe: it is on no command line and in no environment (nor
+// are the keys of $AGENTKERNEL_API_KEY and of the variable [api]
+// api_key_env names, which 'daemon start' had), the TCP listener
+// requires it, the unix socket serves its own user without it and
+// refuses other users. Without a key, --tcp uses the data dir's.
 func TestDaemonAPIKeys(t *testing.T) {
 	a := newAK(t)
 	addr := "127.0.0.1:" + freePort(t)
 	const key = "daemon-only-key-7f3a9c"
+	const envKey, cfgEnvKey = "env-key-0b1e2d", "cfg-env-key-94c3aa"
+	userCfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
+	if err := os.MkdirAll(filepath.Dir(userCfg), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(userCfg, []byte("[api]\napi_key_env = \"MY_AK_KEY\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.env = []string{"AGENTKERNEL_API_KEY=" + envKey, "MY_AK_KEY=" + cfgEnvKey, "AK_TEST_MARKER=kept"}
 	r := a.run("daemon", "start", "--tcp", addr, "--api-key", key)
 	if r.code != 0 {
 		t.Fatalf("daemon start: %v", r)
@@ -388,8 +427,13 @@ func TestDaemonAPIKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(environ, []byte(key)) {
-		t.Errorf("the key is in the daemon's environment")
+	if !bytes.Contains(environ, []byte("AK_TEST_MARKER=kept\x00")) {
+		t.Fatalf("/proc/%s/environ is not the daemon's environment: %q", pid, environ)
+	}
+	for _, k := range []string{key, envKey, cfgEnvKey} {
+		if bytes.Contains(environ, []byte(k)) {
+			t.Errorf("the key %q is in the daemon's environment", k)
+		}
 	}
 	// Even an environment is readable by the same uid only.
 	if fi, err := os.Stat("/proc/" + pid + "/environ"); err != nil || fi.Mode().Perm()&0o077 != 0 {
@@ -413,6 +457,7 @@ func TestDaemonAPIKeys(t *testing.T) {
 
 	// --tcp without a key: the data dir's key, made by 'daemon start',
 	// which says where it is.
+	a.env = nil
 	r = a.run("daemon", "start", "--tcp", addr)
 	if r.code != 0 || !strings.Contains(r.stderr, "generated an API key for the HTTP API in "+filepath.Join(a.dataDir, "api-key")) {
 		t.Fatalf("daemon start --tcp without a key: %v", r)
