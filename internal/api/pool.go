@@ -231,9 +231,9 @@ func poolKey(spec *sandbox.Spec) (string, error) {
 // its command has ended. While the pool still holds a ready sandbox,
 // only then (or after refillDelay) is the taken one replaced: building
 // its successor (a Go process start, namespaces, cgroup writes) competes
-// for the CPU with the command being served, which on 2 cores stalled a
-// warm run's exec stage by up to 1.6 ms. An emptied pool is refilled at
-// once.
+// for the CPU with the command being served and, on a small machine,
+// stalls a warm run's exec stage (docs/perf-log.md, the daemon entries).
+// An emptied pool is refilled at once.
 func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done func()) {
 	done = func() {}
 	if !poolable(spec) || spec.Commands.Check(spec.Args) != nil {

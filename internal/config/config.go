@@ -210,8 +210,8 @@ func Defaults() *Config {
 		Secrets:  Secrets{Backend: "file"},
 	}
 	// Keys no file sets have no entry: Source reports SourceDefault for
-	// them. (Listing every key here meant rendering every value, a fifth
-	// of a millisecond on each run.)
+	// them. (Listing every key here meant rendering every value on each
+	// run.)
 	c.Sources = make(map[string]Source)
 	return c
 }

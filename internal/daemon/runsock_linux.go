@@ -276,7 +276,8 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 // the caller still resolves its spec: signal forwarding (the first
 // signal.Notify of a process starts a thread) and the JSON codecs of the
 // request and reply (built by reflection on first use) are ready when
-// the spec is. On a 2-core machine that takes ~0.5 ms off a CLI run.
+// the spec is, which takes that work off a CLI run's critical path
+// (docs/perf-log.md, the daemon entries).
 //
 // From NewClient on, the forwarded signals are caught: Close, when Run
 // was not called, stops that and raises again any that arrived, so they

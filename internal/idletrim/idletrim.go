@@ -9,7 +9,7 @@
 // page-table entries for the executable's read-only mappings (madvise
 // MADV_DONTNEED). Nothing is lost: the pages stay in the page cache and
 // the next instruction that needs one maps it again with a minor fault
-// (the first request after a trim pays those: under a millisecond).
+// (the first request after a trim pays those).
 //
 // The heap is left alone: forcing a GC and returning free spans
 // (debug.FreeOSMemory) was measured to leave more anonymous memory

@@ -8,8 +8,8 @@ import (
 
 // randomBytes fills b from the kernel's CSPRNG with one getrandom(2):
 // crypto/rand's first call in a process sets up the vDSO generator's
-// state and a timer, ~0.1 ms that every short-lived CLI run would pay
-// for six bytes.
+// state and a timer, which every short-lived CLI run would pay for six
+// bytes.
 func randomBytes(b []byte) {
 	for {
 		n, err := unix.Getrandom(b, 0)

@@ -7,8 +7,9 @@
 // every read.
 //
 // The driver is modernc.org/sqlite (pure Go, CGO_ENABLED=0). Its package
-// init registers the driver and costs about 0.2 ms; the store is only
-// opened by the commands that need it, never by `run`.
+// init registers the driver, start-up work in every process that links
+// it; the store is only opened by the commands that need it, never by
+// `run`.
 //
 // Concurrency: every write is one short transaction; busy_timeout makes
 // concurrent writers wait for each other instead of failing, and WAL lets

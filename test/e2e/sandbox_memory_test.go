@@ -156,7 +156,7 @@ func medianOf(d []time.Duration) time.Duration {
 
 // TestSandboxAfterIdleTrim lets a sandbox's supervisor and init trim
 // their memory (10 s without a request), checks that they did (RSS of
-// each below 8 MiB: an untrimmed one maps more than 11 MiB of the
+// each below 8 MiB, which an untrimmed one exceeds: it maps most of the
 // binary), and that exec, file copies and stats still work afterwards.
 func TestSandboxAfterIdleTrim(t *testing.T) {
 	if testing.Short() {

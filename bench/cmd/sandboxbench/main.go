@@ -48,7 +48,7 @@ func main() {
 	n := flag.Int("n", 100, "timed runs per case")
 	ak := flag.String("agentkernel", "", "path of a built agentkernel binary to time as well")
 	img := flag.String("image", "", "busybox rootfs directory (built from /bin/busybox when empty)")
-	allowCgo := flag.Bool("allow-cgo", false, "time binaries built with cgo (dynamically linked) too; they start about 1 ms slower than the static build agentkernel ships as")
+	allowCgo := flag.Bool("allow-cgo", false, "time binaries built with cgo (dynamically linked) too; they start slower than the static build agentkernel ships as")
 	flag.Parse()
 	if !*allowCgo {
 		if err := checkStatic(*ak); err != nil {
@@ -65,7 +65,7 @@ func main() {
 // checkStatic refuses to time a dynamically linked agentkernel: a Go
 // build with cgo on (go's default where a C compiler is installed) links
 // libc, and every start then pays the dynamic loader and libc's and
-// cgo's set-up, about 1 ms on the machines this was measured on. That is
+// cgo's set-up (docs/perf-log.md, 2026-11-25 03:58). That is
 // not the binary the README builds (CGO_ENABLED=0), so its times would
 // not be agentkernel's. This program, which is the "native" case, and
 // agentkernel-full (the daemon) are checked too.
