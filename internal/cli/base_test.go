@@ -2,161 +2,101 @@ package cli
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
-
-	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 )
 
-// TestRunFlagsKnownToPrestart: package prestart reads a run's command
-// line before anything else (to decide whether to make the sandbox thread
-// during start-up), so it must know which of run's flags and the global
-// ones take a value and what each one-letter flag stands for. A flag
-// added to run without telling prestart fails here.
-func TestRunFlagsKnownToPrestart(t *testing.T) {
-	a := &runcli.App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard}
-	root := newBaseRoot(a)
-	run, _, err := root.Find([]string{"run"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := func(f *pflag.Flag) {
-		takes := f.NoOptDefVal == "" && f.Value.Type() != "bool"
-		if got := prestart.FlagTakesValue(f.Name); got != takes {
-			t.Errorf("--%s: prestart.FlagTakesValue = %v, but the flag takes a value: %v", f.Name, got, takes)
-		}
-		if f.Shorthand != "" {
-			if got := prestart.FlagForShorthand(f.Shorthand[0]); got != f.Name {
-				t.Errorf("-%s: prestart.FlagForShorthand = %q, want %q", f.Shorthand, got, f.Name)
-			}
-		}
-	}
-	run.InitDefaultHelpFlag()
-	run.Flags().VisitAll(check)
-	root.PersistentFlags().VisitAll(check)
-	n := 0
-	run.Flags().VisitAll(func(*pflag.Flag) { n++ })
-	if n < 20 {
-		t.Fatalf("run has %d flags: the test does not see them", n)
-	}
+// fullRun runs argv (without the program name) as agentkernel-full's
+// main does.
+func fullRun(argv ...string) (stdout, stderr string, code int) {
+	var out, errb bytes.Buffer
+	a := NewApp(runcli.App{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	root := NewRootCommandFor(a, append([]string{"agentkernel-full"}, argv...))
+	root.SetArgs(argv)
+	code = runcli.ExitCode(root.Execute(), &errb)
+	return out.String(), errb.String(), code
 }
 
-// TestLeanRunParse: the agentkernel binary parses a run's command line
-// with pflag alone (runcli.App.Execute). For every form it accepts, the
-// resolved sandbox (--dry-run) and the global flags come out exactly as
-// through the cobra command line of agentkernel-full; every other form is
-// ErrNeedsFull, which hands it to agentkernel-full.
-func TestLeanRunParse(t *testing.T) {
+// TestFullRunCommandLine: agentkernel-full reads a run's command line with
+// runcli's parser, whole: forms cobra's routing would misread (grouped
+// switches and run's flags before "run") resolve the same spec as their
+// plain spelling, and help and errors are those of the agentkernel binary.
+func TestFullRunCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	t.Setenv("HOME", dir)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
-	if err := os.WriteFile("env.txt", []byte("FROM_FILE=1\n"), 0o644); err != nil {
+	if err := os.WriteFile("other.toml", []byte("[resources]\nmemory_mb = 300\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile("other.toml", []byte("[resources]\nmemory_mb = 300\ntimeout = \"2m\"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	plain, stderr, code := fullRun("--config", "other.toml", "--quiet", "run", "--dry-run", "--image", "alpine:3.20", "--no-daemon", "--", "sh", "-c", "x")
+	if code != 0 || !strings.Contains(plain, `"memory_mb": 300`) || !strings.Contains(plain, `"alpine:3.20"`) {
+		t.Fatalf("plain run line: %d\n%s%s", code, plain, stderr)
 	}
-	data := filepath.Join(dir, "data")
-	accepted := [][]string{
-		{"run", "true"},
-		{"run"},
-		{"--data-dir", data, "run", "--image", "alpine:3.20", "--", "sh", "-c", "exit 3"},
-		{"-q", "run", "-e", "A=1", "-e", "B=2", "-v", dir + ":/data:ro", "python3", "-c", "print(1)"},
-		{"--config=other.toml", "run", "--memory", "64m", "--cpus", "0.5", "--timeout", "30s", "-t", "--interactive", "sh"},
-		{"-cother.toml", "run", "x"},
-		{"-c", "other.toml", "--quiet=true", "run", "x"},
-		{"-c=other.toml", "--quiet=false", "-q", "run", "x"},
-		{"run", "--no-network", "--read-only", "-u", "1000:1000", "-w", "/w", "--hostname", "h", "-k", "--userns", "host",
-			"--no-daemon", "-B", "native", "--pull", "never", "-p", "restrictive", "--mode", "codex", "--env-file", "env.txt", "--pids", "10", "--", "x", "-y"},
-		{"--log-level", "debug", "run", "--data-dir", data, "-i", "alpine:3.20", "cat", "--image", "not-a-flag-here"},
-		{"--data-dir", "run", "run", "true"}, // a data dir called run
-		{"run", "--timeout=5", "--memory=1g", "--profile=permissive", "--", "--"},
-		{"--config", "other.toml", "run", "--timeout", "0", "x"}, // given as 0: no timeout, not the file's 2m
-	}
-	for _, argv := range accepted {
-		// --dry-run right after "run": print the resolved spec.
-		i := slices.Index(argv, "run")
-		if argv[0] == "--data-dir" && argv[1] == "run" {
-			i = 2
+	for _, argv := range [][]string{
+		{"-qc", "other.toml", "run", "--dry-run", "-ialpine:3.20", "--no-daemon", "sh", "-c", "x"},
+		{"--no-daemon", "-i", "alpine:3.20", "-qcother.toml", "run", "--dry-run", "--", "sh", "-c", "x"},
+		{"run", "--dry-run", "-c", "other.toml", "--image=alpine:3.20", "-q", "--no-daemon", "sh", "-c", "x"},
+	} {
+		out, stderr, code := fullRun(argv...)
+		if code != 0 || noID(out) != noID(plain) {
+			t.Errorf("%q: %d\n%s%s\nwant\n%s", argv, code, out, stderr, plain)
 		}
-		line := append(append(append([]string{}, argv[:i+1]...), "--dry-run"), argv[i+1:]...)
+	}
 
-		var leanOut, leanErr bytes.Buffer
-		lean := &runcli.App{Stdin: strings.NewReader(""), Stdout: &leanOut, Stderr: &leanErr}
-		lerr := lean.Execute(line)
-
-		var cobraOut, cobraErr bytes.Buffer
-		full := &runcli.App{Stdin: strings.NewReader(""), Stdout: &cobraOut, Stderr: &cobraErr}
-		root := newBaseRoot(full)
-		root.SetArgs(line)
-		cerr := root.Execute()
-
-		if (lerr == nil) != (cerr == nil) || lerr != nil && lerr.Error() != cerr.Error() {
-			t.Errorf("%q: lean %v, cobra %v", line, lerr, cerr)
-			continue
-		}
-		if noID(leanOut.String()) != noID(cobraOut.String()) || leanErr.String() != cobraErr.String() {
-			t.Errorf("%q:\nlean:  %s%s\ncobra: %s%s", line, leanOut.String(), leanErr.String(), cobraOut.String(), cobraErr.String())
-		}
-		if lean.ConfigPath != full.ConfigPath || lean.DataDir != full.DataDir || lean.LogLevel != full.LogLevel || lean.Quiet != full.Quiet {
-			t.Errorf("%q: globals lean %q %q %q %v, cobra %q %q %q %v", line,
-				lean.ConfigPath, lean.DataDir, lean.LogLevel, lean.Quiet, full.ConfigPath, full.DataDir, full.LogLevel, full.Quiet)
-		}
-		if leanOut.Len() == 0 && lerr == nil {
-			t.Errorf("%q: no spec printed", line)
+	// Help: run's, the same for every way of asking, from both binaries.
+	var want bytes.Buffer
+	(&runcli.App{}).PrintRunHelp(&want)
+	if !strings.Contains(want.String(), "Usage:\n  agentkernel run [flags] [--] COMMAND [ARG...]") ||
+		!strings.Contains(want.String(), "--no-daemon") || !strings.Contains(want.String(), "Global Flags:\n  -c, --config") {
+		t.Fatalf("run's help:\n%s", want.String())
+	}
+	for _, argv := range [][]string{{"run", "--help"}, {"run", "-h"}, {"-q", "--help", "run", "x"}, {"help", "run"}, {"run", "-i", "x", "-h", "--bogus"}} {
+		out, stderr, code := fullRun(argv...)
+		if code != 0 || out != want.String() || stderr != "" {
+			t.Errorf("%q: %d %q\n%s", argv, code, stderr, out)
 		}
 	}
-	handedOn := [][]string{
-		{"run", "--help"},
-		{"run", "-h"},
-		{"-h"},
-		{"--help", "run"},
-		{"run", "--bogus"},
-		{"--bogus", "run", "true"},
-		{"--image", "alpine", "run", "true"}, // cobra takes it; the lean parser leaves it to cobra
-		{"-qc", "x.toml", "run", "true"},
-		{"-x", "run", "true"},
-		{"-", "run", "true"},
-		{"version"},
-		{"--data-dir"},
-		{"run", "--memory"},
-		{"run", "--cpus", "lots"},
-		{"--", "run", "true"},
+	// The root's help still lists run.
+	if out, _, code := fullRun("--help"); code != 0 || !strings.Contains(out, "  run ") {
+		t.Errorf("--help: %d\n%s", code, out)
 	}
-	for _, argv := range handedOn {
-		a := &runcli.App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard}
-		if err := a.Execute(argv); !errors.Is(err, runcli.ErrNeedsFull) {
-			t.Errorf("%q: %v, want ErrNeedsFull", argv, err)
+
+	// Errors: pflag's words, status 125, the hint to see run's help.
+	for argv, msg := range map[string]string{
+		"run --bogus true":          "agentkernel: unknown flag: --bogus\n",
+		"--bogus run true":          "agentkernel: unknown flag: --bogus\n",
+		"-qx run true":              "agentkernel: unknown shorthand flag: 'x' in -x\n",
+		"run --memory":              "agentkernel: flag needs an argument: --memory\n",
+		"run --cpus lots sh":        "agentkernel: invalid argument \"lots\" for \"--cpus\" flag: strconv.ParseFloat: parsing \"lots\": invalid syntax\n",
+		"--log-level loud run true": "agentkernel: --log-level \"loud\": use debug, info, warn or error\n",
+	} {
+		out, stderr, code := fullRun(strings.Fields(argv)...)
+		hint := "hint: see 'agentkernel run --help'\n"
+		if strings.HasPrefix(argv, "--log-level") {
+			hint = "hint: see 'agentkernel --help'\n"
+		}
+		if code != runcli.ExitAgentkernel || out != "" || stderr != msg+hint {
+			t.Errorf("%s: %d %q, want %q", argv, code, stderr, msg+hint)
 		}
 	}
 }
 
-// TestLeanRunHelp: without agentkernel-full, the agentkernel binary
-// prints run's help itself, exactly as cobra does.
-func TestLeanRunHelp(t *testing.T) {
+// TestRunCompletion: run's flags complete until its command begins;
+// after that, the command's own arguments are files.
+func TestRunCompletion(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
-	var lean, cobra bytes.Buffer
-	a := &runcli.App{Stdin: strings.NewReader(""), Stdout: &cobra, Stderr: io.Discard}
-	a.PrintRunHelp(&lean)
-	root := newBaseRoot(a)
-	root.SetArgs([]string{"run", "--help"})
-	if err := root.Execute(); err != nil {
-		t.Fatal(err)
+	out, _, code := fullRun("__complete", "-q", "run", "--no")
+	if code != 0 || !strings.Contains(out, "--no-daemon\t") || !strings.Contains(out, "--no-network\t") {
+		t.Errorf("run --no: %d\n%s", code, out)
 	}
-	if lean.String() != cobra.String() || !strings.Contains(lean.String(), "--no-daemon") {
-		t.Fatalf("lean help:\n%s\ncobra help:\n%s", lean.String(), cobra.String())
-	}
-	if err := (&runcli.App{Stdout: io.Discard, Stderr: io.Discard}).Execute([]string{"run", "-h"}); !errors.Is(err, runcli.ErrRunHelp) {
-		t.Fatalf("run -h: %v", err)
+	out, _, code = fullRun("__complete", "run", "-i", "alpine", "sh", "--i")
+	if code != 0 || strings.Contains(out, "--image") || strings.Contains(out, "--interactive") {
+		t.Errorf("the command's own flag completed as run's: %d\n%s", code, out)
 	}
 }
 

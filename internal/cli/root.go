@@ -9,21 +9,31 @@ import (
 )
 
 // NewRootCommand builds the whole command tree.
-func NewRootCommand(a *App) *cobra.Command { return newRoot(a, true) }
+func NewRootCommand(a *App) *cobra.Command { return newRoot(a) }
 
-// NewRootCommandFor builds the command tree a command line needs: all of
-// it, or the root and 'run' alone for a run. The whole tree costs a few
-// hundred microseconds to build, and every run pays for it.
+// NewRootCommandFor builds the command a command line (args, the program
+// name first) needs: for a run, one that hands it to runcli's parser
+// whole, without building the command tree (a few hundred microseconds);
+// else the whole tree.
 func NewRootCommandFor(a *App, args []string) *cobra.Command {
-	return newRoot(a, !prestart.IsRun(args))
+	if prestart.IsRun(args) {
+		a.OpenImages = a.runImages
+		return newRunRoot(a.App)
+	}
+	root := newRoot(a)
+	if len(args) > 1 && (args[1] == cobra.ShellCompRequestCmd || args[1] == cobra.ShellCompNoDescRequestCmd) {
+		// Completing, cobra reads run's flags to know where its command
+		// begins (and offers the command's files, not run's flags, there).
+		if run, _, err := root.Find([]string{"run"}); err == nil && run.Name() == "run" {
+			run.DisableFlagParsing = false
+		}
+	}
+	return root
 }
 
-func newRoot(a *App, full bool) *cobra.Command {
+func newRoot(a *App) *cobra.Command {
 	a.OpenImages = a.runImages
 	root := newBaseRoot(a.App)
-	if !full {
-		return root
-	}
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {
 			c.GroupID = group

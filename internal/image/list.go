@@ -179,7 +179,7 @@ func (s *Store) Remove(ctx context.Context, ref string) (RemoveResult, error) {
 	var res RemoveResult
 	err := s.updateIndex(ctx, func(idx *indexFile) error {
 		sn := &cache.Snapshot{Index: idx}
-		key, rec := sn.Find(ref, normalizeFast)
+		key, rec := sn.Find(ref, normalize)
 		if rec == nil {
 			return fmt.Errorf("%w: %s", ErrNotFound, ref)
 		}

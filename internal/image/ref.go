@@ -49,13 +49,26 @@ func HostRootfs() Rootfs { return cache.HostRootfs() }
 // DefaultIDMap is the map the native backend uses (cache.DefaultIDMap).
 func DefaultIDMap() IDMap { return cache.DefaultIDMap() }
 
-// NormalizeRef returns the canonical form of an image reference: Docker
-// Hub short names get their registry and "library/" ("alpine:3.20" ->
-// "index.docker.io/library/alpine:3.20") and a missing tag becomes
-// "latest". The host image is returned as "host".
+// NormalizeRef returns the canonical form of an image reference, the key
+// the index files it under: Docker Hub short names get their registry and
+// "library/" ("alpine:3.20" -> "index.docker.io/library/alpine:3.20") and
+// a missing tag becomes "latest". The host image is returned as "host".
 func NormalizeRef(ref string) (string, error) {
 	if IsHost(ref) {
 		return HostRef, nil
+	}
+	return normalize(ref)
+}
+
+// normalize is NormalizeRef without the host check. Everyday references
+// get their key from cache.Normalize, the one normaliser here, which
+// 'agentkernel run' uses without a registry client; go-containerregistry
+// parses only the forms it declines (a tag together with a digest, an
+// IPv6 or upper-case registry). FuzzNormalizeRef holds cache.Normalize
+// to go-containerregistry's reading wherever it answers.
+func normalize(ref string) (string, error) {
+	if n, ok := cache.Normalize(ref); ok {
+		return n, nil
 	}
 	n, err := canonicalName(ref)
 	if err != nil {
@@ -64,10 +77,11 @@ func NormalizeRef(ref string) (string, error) {
 	return n, nil
 }
 
-// canonicalName is ref's fully qualified name. A reference whose full
-// name would not parse back is refused: a short name can pass the
-// parser's length limit and exceed it once "index.docker.io/library/" is
-// added, and such a name could never be pulled or looked up again.
+// canonicalName is ref's fully qualified name by go-containerregistry. A
+// reference whose full name would not parse back is refused: a short name
+// can pass the parser's length limit and exceed it once
+// "index.docker.io/library/" is added, and such a name could never be
+// pulled or looked up again.
 func canonicalName(ref string) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -122,8 +136,3 @@ func isInsecure(registry string, insecure []string) bool {
 }
 
 func isDigestRef(ref string) bool { return cache.IsDigestRef(ref) }
-
-// normalizeFast is NormalizeRef without the host check, for lookups.
-func normalizeFast(ref string) (string, error) {
-	return canonicalName(ref)
-}

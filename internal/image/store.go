@@ -269,7 +269,7 @@ func (s *Store) refKey(ref string) (string, error) {
 	if ok {
 		return key, nil
 	}
-	key, err := normalizeFast(ref)
+	key, err := normalize(ref)
 	if err != nil {
 		return "", err
 	}

@@ -1,9 +1,10 @@
 // Package runcli is the part of agentkernel's command line that the
 // agentkernel binary itself carries: the global flags and 'run', parsed
-// with pflag alone (App.Execute). The cobra command tree — the root
-// command, 'run' as cobra sees it, and every other command — lives in
-// package cli, which builds on this one, and in the agentkernel-full
-// binary.
+// with pflag alone (ParseRun, the one parser of a run's command line:
+// agentkernel-full hands a run's command line to it too). The cobra
+// command tree — the root command, 'run' in its help, and every other
+// command — lives in package cli, which builds on this one, and in the
+// agentkernel-full binary.
 //
 // The split exists for start-up time. A Go program initialises every
 // package it links before main runs, on every start; 'run' is what users

@@ -9,11 +9,14 @@ import (
 
 // Lookup runs at the start of every `agentkernel run`, in a fresh process,
 // where encoding/json's first decode into a struct type pays for the
-// reflection over that type: 0.24 ms for index.json's types here, against
-// 0.04 ms to decode the same document into generic values (stage trace
-// medians of 150 runs). Lookup therefore decodes store.json and
-// index.json into `any` and takes out what a run needs; the image store
-// proper (package image) keeps the struct decoding.
+// reflection over that type (and for bringing that part of encoding/json
+// into memory), which a decode into generic values does not. Lookup
+// therefore decodes store.json and index.json into `any` and takes out
+// what a run needs; the image store proper (package image) keeps the
+// struct decoding, ParseIndex. This second decoder is kept for what
+// bench/cmd/indexdecode measures (bench/README.md, "The image index on a
+// run's path"): ParseIndex in its place makes every run slower by that
+// much.
 //
 // The lean decoding is held to the struct decoding by FuzzLeanIndex: what
 // it returns agrees with ParseIndex wherever ParseIndex succeeds. It may

@@ -2,6 +2,17 @@ package prestart
 
 import "syscall"
 
+// This file reads a run's command line at package init, before pflag and
+// the packages it imports have initialised, and with nothing but syscall
+// imported, so that this package initialises right after the stub and the
+// sandbox thread starts that early (importing pflag would put fmt, os,
+// strconv, net and the rest first). What it knows of the flags is
+// commandline_table.go, generated from runcli's bindings
+// (TestRunFlagsKnownToPrestart fails when the two differ); IsRun is also
+// runcli.ParseRun's answer to whether a command line is a run.
+
+//go:generate go test ../../../cli/runcli -run ^TestRunFlagsKnownToPrestart$ -count=1 -update
+
 // IsRun reports whether args (argv, program name first) is
 // agentkernel [global flags] run …: its first argument that is neither a
 // flag nor a global flag's value is "run".
@@ -11,8 +22,7 @@ func IsRun(args []string) bool {
 }
 
 // runLine is what prestart reads of a run's command line: the same
-// command line cobra parses later, read here without it (this package
-// initialises before cobra and the rest of the command line do).
+// command line runcli.ParseRun parses later.
 type runLine struct {
 	dataDir string
 	// noDaemon: a flag that keeps the run from a daemon (--no-daemon,
@@ -83,63 +93,17 @@ func parseRun(args []string) (r runLine, ok bool) {
 
 func (r *runLine) set(name, val string) {
 	switch name {
-	case "data-dir":
+	case flagDataDir:
 		r.dataDir = val
-	case "backend":
+	case flagBackend:
 		if val != "" && !equalFold(val, "native") {
 			r.noDaemon = true
 		}
-	case "no-daemon", "dry-run", "tty", "interactive", "keep":
+	case flagNoDaemon, flagDryRun, flagTty, flagInteractive, flagKeep:
 		if val != "false" && val != "0" && val != "f" && val != "F" && val != "FALSE" && val != "False" {
 			r.noDaemon = true
 		}
 	}
-}
-
-// FlagTakesValue reports whether the flag with this long name, of 'run' or
-// a global one, takes a value; 'run's other flags are switches.
-// TestRunFlagsKnownToPrestart (package runcli) keeps this in step with
-// the command.
-func FlagTakesValue(name string) bool {
-	switch name {
-	case "config", "data-dir", "log-level",
-		"image", "pull", "profile", "mode", "env", "env-file", "workdir", "volume",
-		"memory", "cpus", "pids", "timeout", "user", "hostname", "userns", "backend":
-		return true
-	}
-	return false
-}
-
-// FlagForShorthand is the long name of the one-letter flag c of 'run' or
-// of the root ("" for none).
-func FlagForShorthand(c byte) string {
-	switch c {
-	case 'c':
-		return "config"
-	case 'q':
-		return "quiet"
-	case 'i':
-		return "image"
-	case 'p':
-		return "profile"
-	case 'e':
-		return "env"
-	case 'w':
-		return "workdir"
-	case 'v':
-		return "volume"
-	case 't':
-		return "tty"
-	case 'u':
-		return "user"
-	case 'k':
-		return "keep"
-	case 'B':
-		return "backend"
-	case 'h':
-		return "help"
-	}
-	return ""
 }
 
 func equalFold(a, b string) bool {
