@@ -12,7 +12,15 @@ export AGENTKERNEL_TEST_STRICT=1
 FUZZTIME=${FUZZTIME:-10s}
 FUZZCOUNT=${FUZZCOUNT:-5000x}
 
-packages=(busybox-static uidmap chromium)
+# The Debian packages the tests use: busybox-static (test images), uidmap
+# (newuidmap/newgidmap), util-linux (setpriv, unshare), passwd (useradd,
+# usermod), chromium (the browser tests). The one list: .ci/run installs
+# what `scripts/test.sh --packages` prints.
+packages=(busybox-static uidmap util-linux passwd chromium)
+if [ "${1:-}" = --packages ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

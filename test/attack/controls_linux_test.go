@@ -96,14 +96,17 @@ func (r *runner) control(ctx context.Context, probe string) *outcome {
 	return o
 }
 
-// controlProblem says what is wrong with a probe's control, or "" when it
-// showed the target reachable or not applicable.
-func controlProblem(ctrl *outcome) string {
+// controlProblem says what is wrong with a probe's control, run as kind
+// of user, or "" when it showed the target reachable, or not applicable
+// where and for a reason that probeTable declares.
+func controlProblem(ctrl *outcome, kind string) string {
 	switch {
 	case ctrl == nil:
 		return "the positive control did not run"
-	case ctrl.Result == reachable || ctrl.Result == notApp:
+	case ctrl.Result == reachable:
 		return ""
+	case ctrl.Result == notApp:
+		return naProblem(ctrl.Probe, kind, ctrl.Detail)
 	case ctrl.Result == unreachable:
 		return "the positive control cannot reach the target outside a sandbox, so the probe cannot tell a defence from its own failure (the probe is broken): " + ctrl.Detail
 	default:
@@ -118,7 +121,7 @@ func controlProblem(ctrl *outcome) string {
 // control found no target, "blocked" (or the probe's own "n-a") is "n-a".
 func verdict(probe, profile, mode string, o, ctrl *outcome) (cell string, ok bool) {
 	want, _ := expected(probe, profile, mode)
-	if p := controlProblem(ctrl); p != "" {
+	if p := controlProblem(ctrl, kindOf(mode)); p != "" {
 		return "**FAIL: control " + ctrlResult(ctrl) + "**", false
 	}
 	if ctrl.Result == notApp && (o.Result == blocked || o.Result == notApp) {

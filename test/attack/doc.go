@@ -27,7 +27,14 @@
 //     documented exception);
 //   - control "n-a": the target does not exist for this kind of user on
 //     this machine; the probe's "blocked" is shown as "n-a" and not
-//     counted as a defence;
+//     counted as a defence. Only where the probe's row declares it (NA in
+//     probeTable: per kind of user, root or rootless, the reason and the
+//     texts the control's detail must show, its errno or setting):
+//     anywhere else, or for another reason, "n-a" fails the row. An
+//     unprivileged control reports "n-a" only for a permission check's
+//     refusal (EPERM, EACCES: probe.Refused), and "the kernel lacks it"
+//     only for ENOSYS outside any seccomp filter (probe.KernelLacks):
+//     inside a sandbox ENOSYS is the filter's answer, a "blocked";
 //   - control "unreachable" or no report: the probe is broken, and the
 //     test fails.
 //
@@ -58,7 +65,8 @@
 //     signals to processes it did not start, no packets off the machine.
 //
 //  2. its row in probeTable (expect_test.go): what a "reachable" control
-//     proves, and Heavy when it loads the machine (run one at a time).
+//     proves, Heavy when it loads the machine (run one at a time), and NA
+//     for each kind of user whose control may find no target, with why.
 //     An exception there too when a profile lets it through by design.
 //
 // The probes get their targets in ATTACK_* variables (runner_linux_test.go,

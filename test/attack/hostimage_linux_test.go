@@ -52,8 +52,8 @@ func hostImageChecks(t *testing.T, r *runner, ctrls map[string]*outcome) []hostC
 		na := false
 		if c := ctrls[probe]; probe != "write_root" {
 			switch {
-			case controlProblem(c) != "":
-				pass, detail = false, controlProblem(c)
+			case controlProblem(c, kindOf(r.f.mode)) != "":
+				pass, detail = false, controlProblem(c, kindOf(r.f.mode))
 			case c.Result == notApp && ok && (rep.Result == blocked || rep.Result == notApp):
 				na, detail = true, "not applicable: "+c.Detail
 			}

@@ -123,3 +123,52 @@ func isProbeRun(fn *ast.FuncDecl) bool {
 	}
 	return true
 }
+
+// TestNADeclarations: every declared not-applicable case names a kind of
+// user the battery has, says why, and says what the control must show.
+func TestNADeclarations(t *testing.T) {
+	for probe, info := range probeTable {
+		for kind, decls := range info.NA {
+			if kind != kindRoot && kind != kindRootless {
+				t.Errorf("%s: n-a declared for %q, which is no kind of user the battery has", probe, kind)
+			}
+			for _, d := range decls {
+				if d.Why == "" || len(d.Shows) == 0 {
+					t.Errorf("%s/%s: an n-a declaration needs its reason and the texts its control shows: %+v", probe, kind, d)
+				}
+				for _, s := range d.Shows {
+					if strings.TrimSpace(s) == "" {
+						t.Errorf("%s/%s: an empty text would match any detail: %+v", probe, kind, d)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestNotApplicableBounded: a control's "n-a" passes only where its probe
+// declares one for that kind of user, and only for a declared reason.
+func TestNotApplicableBounded(t *testing.T) {
+	for _, c := range []struct {
+		probe, kind, detail string
+		ok                  bool
+	}{
+		// Declared, for the declared reason.
+		{"dev_kvm", kindRoot, "this machine has no /dev/kvm: open /dev/kvm: no such file or directory", true},
+		{"swapon", kindRootless, "swap needs CAP_SYS_ADMIN in the initial user namespace, which this user lacks with or without a sandbox: swapon: operation not permitted; swapoff: operation not permitted", true},
+		// Declared for rootless only.
+		{"swapon", kindRoot, "swap needs CAP_SYS_ADMIN in the initial user namespace, which this user lacks with or without a sandbox: swapon: operation not permitted; swapoff: operation not permitted", false},
+		// Declared, but for another reason.
+		{"swapon", kindRootless, "swap needs CAP_SYS_ADMIN in the initial user namespace, which this user lacks with or without a sandbox: swapon: invalid argument; swapoff: operation not permitted", false},
+		{"dev_kvm", kindRoot, "this user may not open /dev/kvm, with or without a sandbox: permission denied", false},
+		// Never declared.
+		{"read_host_canary", kindRoot, "the canary is gone", false},
+		{"read_host_canary", kindRootless, "the canary is gone", false},
+		{"signal_host", kindRootless, "no victim", false},
+	} {
+		p := naProblem(c.probe, c.kind, c.detail)
+		if (p == "") != c.ok {
+			t.Errorf("%s as %s, n-a %q: problem %q, want allowed=%v", c.probe, c.kind, c.detail, p, c.ok)
+		}
+	}
+}

@@ -20,9 +20,10 @@ const legend = "`blocked`: the defence held, and the probe's positive control sh
 	"sandbox (`reachable`). `allowed`: the probe got through; every `allowed` is either a documented\n" +
 	"exception of the profile (marked ✓, reason below) or a **FAIL** (a bug in the backend).\n" +
 	"`n-a` (not applicable): the target does not exist for this kind of user on this machine: the positive\n" +
-	"control, run as the same user outside any sandbox, found no target (no `/dev/kvm`, no metadata service, a\n" +
+	"control, run as the same user outside any sandbox, found no target (no `/dev/kvm`, a\n" +
 	"system call this kernel lacks, a privilege the kernel gives an unprivileged user nowhere), so the probe's\n" +
-	"`blocked` proves nothing and is not counted. A control that should reach its target and does not is a\n" +
+	"`blocked` proves nothing and is not counted; an `n-a` passes only where the probe's row declares it for\n" +
+	"that kind of user and the control shows the declared reason (`NA` in probeTable). A control that should reach its target and does not is a\n" +
 	"**FAIL** (the probe is broken). The control columns say what each control found, as root (the root and\n" +
 	"root-pool columns) and as the unprivileged test user (rootless); what each proves is listed under\n" +
 	"\"Positive controls\". Network: every profile runs loopback-only (the native backend refuses egress until\n" +
@@ -88,7 +89,7 @@ func writeResults(t *testing.T, all []*modeResults) {
 				switch c := r.Controls[name]; {
 				case c == nil:
 					cell = "**FAIL: missing**"
-				case controlProblem(c) != "":
+				case controlProblem(c, k) != "":
 					cell = "**FAIL: " + c.Result + "**"
 				default:
 					cell = c.Result

@@ -86,15 +86,10 @@ type runner struct {
 	foreign  []string // files in host workspaces owned by other host users
 }
 
-// scanWorkspace looks at every file under dir, a writable host
-// directory a sandbox had: setid lists those that are set-user-ID,
-// set-group-ID or carry a security.capability xattr, with their host
-// owner; foreign those owned by a host user other than the invoking one
-// (sudo's user, else this process's), root (whose the fixtures are) or
-// an id of systemd's container range, where sandboxes have their blocks.
-// Rootless, the caller is the only owner a sandbox can give.
-func scanWorkspace(dir string) (setid, foreign []string) {
-	uid, gid := os.Getuid(), os.Getgid()
+// invoker is the host user a sandbox's root stands for in writable host
+// directories: sudo's user, else this process's.
+func invoker() (uid, gid int) {
+	uid, gid = os.Getuid(), os.Getgid()
 	if uid == 0 {
 		if u, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && u > 0 {
 			uid = u
@@ -103,16 +98,70 @@ func scanWorkspace(dir string) (setid, foreign []string) {
 			gid = g
 		}
 	}
-	ok := func(id uint32, mine int) bool {
-		return int(id) == mine || (os.Geteuid() == 0 && (id == 0 || id >= 524288))
+	return uid, gid
+}
+
+// Host id blocks: a root caller's sandbox runs in a block of idBlockSize
+// host ids at or above minSandboxID (systemd's container range), clear of
+// every range delegated in /etc/subuid and /etc/subgid.
+const (
+	minSandboxID = 524288
+	idBlockSize  = 65536
+)
+
+// blockProblem says why ids cannot all be of one sandbox's block of host
+// ids (at or above minSandboxID, within idBlockSize of each other,
+// clear of every delegated range), or "" when they can.
+func blockProblem(ids []uint32) string {
+	if len(ids) == 0 {
+		return ""
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	lo, hi := ids[0], ids[0]
+	for _, id := range ids {
+		lo, hi = min(lo, id), max(hi, id)
+	}
+	switch {
+	case lo < minSandboxID:
+		return fmt.Sprintf("host id %d is below the sandboxes' range (%d)", lo, minSandboxID)
+	case hi-lo >= idBlockSize:
+		return fmt.Sprintf("host ids %d and %d cannot be of one sandbox's block of %d", lo, hi, idBlockSize)
+	}
+	for _, r := range readDelegated() {
+		if int(hi) >= r[0] && int(lo) < r[0]+r[1] {
+			return fmt.Sprintf("host ids %d-%d overlap the delegated range %d-%d", lo, hi, r[0], r[0]+r[1]-1)
+		}
+	}
+	return ""
+}
+
+// scanWorkspace looks at every file under dir, a writable host
+// directory a sandbox had: setid lists those that are set-user-ID,
+// set-group-ID or carry a security.capability xattr, with their host
+// owner; foreign those owned by anyone but the invoking user (invoker),
+// root (whose the fixtures are) and, as root, the ids of one sandbox's
+// block (blockProblem): all the other owners of this directory's files
+// must fit in one block, the sandbox's. Rootless, the caller is the only
+// owner a sandbox can give. A directory that cannot be walked, or holds
+// nothing, is reported in foreign: a scan that saw nothing proves
+// nothing.
+func scanWorkspace(dir string) (setid, foreign []string) {
+	uid, gid := invoker()
+	root := os.Geteuid() == 0
+	var blockIDs []uint32
+	var blockFiles []string
+	scanned := 0
+	walkErr := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			foreign = append(foreign, fmt.Sprintf("%s: cannot scan: %v", p, err))
 			return nil
 		}
 		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
+		if err := unix.Lstat(p, &st); err != nil {
+			foreign = append(foreign, fmt.Sprintf("%s: cannot stat: %v", p, err))
 			return nil
+		}
+		if p != dir {
+			scanned++
 		}
 		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			setid = append(setid, fmt.Sprintf("%s mode %o owner %d:%d", p, st.Mode&0o7777, st.Uid, st.Gid))
@@ -120,12 +169,89 @@ func scanWorkspace(dir string) (setid, foreign []string) {
 		if n, err := unix.Lgetxattr(p, "security.capability", nil); err == nil && n > 0 {
 			setid = append(setid, fmt.Sprintf("%s has security.capability (owner %d)", p, st.Uid))
 		}
-		if !ok(st.Uid, uid) || !ok(st.Gid, gid) {
-			foreign = append(foreign, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
+		for _, id := range [2]struct {
+			id   uint32
+			mine int
+		}{{st.Uid, uid}, {st.Gid, gid}} {
+			switch {
+			case int(id.id) == id.mine || (root && id.id == 0):
+			case root:
+				blockIDs = append(blockIDs, id.id)
+				blockFiles = append(blockFiles, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
+			default:
+				foreign = append(foreign, fmt.Sprintf("%s owner %d:%d", p, st.Uid, st.Gid))
+			}
 		}
 		return nil
 	})
+	if walkErr != nil {
+		foreign = append(foreign, fmt.Sprintf("%s: cannot scan: %v", dir, walkErr))
+	}
+	if scanned == 0 {
+		foreign = append(foreign, dir+": scanned nothing (the fixtures put a README there): the scan proves nothing")
+	}
+	if p := blockProblem(blockIDs); p != "" {
+		foreign = append(foreign, p+": "+strings.Join(blockFiles, ", "))
+	}
 	return setid, foreign
+}
+
+// writableWorkspace is the host directory spec binds writable at
+// /workspace, or "".
+func writableWorkspace(spec *sandbox.Spec) string {
+	for _, m := range spec.Mounts {
+		if m.Kind == sandbox.MountBind && !m.ReadOnly && m.Dest == policy.WorkspaceDir {
+			return m.Source
+		}
+	}
+	return ""
+}
+
+// chownIDs are the ids the workspace_chown probe gives its files
+// (attack-chown-<id>), in its order.
+var chownIDs = []int{1000, 1001, 65534, 0}
+
+// judgeChown judges workspace_chown by the host owners of the files it
+// left in ws, a writable host workspace. As root the sandbox's root
+// stands for the invoking user, and every other id for the same id of
+// the sandbox's block: attack-chown-0 must be the invoking user's, and
+// attack-chown-1000, -1001 and -65534 host ids B+1000, B+1001, B+65534 of
+// one block B (blockProblem). Rootless every file is the caller's. A file
+// missing is an error: the probe did not do what it says.
+func judgeChown(ws string, rootless bool) (result, detail string) {
+	uid, gid := invoker()
+	var bad, seen []string
+	base := int64(-1)
+	for _, id := range chownIDs {
+		p := filepath.Join(ws, fmt.Sprintf("attack-chown-%d", id))
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return errored, fmt.Sprintf("the probe left no %s: %v", filepath.Base(p), err)
+		}
+		seen = append(seen, fmt.Sprintf("%d→%d:%d", id, st.Uid, st.Gid))
+		if rootless || id == 0 {
+			if int(st.Uid) != uid || int(st.Gid) != gid {
+				bad = append(bad, fmt.Sprintf("%s is host %d:%d, not the invoking user's %d:%d", filepath.Base(p), st.Uid, st.Gid, uid, gid))
+			}
+			continue
+		}
+		b := int64(st.Uid) - int64(id)
+		if base < 0 {
+			base = b
+		}
+		if b != base || int64(st.Gid)-int64(id) != base {
+			bad = append(bad, fmt.Sprintf("%s is host %d:%d, not %d:%d of the sandbox's block", filepath.Base(p), st.Uid, st.Gid, base+int64(id), base+int64(id)))
+		}
+	}
+	if !rootless && base >= 0 {
+		if p := blockProblem([]uint32{uint32(base), uint32(base + idBlockSize - 1)}); p != "" {
+			bad = append(bad, "the sandbox's block: "+p)
+		}
+	}
+	if len(bad) > 0 {
+		return allowed, "files in the host workspace belong to other host users: " + strings.Join(bad, "; ")
+	}
+	return blocked, "host owners (inside→host): " + strings.Join(seen, ", ")
 }
 
 // runSpec runs spec as a direct run, or in the prepared mode as a pooled
@@ -336,15 +462,23 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 		for i := 0; i < 256; i++ {
 			spec.Env = append(spec.Env, fmt.Sprintf("ATTACK_BIG_%d=%s", i, arg))
 		}
+		// Promptly is judged by the work agentkernel does (its own CPU
+		// time: heavy probes run alone), with a wall-clock bound well
+		// inside the sandbox's minute for a hang; wall time alone
+		// measures the machine's load.
+		cpuBefore := selfCPU()
 		judge = func(res sandbox.Result, err error, took time.Duration) {
 			o.Judged = true
+			cpu := selfCPU() - cpuBefore
 			switch {
-			case took > 20*time.Second:
-				o.Result, o.Detail = allowed, fmt.Sprintf("agentkernel took %v to answer", took)
+			case cpu > 10*time.Second:
+				o.Result, o.Detail = allowed, fmt.Sprintf("agentkernel spent %v of CPU time (%v in all) on the oversized argv", cpu.Round(time.Millisecond), took.Round(time.Millisecond))
+			case took > 45*time.Second:
+				o.Result, o.Detail = allowed, fmt.Sprintf("agentkernel took %v to answer (%v of CPU time)", took.Round(time.Millisecond), cpu.Round(time.Millisecond))
 			case err != nil:
-				o.Result, o.Detail = blocked, "refused cleanly: "+err.Error()
+				o.Result, o.Detail = blocked, fmt.Sprintf("refused cleanly in %v (%v of CPU time): %v", took.Round(time.Millisecond), cpu.Round(time.Microsecond), err)
 			case res.ExitCode != 0:
-				o.Result, o.Detail = blocked, fmt.Sprintf("refused cleanly: exit %d", res.ExitCode)
+				o.Result, o.Detail = blocked, fmt.Sprintf("refused cleanly in %v (%v of CPU time): exit %d", took.Round(time.Millisecond), cpu.Round(time.Microsecond), res.ExitCode)
 			default:
 				o.Result, o.Detail = allowed, "64 MiB of argv reached the command: "+o.Detail
 			}
@@ -381,6 +515,19 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 				o.Result, o.Detail = blocked, detail
 			default:
 				o.Result, o.Detail = allowed, detail
+			}
+		}
+	case "workspace_chown":
+		// The probe cannot see host owners; the runner judges them.
+		if ws := writableWorkspace(spec); ws != "" {
+			judge = func(res sandbox.Result, err error, took time.Duration) {
+				if o.Result != blocked {
+					return
+				}
+				o.Judged = true
+				var d string
+				o.Result, d = judgeChown(ws, r.f.mode == "rootless")
+				o.Detail = d + "; the probe: " + o.Detail
 			}
 		}
 	case "tiocsti":
@@ -455,6 +602,15 @@ func (r *runner) run(ctx context.Context, profile, probe string) *outcome {
 		}
 	}
 	return o
+}
+
+// selfCPU is the user and system CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func lastLines(s string, n int) string {

@@ -11,6 +11,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // BusyboxPath is where Debian's busybox-static puts its binary.
@@ -29,12 +31,13 @@ func fallbackApplets() []string {
 // BusyboxFiles are the entries of the busybox image's single layer: the
 // static binary, applet symlinks in /bin, /etc/passwd and /etc/group with
 // root, app (1000) and nobody, and the usual top-level directories (/tmp
-// 1777). It skips the test when busybox-static is not installed.
+// 1777). When busybox-static is not installed it ends the test through
+// testenv.Missing: a skip, or a failure under AGENTKERNEL_TEST_STRICT=1.
 func BusyboxFiles(t testing.TB) []File {
 	t.Helper()
 	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
-		t.Skipf("busybox-static not installed (%v): apt-get install -y busybox-static", err)
+		testenv.Missing(t, "busybox-static not installed (%v): apt-get install -y busybox-static", err)
 	}
 	applets := fallbackApplets()
 	if out, err := exec.Command(BusyboxPath, "--list").Output(); err == nil {

@@ -66,12 +66,17 @@ func control() {
 	switch {
 	case ok:
 		report(probe.Reachable, detail)
-	case errs[0] == unix.ENOSYS && errs[1] == unix.ENOSYS:
+	case kernelLacks(errs[0], errs[1]):
 		report(probe.NotApplicable, "this kernel has no bpf(2): "+detail)
-	case !probe.Privileged() && probe.Sysctl("kernel/unprivileged_bpf_disabled") != "0":
+	case !probe.Privileged() && probe.Sysctl("kernel/unprivileged_bpf_disabled") != "0" && probe.Refused(errs[0]) && probe.Refused(errs[1]):
 		report(probe.NotApplicable, fmt.Sprintf("kernel.unprivileged_bpf_disabled=%s: this host gives bpf(2) to no unprivileged user, sandbox or not (%s)", probe.Sysctl("kernel/unprivileged_bpf_disabled"), detail))
 	}
 	report(probe.Unreachable, detail)
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -6,11 +6,14 @@
 package main
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
@@ -73,9 +76,13 @@ func attack() {
 func control() {
 	var opened []string
 	var errs []string
+	onlyRefused := true
 	n := walk(func(p, base string) {
 		f, err := os.OpenFile(p, os.O_WRONLY, 0)
 		if err != nil {
+			if !probe.Refused(err) && !errors.Is(err, unix.EROFS) {
+				onlyRefused = false
+			}
 			if len(errs) < 4 {
 				errs = append(errs, p+": "+probe.Errno(err))
 			}
@@ -89,7 +96,7 @@ func control() {
 		report(probe.Reachable, strconv.Itoa(len(opened))+" cgroup files open for writing outside a sandbox (nothing written), e.g. "+opened[0])
 	case n <= 1:
 		report(probe.NotApplicable, "this machine has nothing under /sys/fs/cgroup")
-	case !probe.Privileged():
+	case !probe.Privileged() && onlyRefused:
 		report(probe.NotApplicable, "no cgroup file is writable by this user outside a sandbox (no delegated cgroup): "+strings.Join(errs, "; "))
 	}
 	report(probe.Unreachable, strings.Join(errs, "; "))

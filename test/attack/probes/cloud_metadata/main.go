@@ -5,10 +5,12 @@
 package main
 
 import (
+	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
@@ -32,59 +34,76 @@ func attack() {
 	report("blocked", strings.Join(errs, "; "))
 }
 
-// cloudVendors are DMI vendor and product strings of clouds that serve
-// instance metadata at these addresses.
-var cloudVendors = []string{"Amazon EC2", "Google", "Microsoft Corporation", "OpenStack", "DigitalOcean",
-	"Alibaba Cloud", "Oracle", "Hetzner", "Scaleway", "Tencent Cloud", "Exoscale", "Vultr", "Linode", "Upcloud"}
+// metadataIP is where the control's emulated metadata service listens.
+var metadataIP = [4]byte{169, 254, 169, 254}
 
-// platform names the cloud this machine runs on, from what the kernel
-// shows locally (DMI, the Xen hypervisor UUID), or "".
-func platform() string {
-	for _, f := range []string{"sys_vendor", "product_name", "bios_vendor", "board_vendor", "chassis_asset_tag"} {
-		b, _ := os.ReadFile("/sys/class/dmi/id/" + f)
-		for _, v := range cloudVendors {
-			if strings.Contains(string(b), v) {
-				return strings.TrimSpace(string(b))
-			}
-		}
-	}
-	if b, _ := os.ReadFile("/sys/hypervisor/uuid"); strings.HasPrefix(strings.ToLower(string(b)), "ec2") {
-		return "Amazon EC2 (Xen)"
-	}
-	return ""
-}
-
-// localMetadata reports whether a metadata address is one of this
-// machine's own (an emulator on a local interface).
-func localMetadata() bool {
-	as, _ := net.InterfaceAddrs()
-	for _, a := range as {
-		if ipn, ok := a.(*net.IPNet); ok && (ipn.IP.String() == "169.254.169.254" || ipn.IP.String() == "fd00:ec2::254" || ipn.IP.String() == "169.254.170.2") {
-			return true
-		}
-	}
-	return false
-}
-
-// control: on a machine that is a cloud VM (or has a metadata emulator on
-// a local interface), the same connection from the host reaches the
-// metadata service. Elsewhere there is no service to reach, and the
-// control does not send packets off the machine to find out.
+// control: in a network namespace of its own (never the host's: nothing
+// is dialled off the machine, whatever cloud this runs on), an emulated
+// metadata service listens at 169.254.169.254:80, and the attack's own
+// dials reach it. That proves the probe reaches the metadata address
+// wherever a route to it exists; in the sandbox the same dials must find
+// none.
 func control() {
-	p := platform()
-	if p == "" && !localMetadata() {
-		report(probe.NotApplicable, "no cloud platform is recognised on this machine (no cloud DMI vendor, no metadata address on an interface): there is no metadata service to reach; nothing was dialled")
-	}
-	var errs []string
-	for _, addr := range addrs {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err == nil {
-			c.Close()
-			report(probe.Reachable, "the metadata service answers outside a sandbox at "+addr+" ("+p+")")
+	probe.Isolated(name, unix.CLONE_NEWNET, func() {
+		if err := emulate(); err != nil {
+			report(probe.Error, "setting up the emulated metadata service in a network namespace of its own: "+err.Error())
 		}
-		errs = append(errs, err.Error())
+		var errs []string
+		for _, addr := range addrs {
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			if err == nil {
+				c.Close()
+				report(probe.Reachable, "the attack's dial reaches an emulated metadata service at "+addr+" (a network namespace of the control's own; nothing dialled off the machine)")
+			}
+			errs = append(errs, err.Error())
+		}
+		report(probe.Unreachable, "the emulated metadata service does not answer the attack's dials: "+strings.Join(errs, "; "))
+	})
+}
+
+// emulate brings up loopback in this (new) network namespace, gives it
+// the metadata address (an alias, lo:1) and accepts connections there.
+func emulate() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
 	}
-	report(probe.NotApplicable, "nothing answers at the metadata addresses even outside a sandbox ("+p+"): "+strings.Join(errs, "; "))
+	defer unix.Close(fd)
+	lo, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, lo); err != nil {
+		return fmt.Errorf("lo flags: %w", err)
+	}
+	lo.SetUint16(lo.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	alias, err := unix.NewIfreq("lo:1")
+	if err != nil {
+		return err
+	}
+	if err := alias.SetInet4Addr(metadataIP[:]); err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFADDR, alias); err != nil {
+		return fmt.Errorf("adding 169.254.169.254 to lo: %w", err)
+	}
+	l, err := net.Listen("tcp", "169.254.169.254:80")
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return nil
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

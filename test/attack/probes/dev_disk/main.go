@@ -55,7 +55,7 @@ func control() {
 		report(probe.Reachable, opened+" outside a sandbox")
 	case present == 0:
 		report(probe.NotApplicable, "none of these devices exists on this machine")
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.RefusedText(missing, true):
 		report(probe.NotApplicable, "this user may open none of the host's disks, with or without a sandbox: "+strings.Join(missing, "; "))
 	}
 	report(probe.Unreachable, strings.Join(missing, "; "))

@@ -41,11 +41,13 @@ func attack() {
 // side effects).
 func control() {
 	var errs []string
+	var openErrs []error
 	present := 0
 	for _, p := range []string{"/dev/mem", "/dev/kmem", "/dev/port"} {
 		f, err := os.Open(p)
 		if err != nil {
 			errs = append(errs, err.Error())
+			openErrs = append(openErrs, err)
 			if !errors.Is(err, os.ErrNotExist) {
 				present++
 			}
@@ -66,7 +68,7 @@ func control() {
 	switch {
 	case present == 0:
 		report(probe.NotApplicable, "this machine has no /dev/mem, /dev/kmem or /dev/port")
-	case !probe.Privileged():
+	case !probe.Privileged() && len(openErrs) == 3 && probe.RefusedOrAbsent(openErrs...):
 		report(probe.NotApplicable, "this user may open none of them, with or without a sandbox: "+strings.Join(errs, "; "))
 	}
 	report(probe.Unreachable, strings.Join(errs, "; "))

@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -52,7 +53,7 @@ func control() {
 	switch {
 	case got != "":
 		report(probe.Reachable, got+" outside a sandbox")
-	case !probe.Privileged() && probe.Sysctl("kernel/dmesg_restrict") == "1":
+	case !probe.Privileged() && probe.Sysctl("kernel/dmesg_restrict") == "1" && strings.HasPrefix(detail, "syslog: "+unix.EPERM.Error()+";"):
 		report(probe.NotApplicable, "kernel.dmesg_restrict=1: unprivileged users cannot read the kernel log on this host, sandbox or not ("+detail+")")
 	}
 	report(probe.Unreachable, detail)

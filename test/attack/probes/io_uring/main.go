@@ -40,14 +40,19 @@ func control() {
 	switch {
 	case e == 0:
 		report(probe.Reachable, "io_uring_setup succeeds outside a sandbox")
-	case e == unix.ENOSYS:
+	case kernelLacks(e):
 		report(probe.NotApplicable, "this kernel has no io_uring")
 	case disabled == "2":
 		report(probe.NotApplicable, "kernel.io_uring_disabled=2: io_uring is off on this host")
-	case disabled == "1" && !probe.Privileged():
+	case disabled == "1" && !probe.Privileged() && probe.Refused(e):
 		report(probe.NotApplicable, "kernel.io_uring_disabled=1: only privileged users get io_uring on this host: "+e.Error())
 	}
 	report(probe.Unreachable, "io_uring_setup: "+e.Error())
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -37,10 +37,15 @@ func control() {
 	switch {
 	case e1 == nil || e2 == nil:
 		report(probe.Reachable, "outside a sandbox: "+detail)
-	case e1 == unix.ENOSYS && e2 == unix.ENOSYS:
+	case kernelLacks(e1, e2):
 		report(probe.NotApplicable, "this kernel has no ioperm/iopl (CONFIG_X86_IOPL_IOPERM): "+detail)
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.Refused(e1) && probe.Refused(e2):
 		report(probe.NotApplicable, "I/O ports need CAP_SYS_RAWIO in the initial user namespace, which this user lacks with or without a sandbox: "+detail)
 	}
 	report(probe.Unreachable, detail)
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }

@@ -46,14 +46,19 @@ func control() {
 	switch {
 	case probe.PastGate(e1) || probe.PastGate(e2):
 		report(probe.Reachable, "past the permission check outside a sandbox (nothing loaded): "+detail)
-	case e1 == unix.ENOSYS && e2 == unix.ENOSYS:
+	case kernelLacks(e1, e2):
 		report(probe.NotApplicable, "this kernel has no kexec: "+detail)
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.Refused(e1) && probe.Refused(e2):
 		report(probe.NotApplicable, "kexec needs CAP_SYS_BOOT in the initial user namespace, which this user lacks with or without a sandbox: "+detail)
 	case probe.Sysctl("kernel/kexec_load_disabled") == "1":
 		report(probe.NotApplicable, "kernel.kexec_load_disabled=1: kexec is off on this host: "+detail)
 	}
 	report(probe.Unreachable, detail)
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

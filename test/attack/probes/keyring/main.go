@@ -67,10 +67,17 @@ func control() {
 	switch {
 	case got != "":
 		report(probe.Reachable, got+" outside a sandbox")
-	case enosys == 4:
+	case enosys == 4 && seccompFree():
 		report(probe.NotApplicable, "this kernel has no keyring: "+strings.Join(errs, "; "))
 	}
 	report(probe.Unreachable, strings.Join(errs, "; "))
+}
+
+// seccompFree: no seccomp filter could have returned this process's
+// ENOSYS (probe.KernelLacks).
+func seccompFree() bool {
+	lacks, _ := probe.KernelLacks()
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

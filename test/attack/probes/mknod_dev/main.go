@@ -67,7 +67,7 @@ func control() {
 	err = unix.Mknod(p, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 5)))
 	if err != nil {
 		os.RemoveAll(dir)
-		if !probe.Privileged() {
+		if !probe.Privileged() && probe.Refused(err) {
 			report(probe.NotApplicable, "device nodes need CAP_MKNOD in the initial user namespace, which this user lacks with or without a sandbox: "+err.Error())
 		}
 		report(probe.Unreachable, "mknod: "+err.Error())

@@ -60,14 +60,19 @@ func control() {
 	switch {
 	case passed(errs):
 		report(probe.Reachable, "past the capability check outside a sandbox (nothing loaded): "+detail)
-	case errs[1] == unix.ENOSYS && errs[2] == unix.ENOSYS:
+	case kernelLacks(errs[1], errs[2]):
 		report(probe.NotApplicable, "this kernel has no loadable modules: "+detail)
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.Refused(errs[0]) && probe.Refused(errs[1]) && probe.Refused(errs[2]):
 		report(probe.NotApplicable, "modules need CAP_SYS_MODULE in the initial user namespace, which this user lacks with or without a sandbox: "+detail)
 	case probe.Sysctl("kernel/modules_disabled") == "1":
 		report(probe.NotApplicable, "kernel.modules_disabled=1: module loading is off on this host: "+detail)
 	}
 	report(probe.Unreachable, detail)
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

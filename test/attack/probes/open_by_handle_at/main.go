@@ -71,10 +71,22 @@ func control() {
 		report(probe.Reachable, got+" outside a sandbox")
 	case handles == 0:
 		report(probe.NotApplicable, "no filesystem here gives file handles: "+strings.Join(errs, "; "))
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.RefusedText(opens(errs), false):
 		report(probe.NotApplicable, "open_by_handle_at needs CAP_DAC_READ_SEARCH in the initial user namespace, which this user lacks with or without a sandbox: "+strings.Join(errs, "; "))
 	}
 	report(probe.Unreachable, strings.Join(errs, "; "))
+}
+
+// opens is the open_by_handle_at failures among errs (not those of
+// name_to_handle_at, which any user may call).
+func opens(errs []string) []string {
+	var out []string
+	for _, e := range errs {
+		if strings.HasPrefix(e, "open_by_handle_at(") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -41,12 +41,17 @@ func control() {
 	switch {
 	case err == nil:
 		report(probe.Reachable, "perf_event_open on self succeeds outside a sandbox")
-	case err == unix.ENOSYS || err == unix.ENOENT || err == unix.EOPNOTSUPP:
+	case kernelLacks(err) || err == unix.ENOENT || err == unix.EOPNOTSUPP:
 		report(probe.NotApplicable, "this kernel has no software perf events: "+err.Error())
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.Refused(err):
 		report(probe.NotApplicable, "kernel.perf_event_paranoid="+probe.Sysctl("kernel/perf_event_paranoid")+" refuses perf events to this user, with or without a sandbox: "+err.Error())
 	}
 	report(probe.Unreachable, "perf_event_open: "+err.Error())
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Probe pid1_privileges reads the status of every thread of the
-// sandbox's PID 1, as a container scanner does ("CAP_SYS_ADMIN held by
+// sandbox's PID 1, and of every other process it can see but itself, as a container scanner does ("CAP_SYS_ADMIN held by
 // PID 1"): any capability in any set (inheritable, permitted, effective,
 // bounding, ambient), no no_new_privs or no seccomp filter there is a
 // privilege left inside the sandbox's PID namespace, one kernel bug away
@@ -21,35 +21,63 @@ const name = "pid1_privileges"
 
 func main() { probe.Run(name, attack, control) }
 
-// held returns what PID 1's threads hold (empty: nothing) and how many
-// threads were read.
+// fields are the lines of a task's status that the check reads: a task
+// whose status lacks one is counted as holding it (the check cannot tell
+// otherwise).
+var fields = []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp"}
+
+// held returns what the threads of PID 1, and of every other process
+// visible but this one, hold (empty: nothing), and how many threads were
+// read. A thread whose status cannot be read, or lacks a field, counts as
+// holding that.
 func held() ([]string, int) {
-	tasks, _ := filepath.Glob("/proc/1/task/*/status")
+	tasks, _ := filepath.Glob("/proc/[0-9]*/task/*/status")
+	self := fmt.Sprintf("/proc/%d/", os.Getpid())
 	var out []string
+	n := 0
 	for _, p := range tasks {
-		b, err := os.ReadFile(p)
-		if err != nil {
+		if strings.HasPrefix(p, self) {
 			continue
 		}
+		id := strings.TrimPrefix(filepath.Dir(p), "/proc/")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // the task ended since the glob
+			}
+			out = append(out, fmt.Sprintf("%s unreadable (%v)", id, err))
+			continue
+		}
+		n++
+		got := map[string]bool{}
 		for _, l := range strings.Split(string(b), "\n") {
 			k, v, ok := strings.Cut(l, ":")
 			if !ok {
 				continue
 			}
 			v = strings.TrimSpace(v)
+			got[k] = true
 			switch {
 			case strings.HasPrefix(k, "Cap"):
 				if v != "0000000000000000" {
-					out = append(out, fmt.Sprintf("%s %s=%s", filepath.Base(filepath.Dir(p)), k, v))
+					out = append(out, fmt.Sprintf("%s %s=%s", id, k, v))
 				}
 			case k == "NoNewPrivs" && v != "1":
-				out = append(out, fmt.Sprintf("%s NoNewPrivs=%s", filepath.Base(filepath.Dir(p)), v))
+				out = append(out, fmt.Sprintf("%s NoNewPrivs=%s", id, v))
 			case k == "Seccomp" && v != "2":
-				out = append(out, fmt.Sprintf("%s Seccomp=%s", filepath.Base(filepath.Dir(p)), v))
+				out = append(out, fmt.Sprintf("%s Seccomp=%s", id, v))
+			}
+		}
+		for _, f := range fields {
+			if !got[f] {
+				out = append(out, fmt.Sprintf("%s has no %s line in its status (cannot tell)", id, f))
 			}
 		}
 	}
-	return out, len(tasks)
+	if _, err := os.Stat("/proc/1/status"); err != nil {
+		out = append(out, "PID 1 unreadable: "+err.Error())
+	}
+	return out, n
 }
 
 // summary is the first few of what h lists.
@@ -63,12 +91,12 @@ func summary(h []string) string {
 func attack() {
 	h, n := held()
 	if n == 0 {
-		report("error", "no /proc/1/task/*/status to read")
+		report("error", "no process status to read")
 	}
 	if len(h) > 0 {
-		report("allowed", fmt.Sprintf("PID 1 (%d threads) holds: %s", n, summary(h)))
+		report("allowed", fmt.Sprintf("PID 1 and the other processes (%d threads) hold: %s", n, summary(h)))
 	}
-	report("blocked", fmt.Sprintf("PID 1 (%d threads): no capability in any set, no_new_privs, seccomp filter", n))
+	report("blocked", fmt.Sprintf("PID 1 and the other processes (%d threads): no capability in any set, no_new_privs, seccomp filter", n))
 }
 
 // control: on the host, PID 1 is the machine's init, which holds

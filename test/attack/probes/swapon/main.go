@@ -41,12 +41,17 @@ func control() {
 	switch {
 	case probe.PastGate(e1) && probe.PastGate(e2):
 		report(probe.Reachable, "past the capability check outside a sandbox: "+detail)
-	case e1 == unix.ENOSYS && e2 == unix.ENOSYS:
+	case kernelLacks(e1, e2):
 		report(probe.NotApplicable, "this kernel has no swap: "+detail)
-	case !probe.Privileged():
+	case !probe.Privileged() && probe.Refused(e1) && probe.Refused(e2):
 		report(probe.NotApplicable, "swap needs CAP_SYS_ADMIN in the initial user namespace, which this user lacks with or without a sandbox: "+detail)
 	}
 	report(probe.Unreachable, detail)
+}
+
+func kernelLacks(errs ...error) bool {
+	lacks, _ := probe.KernelLacks(errs...)
+	return lacks
 }
 
 func report(result, detail string) { probe.Report(name, result, detail) }

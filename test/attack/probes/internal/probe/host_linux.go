@@ -152,3 +152,72 @@ func Errno(err error) string {
 	}
 	return err.Error()
 }
+
+// Refused reports whether err is a permission check's refusal: EPERM or
+// EACCES. An unprivileged control reports NotApplicable only for that:
+// any other failure is the probe's own and must show as Unreachable.
+func Refused(err error) bool {
+	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)
+}
+
+// RefusedOrAbsent reports whether every error of errs is a refusal
+// (Refused) or an absent target (ENOENT, ENXIO, ENODEV), and at least one
+// is a refusal: what "this user may reach none of them" must look like.
+func RefusedOrAbsent(errs ...error) bool {
+	refused := false
+	for _, err := range errs {
+		switch {
+		case Refused(err):
+			refused = true
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENODEV):
+		default:
+			return false
+		}
+	}
+	return refused
+}
+
+// KernelLacks reports whether errs show that the kernel lacks a system
+// call: every one failed with ENOSYS and this process runs under no
+// seccomp filter. Inside a sandbox ENOSYS is what the seccomp filter
+// returns (a block, never "not applicable"); on the host it means the
+// kernel lacks the call only where no filter could have returned it. The
+// string says why not when it is false.
+func KernelLacks(errs ...error) (bool, string) {
+	for _, err := range errs {
+		if !errors.Is(err, unix.ENOSYS) {
+			return false, fmt.Sprintf("not every call failed with ENOSYS (%v)", err)
+		}
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false, "cannot read /proc/self/status: " + err.Error()
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "Seccomp:" {
+			if f[1] != "0" {
+				return false, "ENOSYS, but this process runs under a seccomp filter (Seccomp: " + f[1] + "), which may have returned it: the kernel's support is unknown"
+			}
+			return true, ""
+		}
+	}
+	return false, "no Seccomp field in /proc/self/status"
+}
+
+// RefusedText is RefusedOrAbsent for a probe that keeps its errors as
+// text ("what: errno"): every message ends in EPERM's or EACCES's text,
+// or in ENOENT's where absent targets may be among them, and at least
+// one in a refusal.
+func RefusedText(msgs []string, absentOK bool) bool {
+	refused := false
+	for _, m := range msgs {
+		switch {
+		case strings.HasSuffix(m, unix.EPERM.Error()) || strings.HasSuffix(m, unix.EACCES.Error()):
+			refused = true
+		case absentOK && strings.HasSuffix(m, unix.ENOENT.Error()):
+		default:
+			return false
+		}
+	}
+	return refused
+}
