@@ -1,14 +1,16 @@
 // Command agentkernel is what users type. It runs 'agentkernel run' of
-// images that are already cached by itself, and hands every other command
+// images that are already cached, and 'exec', 'attach' and 'cp' into a
+// running persistent sandbox, by itself, and hands every other command
 // line to agentkernel-full, the binary with the rest of the command line
 // (images, sandboxes, the daemon, the API and MCP servers), which it
 // finds beside itself.
 //
 // Why two binaries: a Go program initialises every package it links
 // before main runs, on every start. 'run' is the command agents call in
-// a loop, and its start-up should not pay for a registry client, TLS, an
-// SQLite engine and an MCP server it does not use; linking only what a
-// run of a cached image needs takes milliseconds off every run. The
+// a loop (and 'exec' into a sandbox they keep), and its start-up should
+// not pay for a registry client, TLS, an SQLite engine and an MCP server
+// it does not use; linking only what a run of a cached image (or an exec
+// over a sandbox's socket) needs takes milliseconds off every one. The
 // hand-off is one execve(2) with the same arguments, environment and
 // descriptors, made before this process has printed or started anything,
 // so agentkernel-full behaves exactly as if it had been called directly.
@@ -50,21 +52,30 @@ func run() int {
 	if native.IsInit() {
 		return native.InitMain()
 	}
+	app := &runcli.App{
+		Stdin:  os.Stdin,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		// Until the command is known to be ours, warnings wait: one
+		// handed to agentkernel-full prints its own.
+		HoldWarnings: true,
+	}
 	if !prestart.IsRun(os.Args) {
-		return handOff()
+		// exec, attach and cp into a running sandbox are this binary's
+		// too; the rest, and whatever of those it cannot serve, is
+		// agentkernel-full's.
+		err := app.ExecuteSandboxCommand(os.Args[1:])
+		if errors.Is(err, runcli.ErrNeedsFull) {
+			app.DropWarnings()
+			return handOff()
+		}
+		app.FlushWarnings()
+		return runcli.ExitCode(err, os.Stderr)
 	}
 	if commit == "unknown" {
 		commit = runcli.Revision()
 	}
-	app := &runcli.App{
-		Stdin:   os.Stdin,
-		Stdout:  os.Stdout,
-		Stderr:  os.Stderr,
-		Version: runcli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()},
-		// Until the run is known to be ours, warnings wait: a run handed
-		// to agentkernel-full prints its own.
-		HoldWarnings: true,
-	}
+	app.Version = runcli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()}
 	err := app.Execute(os.Args[1:])
 	if errors.Is(err, runcli.ErrNeedsFull) {
 		app.DropWarnings()

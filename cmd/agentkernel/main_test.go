@@ -12,7 +12,7 @@ import (
 // only other commands need (registry client, TLS, SQLite, the HTTP and
 // MCP servers, progress bars) must stay in agentkernel-full, since a Go
 // binary runs the init of every package it links on every start, and
-// every 'agentkernel run' would pay for them.
+// every 'agentkernel run' and 'agentkernel exec' would pay for them.
 func TestRunPathDependencies(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -59,6 +59,11 @@ func TestRunPathDependencies(t *testing.T) {
 				t.Errorf("agentkernel links %s (banned: %s); only agentkernel-full may", d, b)
 			}
 		}
+	}
+	// exec, attach and cp are served here, over the sandbox's directory
+	// (not the supervisor's state store, banned above).
+	if !strings.Contains(string(out), "github.com/agentkernel/agentkernel/internal/sandboxdir\n") {
+		t.Error("agentkernel does not link internal/sandboxdir: exec would go to agentkernel-full")
 	}
 	// The check itself: the whole command line does link them.
 	full, err := exec.Command(goBin, "list", "-deps", "../agentkernel-full").Output()

@@ -2,7 +2,11 @@
 // and a sandbox's agent, and the agent's server (Server): exec with the
 // client's descriptors as the command's stdio, signals, file operations
 // confined to the sandbox's root (FS), stats and stop, over one
-// listening socket, for any backend that implements Sandbox.
+// listening socket, for any backend that implements Sandbox; and the
+// client side (Dial, Client, and SandboxConn, a Client as a
+// sandbox.Conn), the one every face uses: the supervisor's Manager, the
+// API and agentkernel-full's CLI, and the agentkernel binary's exec, cp
+// and attach, which link neither the supervisor nor its state store.
 //
 //	client ──unix socket (sandboxes/NAME/sock)──▶ supervisor (Server over native.Instance) ──stub──▶ command in the sandbox
 //
@@ -17,7 +21,7 @@
 // (SCM_RIGHTS). Datagram boundaries are the framing, so there is no length
 // prefix to get wrong and no partial message to resynchronise; the kernel
 // keeps messages whole and in order. JSON keeps it debuggable (strace
-// shows it) and costs microseconds at these sizes; ttrpc would add
+// shows it) and costs little at these sizes; ttrpc would add
 // protobuf code generation and a stream multiplexer we do not need, and it
 // cannot pass descriptors.
 //

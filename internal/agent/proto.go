@@ -69,10 +69,10 @@ type Response struct {
 	// Exited: Status is the command's wait status.
 	Exited bool `json:"exited,omitempty"`
 	Status int  `json:"status,omitempty"`
-	// Error says why the request failed. Kind is "exec" when the command
-	// could not be executed (Errno ENOENT → 127, others 126), "setup"
-	// when the sandbox could not prepare it, "path" for a refused or
-	// missing path (Errno tells which).
+	// Error says why the request failed, Kind what failed (KindExec,
+	// KindSetup, KindPath, KindRefused) and Errno, when not 0, the error
+	// number behind it. Clients judge a failure by Kind and Errno
+	// (ExecErr), never by Error's text.
 	Error string `json:"error,omitempty"`
 	Kind  string `json:"kind,omitempty"`
 	Errno int    `json:"errno,omitempty"`

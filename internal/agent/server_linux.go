@@ -40,17 +40,6 @@ type Process interface {
 	Wait() syscall.WaitStatus
 }
 
-// ExecError says why a command did not start: Kind "exec" when it could
-// not be executed (Errno ENOENT: not found, 127; others 126), "setup"
-// when the sandbox could not prepare it.
-type ExecError struct {
-	Kind  string
-	Errno syscall.Errno
-	Msg   string
-}
-
-func (e *ExecError) Error() string { return e.Msg }
-
 // idleTrimAfter is how long a server waits without a request before it
 // gives memory back (package idletrim).
 const idleTrimAfter = 10 * time.Second
@@ -142,13 +131,13 @@ func (c *serverConn) stop(id uint64) {
 }
 
 func (c *serverConn) fail(id uint64, err error) {
-	resp := Response{ID: id, Error: err.Error(), Kind: "path"}
+	resp := Response{ID: id, Error: err.Error(), Kind: KindPath}
 	var en syscall.Errno
 	if errors.As(err, &en) {
 		resp.Errno = int(en)
 	}
 	if errors.Is(err, ErrRefused) {
-		resp.Kind = "refused"
+		resp.Kind = KindRefused
 	}
 	_ = c.conn.Send(resp)
 }
@@ -171,7 +160,7 @@ func (c *serverConn) handle(req Request, fds []int) {
 	defer CloseFds(fds)
 	needFile := func() bool {
 		if file == nil {
-			_ = c.conn.Send(Response{ID: req.ID, Error: "no descriptor attached", Kind: "setup"})
+			_ = c.conn.Send(Response{ID: req.ID, Error: "no descriptor attached", Kind: KindSetup})
 			return false
 		}
 		return true
@@ -268,7 +257,7 @@ func (c *serverConn) handle(req Request, fds []int) {
 		}
 		_ = c.conn.Send(Response{ID: req.ID})
 	default:
-		_ = c.conn.Send(Response{ID: req.ID, Error: "unknown op " + strconv.Quote(req.Op), Kind: "setup"})
+		_ = c.conn.Send(Response{ID: req.ID, Error: "unknown op " + strconv.Quote(req.Op), Kind: KindSetup})
 	}
 }
 
@@ -277,13 +266,13 @@ func (c *serverConn) handle(req Request, fds []int) {
 func (c *serverConn) exec(req Request, fds []int) {
 	if req.Exec == nil || len(req.Exec.Args) == 0 || len(fds) != 3 {
 		CloseFds(fds)
-		_ = c.conn.Send(Response{ID: req.ID, Error: "exec needs a command and three descriptors", Kind: "setup"})
+		_ = c.conn.Send(Response{ID: req.ID, Error: "exec needs a command and three descriptors", Kind: KindSetup})
 		return
 	}
 	p, err := c.s.sb.Exec(req.Exec, [3]int{fds[0], fds[1], fds[2]})
 	CloseFds(fds) // the command has its own copies
 	if err != nil {
-		resp := Response{ID: req.ID, Error: err.Error(), Kind: "setup"}
+		resp := Response{ID: req.ID, Error: err.Error(), Kind: KindSetup}
 		var ee *ExecError
 		if errors.As(err, &ee) {
 			resp.Kind, resp.Errno = ee.Kind, int(ee.Errno)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -74,8 +73,9 @@ func sandboxCommands(a *App) []*cobra.Command {
 }
 
 // sandboxes returns the Manager wired for persistent sandboxes: the
-// supervisor lifecycle (state store opened on first use), the audit log
-// and who is calling. done releases the state store.
+// supervisor's mechanism (state store opened on first use) over the
+// native backend, the audit log and who is calling. done releases the
+// state store.
 func (a *App) sandboxes() (*sandbox.Manager, func(), error) {
 	return a.sandboxesFor("cli")
 }
@@ -87,38 +87,27 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	lc := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
+	be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})
+	sv := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
 		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain).
 		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel}
-	}}
+	}, Reclaimer: be, Meter: be}
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	m := sandbox.NewManager(sandbox.ManagerOptions{
-		Images:    lazyImages{a: a},
-		Backends:  []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
-		Default:   "native",
-		Warn:      a.Warnf,
-		Lifecycle: lc,
-		Audit:     audit.New(a.DataDir),
-		Who:       who(face),
+		Images:     lazyImages{a: a},
+		Backends:   []sandbox.Backend{be},
+		Default:    "native",
+		Warn:       a.Warnf,
+		Store:      sv,
+		Supervisor: sv,
+		Connector:  sv,
+		HostStats:  sv,
+		Audit:      audit.New(a.DataDir),
+		Who:        runcli.Who(face),
 	})
-	return m, func() { lc.Close() }, nil
-}
-
-// who names the caller in audit entries: "uid=0(root) via cli", plus the
-// user sudo was run by.
-func who(face string) string {
-	uid := os.Getuid()
-	name := os.Getenv("USER")
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		name = u.Username
-	}
-	s := fmt.Sprintf("uid=%d(%s)", uid, name)
-	if su := os.Getenv("SUDO_USER"); su != "" && uid == 0 {
-		s += " sudo_user=" + su
-	}
-	return s + " via " + face
+	return m, func() { sv.Close() }, nil
 }
 
 // lazyImages opens the image store only when a sandbox is created.
@@ -670,8 +659,9 @@ func SuperviseMain(args []string) int {
 	return 0
 }
 
-// supervise boots and serves sandbox name (supervisor.Serve), telling
-// the starter on fd 3 when AGENTKERNEL_SUPERVISOR_READY_FD says so.
+// supervise boots and serves sandbox name (supervisor.Serve over the
+// native backend), telling the starter on fd 3 when
+// AGENTKERNEL_SUPERVISOR_READY_FD says so.
 func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) error {
 	var ready *os.File
 	if os.Getenv("AGENTKERNEL_SUPERVISOR_READY_FD") == "3" {

@@ -65,3 +65,70 @@ type Prepared interface {
 	// building the same sandbox (for example: no cgroup limits).
 	Warnings() []string
 }
+
+// What a backend offers to host persistent sandboxes. The supervisor
+// (package supervisor) holds a persistent sandbox through these
+// interfaces only, so that it never imports a backend: the face wires
+// the backend in. The native backend implements all of them
+// (PersistentBackend).
+
+// PersistentBackend is a backend that can host persistent sandboxes.
+type PersistentBackend interface {
+	Booter
+	Reclaimer
+	Meter
+}
+
+// Booter starts persistent sandboxes.
+type Booter interface {
+	// Boot starts the persistent sandbox spec describes, its writable
+	// layer in dir (created when missing, kept from one boot to the
+	// next), its own diagnostics written to log, and returns once the
+	// sandbox is ready for commands. The sandbox lives while the caller
+	// holds the Instance: it ends when the caller exits.
+	Boot(ctx context.Context, spec *Spec, dir string, log *os.File) (Instance, error)
+}
+
+// Instance is a running persistent sandbox as the process that booted
+// it (its supervisor) holds it. Where the backend's Instance also
+// implements agent.Sandbox (package agent), the supervisor serves the
+// sandbox's commands, files and stats itself, from outside the sandbox.
+type Instance interface {
+	// Done is closed once the sandbox has ended.
+	Done() <-chan struct{}
+	// ExitReason says how it ended, after Done: "" when it stopped
+	// because it was asked to.
+	ExitReason() string
+	// Kill ends the sandbox at once.
+	Kill()
+	// Close waits until the sandbox has ended, then releases what it
+	// held on the host (its cgroup, descriptors).
+	Close()
+}
+
+// Reclaimer frees what persistent sandboxes hold on the host outside
+// their directories: cgroups left by a supervisor that was killed, and
+// the blocks of host ids reserved for them.
+type Reclaimer interface {
+	// RemoveCgroups removes the cgroups of the sandbox whose backend id
+	// is id (Spec.ID), with whatever still runs in them, and returns
+	// the directories it removed.
+	RemoveCgroups(id string) []string
+	// ReleaseIDs frees the host ids reserved for the sandbox spec
+	// describes, whose files live in dir (when it is removed).
+	ReleaseIDs(spec *Spec, dir string) error
+	// ReleaseOrphanedIDs frees the host ids reserved for sandboxes that
+	// no longer exist (known maps each existing sandbox's name to its
+	// backend id) and returns what it freed; with dryRun it only says
+	// what it would free.
+	ReleaseOrphanedIDs(known map[string]string, dryRun bool) ([]string, error)
+}
+
+// Meter reads a sandbox's resource use as the host sees it.
+type Meter interface {
+	// Measure returns the memory in use, the CPU time and the process
+	// count of the sandbox whose backend id is id (Usage's MemoryBytes,
+	// CPUSeconds and Pids); false when the backend has no figures for
+	// it (no cgroup).
+	Measure(id string) (Usage, bool)
+}

@@ -132,23 +132,23 @@ func TestManagerPreparedRefuses(t *testing.T) {
 	}
 }
 
-// standinLifecycle is one running sandbox whose spec is given; its Conn
-// records the commands it would run.
-type standinLifecycle struct {
-	Lifecycle // the methods Exec does not use panic (nil interface)
-	spec      *Spec
-	specErr   error
-	ran       [][]string
+// standinSandbox is one running sandbox whose spec is given (a Store
+// and a Connector); its Conn records the commands it would run.
+type standinSandbox struct {
+	Store   // the methods Exec does not use panic (nil interface)
+	spec    *Spec
+	specErr error
+	ran     [][]string
 }
 
-func (s *standinLifecycle) Connect(context.Context, string) (Conn, error) {
+func (s *standinSandbox) Connect(context.Context, string) (Conn, error) {
 	return &standinConn{l: s}, nil
 }
-func (s *standinLifecycle) Spec(context.Context, string) (*Spec, error) { return s.spec, s.specErr }
+func (s *standinSandbox) Spec(context.Context, string) (*Spec, error) { return s.spec, s.specErr }
 
 type standinConn struct {
 	Conn
-	l *standinLifecycle
+	l *standinSandbox
 }
 
 func (c *standinConn) Exec(_ context.Context, req ExecRequest, _ Stdio, _ <-chan os.Signal) (Result, error) {
@@ -159,9 +159,9 @@ func (c *standinConn) Close() error { return nil }
 
 func TestManagerExecRefuses(t *testing.T) {
 	log := audit.New(t.TempDir())
-	lc := &standinLifecycle{spec: &Spec{Commands: &CommandRules{Block: []string{"curl"}, BlockFrom: "/p/agentkernel.toml:3"}}}
+	lc := &standinSandbox{spec: &Spec{Commands: &CommandRules{Block: []string{"curl"}, BlockFrom: "/p/agentkernel.toml:3"}}}
 	var warned []string
-	m := NewManager(ManagerOptions{Lifecycle: lc, Audit: log, Who: "test",
+	m := NewManager(ManagerOptions{Store: lc, Connector: lc, Audit: log, Who: "test",
 		Warn: func(f string, a ...any) { warned = append(warned, f) }})
 	ctx := context.Background()
 

@@ -6,7 +6,11 @@
 // Persistent sandboxes: the Manager offers one method per operation a face
 // exposes (each route of the HTTP API is one call; lifecycle.go) and keeps
 // the policy — names, label filters, TTLs, the audit log. The mechanism
-// sits behind the Lifecycle and Conn interfaces declared here and
+// sits behind small interfaces declared here (persistent.go: Store,
+// Supervisor, Connector, HostStats, and Conn for one running sandbox),
 // implemented by package supervisor, so this package never imports it;
-// the face wires them together (ManagerOptions.Lifecycle).
+// the face wires them together (ManagerOptions). What the supervisor in
+// turn needs of a backend that hosts persistent sandboxes is declared
+// here too (backend.go: Booter, Instance, Reclaimer, Meter), so that
+// neither this package nor the supervisor imports a backend.
 package sandbox

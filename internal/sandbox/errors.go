@@ -11,8 +11,9 @@ var (
 	ErrUnsupported = errors.New("not supported")
 )
 
-// Errors of persistent sandboxes. Implementations of Lifecycle wrap these
-// so that every face maps them the same way (HTTP 404 / 409, exit 125).
+// Errors of persistent sandboxes. Implementations of Store, Supervisor
+// and Connector wrap these so that every face maps them the same way
+// (HTTP 404 / 409, exit 125).
 var (
 	// ErrSandboxNotFound means no persistent sandbox has that name.
 	ErrSandboxNotFound = errors.New("sandbox not found")

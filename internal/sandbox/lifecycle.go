@@ -16,15 +16,39 @@ import (
 
 // This file is the persistent-sandbox half of the Manager: one method per
 // operation a face offers (each HTTP route of the API is one call), on
-// top of the Lifecycle mechanism, with names checked, labels filtered,
-// TTLs applied and every create, start, stop, remove and exec written to
-// the audit log.
+// top of the mechanism's parts (Store, Supervisor, Connector, HostStats),
+// with names checked, labels filtered, TTLs applied and every create,
+// start, stop, remove and exec written to the audit log.
 
-func (m *Manager) lifecycle() (Lifecycle, error) {
-	if m.opts.Lifecycle == nil {
-		return nil, fmt.Errorf("persistent sandboxes are not available on this system: %w", ErrUnsupported)
+// missing is the error of an operation whose part of the mechanism is
+// not wired (what names the part).
+func (m *Manager) missing(what string) error {
+	o := m.opts
+	if o.Store == nil && o.Supervisor == nil && o.Connector == nil && o.HostStats == nil {
+		return fmt.Errorf("persistent sandboxes are not available on this system: %w", ErrUnsupported)
 	}
-	return m.opts.Lifecycle, nil
+	return fmt.Errorf("persistent sandboxes: %s is not available here: %w", what, ErrUnsupported)
+}
+
+func (m *Manager) store() (Store, error) {
+	if m.opts.Store == nil {
+		return nil, m.missing("keeping their records")
+	}
+	return m.opts.Store, nil
+}
+
+func (m *Manager) supervisor() (Supervisor, error) {
+	if m.opts.Supervisor == nil {
+		return nil, m.missing("starting and stopping them")
+	}
+	return m.opts.Supervisor, nil
+}
+
+func (m *Manager) connector() (Connector, error) {
+	if m.opts.Connector == nil {
+		return nil, m.missing("connecting to them")
+	}
+	return m.opts.Connector, nil
 }
 
 // ValidateName checks a sandbox name against the rule every face shares:
@@ -69,15 +93,20 @@ type CreateRequest struct {
 // Create records a new sandbox (and starts it when asked). created is
 // false when Reuse found an existing one.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, created bool, err error) {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, false, err
+	}
+	if req.Start {
+		if _, err := m.supervisor(); err != nil {
+			return nil, false, err
+		}
 	}
 	if err := ValidateName(req.Name); err != nil {
 		return nil, false, err
 	}
 	if req.Reuse {
-		if info, err := lc.Get(ctx, req.Name); err == nil {
+		if info, err := st.Get(ctx, req.Name); err == nil {
 			if req.Start && info.Status != StatusRunning {
 				info, err = m.Start(ctx, req.Name)
 			}
@@ -111,7 +140,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 		info.ExpiresAt = &exp
 	}
 	start := time.Now()
-	err = lc.Create(ctx, info, spec)
+	err = st.Create(ctx, info, spec)
 	if !errors.Is(err, ErrSandboxExists) {
 		m.audit(audit.Entry{Sandbox: req.Name, Action: audit.ActionCreate}, start, err)
 	}
@@ -126,17 +155,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 		info, err = m.Start(ctx, req.Name)
 		return info, true, err
 	}
-	info, err = lc.Get(ctx, req.Name)
+	info, err = st.Get(ctx, req.Name)
 	return info, true, err
 }
 
 // Get returns one sandbox (ErrSandboxNotFound).
 func (m *Manager) Get(ctx context.Context, name string) (*Info, error) {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, err
 	}
-	return lc.Get(ctx, name)
+	return st.Get(ctx, name)
 }
 
 // ListOptions filters List.
@@ -149,11 +178,11 @@ type ListOptions struct {
 
 // List returns the sandboxes matching o, oldest first.
 func (m *Manager) List(ctx context.Context, o ListOptions) ([]*Info, error) {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, err
 	}
-	all, err := lc.List(ctx)
+	all, err := st.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +211,11 @@ type Patch struct {
 
 // Update applies p.
 func (m *Manager) Update(ctx context.Context, name string, p Patch) (*Info, error) {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, err
 	}
-	return lc.Update(ctx, name, func(i *Info) error {
+	return st.Update(ctx, name, func(i *Info) error {
 		if p.Labels != nil {
 			i.Labels = *p.Labels
 		}
@@ -199,12 +228,12 @@ func (m *Manager) Update(ctx context.Context, name string, p Patch) (*Info, erro
 
 // Start starts a stopped sandbox (no-op when running).
 func (m *Manager) Start(ctx context.Context, name string) (*Info, error) {
-	lc, err := m.lifecycle()
+	sv, err := m.supervisor()
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	info, err := lc.Start(ctx, name)
+	info, err := sv.Start(ctx, name)
 	if !errors.Is(err, ErrSandboxNotFound) {
 		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionStart}, start, err)
 	}
@@ -217,12 +246,12 @@ func (m *Manager) Stop(ctx context.Context, name string) (*Info, error) {
 }
 
 func (m *Manager) stop(ctx context.Context, name, reason string) (*Info, error) {
-	lc, err := m.lifecycle()
+	sv, err := m.supervisor()
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	info, err := lc.Stop(ctx, name, reason)
+	info, err := sv.Stop(ctx, name, reason)
 	if !errors.Is(err, ErrSandboxNotFound) {
 		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionStop}, start, err)
 	}
@@ -240,12 +269,12 @@ func (m *Manager) Restart(ctx context.Context, name string) (*Info, error) {
 // Remove deletes a sandbox and its files; force stops a running one
 // first (else ErrRunning).
 func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	err = lc.Remove(ctx, name, force)
+	err = st.Remove(ctx, name, force)
 	if !errors.Is(err, ErrSandboxNotFound) {
 		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionRemove}, start, err)
 	}
@@ -255,11 +284,11 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 // Connect opens a connection to a running sandbox for file operations
 // and copies (ErrNotRunning when stopped).
 func (m *Manager) Connect(ctx context.Context, name string) (Conn, error) {
-	lc, err := m.lifecycle()
+	cn, err := m.connector()
 	if err != nil {
 		return nil, err
 	}
-	return lc.Connect(ctx, name)
+	return cn.Connect(ctx, name)
 }
 
 // Exec runs a command in a running sandbox and returns how it ended
@@ -298,11 +327,11 @@ func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio 
 // checkExec applies the sandbox's command rules to args. Rules that
 // cannot be read refuse the command: the check fails closed.
 func (m *Manager) checkExec(ctx context.Context, name string, args []string) error {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
-		return err
+		return fmt.Errorf("sandbox %q: cannot read its command rules, so the command is not started: %w", name, err)
 	}
-	spec, err := lc.Spec(ctx, name)
+	spec, err := st.Spec(ctx, name)
 	if err != nil {
 		return fmt.Errorf("sandbox %q: cannot read its command rules, so the command is not started: %w", name, err)
 	}
@@ -405,11 +434,11 @@ func (m *Manager) Extend(ctx context.Context, name string, d time.Duration) (*In
 	if d <= 0 {
 		return nil, errors.New("the extension must be a positive duration such as 1h")
 	}
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, err
 	}
-	return lc.Update(ctx, name, func(i *Info) error {
+	return st.Update(ctx, name, func(i *Info) error {
 		base := time.Now()
 		if i.ExpiresAt != nil && i.ExpiresAt.After(base) {
 			base = *i.ExpiresAt
@@ -423,38 +452,42 @@ func (m *Manager) Extend(ctx context.Context, name string, d time.Duration) (*In
 // GC removes expired sandboxes, leftovers of dead supervisors and
 // orphaned directories (dryRun: only reports them).
 func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
-	lc, err := m.lifecycle()
+	sv, err := m.supervisor()
 	if err != nil {
 		return nil, err
 	}
-	return lc.GC(ctx, dryRun)
+	return sv.GC(ctx, dryRun)
 }
 
 // Stats reports the resource use of the named sandboxes (every one when
 // names is empty) and the host's totals. CPU percentages are measured
-// over sample (none when 0).
+// over sample (none when 0). Figures a part of the mechanism that is not
+// wired would give (connections to running sandboxes, HostStats) stay
+// zero.
 func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...string) ([]Usage, HostUsage, error) {
-	lc, err := m.lifecycle()
+	st, err := m.store()
 	if err != nil {
 		return nil, HostUsage{}, err
 	}
 	var infos []*Info
 	if len(names) == 0 {
-		if infos, err = lc.List(ctx); err != nil {
+		if infos, err = st.List(ctx); err != nil {
 			return nil, HostUsage{}, err
 		}
 	} else {
 		for _, n := range names {
-			i, err := lc.Get(ctx, n)
+			i, err := st.Get(ctx, n)
 			if err != nil {
 				return nil, HostUsage{}, err
 			}
 			infos = append(infos, i)
 		}
 	}
-	host, err := lc.Host(ctx)
-	if err != nil {
-		return nil, HostUsage{}, err
+	var host HostUsage
+	if hs := m.opts.HostStats; hs != nil {
+		if host, err = hs.Host(ctx); err != nil {
+			return nil, HostUsage{}, err
+		}
 	}
 	host.Sandboxes = len(infos)
 	out := make([]Usage, len(infos))
@@ -468,8 +501,8 @@ func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...stri
 	}()
 	for i, info := range infos {
 		out[i] = Usage{Name: info.Name, Status: info.Status}
-		if info.Status == StatusRunning {
-			if c, err := lc.Connect(ctx, info.Name); err == nil {
+		if cn := m.opts.Connector; info.Status == StatusRunning && cn != nil {
+			if c, err := cn.Connect(ctx, info.Name); err == nil {
 				conns[i] = c
 				if u, err := c.Usage(ctx); err == nil {
 					u.Name, u.Status = info.Name, info.Status
@@ -479,7 +512,9 @@ func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...stri
 				continue
 			}
 		}
-		out[i].UpperBytes, _ = lc.DiskUsage(ctx, info.Name)
+		if hs := m.opts.HostStats; hs != nil {
+			out[i].UpperBytes, _ = hs.DiskUsage(ctx, info.Name)
+		}
 	}
 	if sample > 0 && host.Running > 0 {
 		select {

@@ -32,9 +32,14 @@ type ManagerOptions struct {
 	// Warn prints one line for the user (e.g. the host fallback notice).
 	Warn func(format string, args ...any)
 
-	// Lifecycle runs persistent sandboxes (nil where they are not
-	// available: their methods then fail with ErrUnsupported).
-	Lifecycle Lifecycle
+	// The mechanism under persistent sandboxes (persistent.go), each
+	// part nil where it is not available: the methods that need it
+	// then fail with ErrUnsupported. supervisor.Manager implements all
+	// four.
+	Store      Store
+	Supervisor Supervisor
+	Connector  Connector
+	HostStats  HostStats
 	// Audit, when set, records every create, start, stop, remove and
 	// exec; Who names the caller in its entries ("uid=0(root) via cli").
 	Audit *audit.Log

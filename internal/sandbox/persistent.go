@@ -92,43 +92,61 @@ type HostUsage struct {
 	Running       int   `json:"running"`
 }
 
-// Lifecycle is the mechanism under persistent sandboxes: state, one
-// supervisor per running sandbox. Package supervisor implements it; the
-// Manager adds the policy on top (names, labels, TTLs, audit), so that
-// every face gets the same behaviour from one call.
-type Lifecycle interface {
+// The mechanism under persistent sandboxes, in four parts the Manager
+// takes separately (ManagerOptions): the records (Store), their
+// processes (Supervisor), connections to running ones (Connector) and
+// what the host sees of them (HostStats). Package supervisor implements
+// all four (one supervisor process per running sandbox, records in
+// SQLite); the Manager adds the policy on top (names, labels, TTLs,
+// audit), so that every face gets the same behaviour from one call.
+// Implementations wrap the errors of errors.go (ErrSandboxNotFound, …).
+
+// Store keeps the records of persistent sandboxes: what each was
+// created with and its status, reconciled with reality on every read.
+type Store interface {
 	// Create records a new, stopped sandbox; it assigns info.UUID and
 	// spec.ID. ErrSandboxExists when the name is taken.
 	Create(ctx context.Context, info *Info, spec *Spec) error
-	// Get returns the sandbox, its status reconciled with reality.
+	// Get returns the sandbox (ErrSandboxNotFound).
 	Get(ctx context.Context, name string) (*Info, error)
-	// List returns every sandbox, oldest first, reconciled.
+	// List returns every sandbox, oldest first.
 	List(ctx context.Context) ([]*Info, error)
 	// Update changes the record of name in one transaction (labels,
 	// description, expiry).
 	Update(ctx context.Context, name string, fn func(*Info) error) (*Info, error)
-	// Start starts the sandbox's supervisor (no-op when running).
-	Start(ctx context.Context, name string) (*Info, error)
-	// Stop stops it (no-op when stopped); reason is kept.
-	Stop(ctx context.Context, name, reason string) (*Info, error)
 	// Remove deletes a stopped sandbox and its files; force stops it
 	// first. ErrRunning without force.
 	Remove(ctx context.Context, name string, force bool) error
-	// GC removes expired sandboxes, leftovers of dead supervisors and
-	// orphaned directories; with dryRun it only says what it would.
-	GC(ctx context.Context, dryRun bool) ([]string, error)
-	// Connect opens a connection to a running sandbox (ErrNotRunning).
-	Connect(ctx context.Context, name string) (Conn, error)
 	// Spec returns the spec the sandbox runs with (the one recorded at
 	// create); Exec checks its command rules.
 	Spec(ctx context.Context, name string) (*Spec, error)
+}
+
+// Supervisor starts and stops persistent sandboxes and collects what
+// the ended ones left behind.
+type Supervisor interface {
+	// Start starts the sandbox (no-op when running).
+	Start(ctx context.Context, name string) (*Info, error)
+	// Stop stops it (no-op when stopped); reason is kept.
+	Stop(ctx context.Context, name, reason string) (*Info, error)
+	// GC removes expired sandboxes, leftovers of dead supervisors and
+	// orphaned directories; with dryRun it only says what it would.
+	GC(ctx context.Context, dryRun bool) ([]string, error)
+}
+
+// Connector opens connections to running persistent sandboxes.
+type Connector interface {
+	// Connect opens a connection to a running sandbox (ErrNotRunning).
+	Connect(ctx context.Context, name string) (Conn, error)
+}
+
+// HostStats reports what the host sees of persistent sandboxes.
+type HostStats interface {
 	// DiskUsage is the size of the sandbox's writable layer.
 	DiskUsage(ctx context.Context, name string) (int64, error)
 	// Host reports the machine's totals (Sandboxes and Running are
 	// filled by the Manager).
 	Host(ctx context.Context) (HostUsage, error)
-	// Close releases the state store.
-	Close() error
 }
 
 // Conn is a connection to one running sandbox.

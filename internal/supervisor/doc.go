@@ -5,14 +5,19 @@
 // `agentkernel sandbox start NAME` spawns `agentkernel sandbox supervise
 // NAME` in a session of its own with stdio going to
 // <data-dir>/sandboxes/<NAME>/supervisor.log. The supervisor boots the
-// sandbox with the native backend (native.Backend.Start), whose PID 1 is
-// then an idle stub with no privilege at all, binds
+// sandbox through the backend the face wired in (Serve takes a
+// sandbox.Booter: the native backend, whose sandbox's PID 1 is then an
+// idle stub with no privilege at all), binds
 // <data-dir>/sandboxes/<NAME>/sock (0600) and serves the agent protocol
-// there itself (agent.Server over the native.Instance: package agent,
-// SOCK_SEQPACKET, one JSON object per datagram, descriptors passed with
-// SCM_RIGHTS): exec, files, stats and stop, each done from outside the
-// sandbox, as runc exec does. Nothing of agentkernel with a privilege
-// lives in the sandbox's PID namespace.
+// there itself (agent.Server over the booted sandbox.Instance, which is
+// an agent.Sandbox: package agent, SOCK_SEQPACKET, one JSON object per
+// datagram, descriptors passed with SCM_RIGHTS): exec, files, stats and
+// stop, each done from outside the sandbox, as runc exec does. Nothing
+// of agentkernel with a privilege lives in the sandbox's PID namespace.
+//
+// This package imports no backend: what it needs of one is declared in
+// package sandbox (Booter, Instance, Reclaimer, Meter) and wired in by
+// the face (package cli); TestNoBackendImports keeps it so.
 //
 // When PID 1 ends (a stop, or killed), the supervisor records why unless
 // it was asked to stop (exit-reason), removes the socket and the cgroup
@@ -24,12 +29,16 @@
 // with the reason) on the next read and GC removes the empty cgroup and
 // frees the sandbox's host ids once it is removed.
 //
-// Manager implements sandbox.Lifecycle and Conn implements sandbox.Conn:
-// the faces call sandbox.Manager, which calls these. Manager opens the
-// state store on first use, so the exec path (socket of a running
-// sandbox) never touches SQLite. A supervisor records "PID START" in
-// supervisor.pid once it serves; a starter killed before it could record
-// the supervisor leaves it running, and the next read or start adopts it.
+// Manager implements sandbox.Store, sandbox.Supervisor, sandbox.Connector
+// and sandbox.HostStats, and Conn implements sandbox.Conn: the faces call
+// sandbox.Manager, which calls these. Manager frees a removed or dead
+// sandbox's host resources (cgroups, host ids) and reads its cgroup's
+// figures through the backend's sandbox.Reclaimer and sandbox.Meter.
+// Manager opens the state store on first use, so the exec path (socket
+// of a running sandbox) never touches SQLite. A supervisor records
+// "PID START" in supervisor.pid once it serves; a starter killed before
+// it could record the supervisor leaves it running, and the next read or
+// start adopts it.
 //
 // State lives in package store (SQLite). The supervisor never opens it:
 // it gets its spec from spec.json in its directory, which keeps it small

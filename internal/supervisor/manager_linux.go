@@ -19,17 +19,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/atomicfile"
-	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/sandboxdir"
 	"github.com/agentkernel/agentkernel/internal/store"
 )
 
 // ErrNotRunning means the sandbox exists but is stopped.
 var ErrNotRunning = sandbox.ErrNotRunning
 
-// Manager is the lifecycle of persistent sandboxes: state in the store,
-// one supervisor process per running sandbox. It implements
-// sandbox.Lifecycle; the faces reach it through sandbox.Manager.
+// Manager is the mechanism under persistent sandboxes: state in the
+// store, one supervisor process per running sandbox. It implements
+// sandbox.Store, sandbox.Supervisor, sandbox.Connector and
+// sandbox.HostStats; the faces reach it through sandbox.Manager.
 //
 // The state store is opened on first use: the exec path (socket of a
 // running sandbox) never opens it.
@@ -39,12 +40,32 @@ type Manager struct {
 	// then its argv (argv[0] first)
 	// (this binary's hidden `sandbox supervise` command).
 	SuperviseCommand func(name string) []string
+	// Reclaimer frees what sandboxes hold on the host outside their
+	// directories (cgroups, host ids), and Meter reads their figures
+	// as the host sees them: the backend that boots them in Serve.
+	// Either may be nil (nothing to free, no such figures).
+	Reclaimer sandbox.Reclaimer
+	Meter     sandbox.Meter
 
 	mu sync.Mutex
 	st *store.Store
 }
 
-var _ sandbox.Lifecycle = (*Manager)(nil)
+var (
+	_ sandbox.Store      = (*Manager)(nil)
+	_ sandbox.Supervisor = (*Manager)(nil)
+	_ sandbox.Connector  = (*Manager)(nil)
+	_ sandbox.HostStats  = (*Manager)(nil)
+)
+
+// removeCgroups removes the cgroups of the sandbox with backend id id
+// (none without a Reclaimer) and returns what it removed.
+func (m *Manager) removeCgroups(id string) []string {
+	if m.Reclaimer == nil || id == "" {
+		return nil
+	}
+	return m.Reclaimer.RemoveCgroups(id)
+}
 
 // Store opens (once) and returns the state store.
 func (m *Manager) Store(ctx context.Context) (*store.Store, error) {
@@ -333,7 +354,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		if err := atomicfile.WriteFile(filepath.Join(dir, "spec.json"), sb.Spec, 0o600); err != nil {
 			return nil, err
 		}
-		native.RemoveCgroups(SpecID(sb))
+		m.removeCgroups(SpecID(sb))
 		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log")); err != nil {
 			return nil, err
 		}
@@ -372,7 +393,7 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 			_ = unix.Kill(sb.SupervisorPID, unix.SIGKILL)
 		}
 	}
-	native.RemoveCgroups(SpecID(sb))
+	m.removeCgroups(SpecID(sb))
 	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
 		s.Status, s.SupervisorPID, s.SupervisorStart = store.StatusStopped, 0, 0
 		if s.StopReason == "" || reason != "" {
@@ -414,9 +435,9 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 		return storeErr(name, err)
 	}
 	var spec sandbox.Spec
-	if json.Unmarshal(sb.Spec, &spec) == nil {
+	if m.Reclaimer != nil && json.Unmarshal(sb.Spec, &spec) == nil {
 		spec.Name = name
-		if err := native.ReleaseIDs(m.DataDir, &spec, m.Dir(name)); err != nil {
+		if err := m.Reclaimer.ReleaseIDs(&spec, m.Dir(name)); err != nil {
 			// Nothing is lost: gc frees it later.
 			_ = err
 		}
@@ -427,7 +448,7 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 // Dial connects to a running sandbox's supervisor. The socket is tried
 // first, without the state store: only a failure opens it to say why.
 func (m *Manager) Dial(ctx context.Context, name string) (*Client, error) {
-	if c, err := Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
+	if c, err := sandboxdir.Dial(m.Dir(name)); err == nil {
 		return c, nil
 	}
 	sb, err := m.get(ctx, name)
@@ -437,7 +458,7 @@ func (m *Manager) Dial(ctx context.Context, name string) (*Client, error) {
 	if sb.Status != store.StatusRunning {
 		return nil, fmt.Errorf("%q: %w", name, ErrNotRunning)
 	}
-	return Dial(filepath.Join(m.Dir(name), "sock"))
+	return sandboxdir.Dial(m.Dir(name))
 }
 
 // Connect is Dial as a sandbox.Conn.
@@ -446,29 +467,26 @@ func (m *Manager) Connect(ctx context.Context, name string) (sandbox.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	return Conn{C: c, Dir: m.Dir(name)}, nil
+	return Conn{C: c, Dir: m.Dir(name), Meter: m.Meter}, nil
 }
 
 // Spec returns the spec the sandbox runs with: spec.json in its
 // directory, written at each start from the state store (no database
 // open on the exec path), else the state store's copy.
 func (m *Manager) Spec(ctx context.Context, name string) (*sandbox.Spec, error) {
-	b, err := os.ReadFile(filepath.Join(m.Dir(name), "spec.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		sb, gerr := m.get(ctx, name)
-		if gerr != nil {
-			return nil, gerr
-		}
-		b, err = sb.Spec, nil
+	spec, err := sandboxdir.ReadSpec(m.Dir(name), name)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return spec, err
 	}
+	sb, err := m.get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	var spec sandbox.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
+	var s sandbox.Spec
+	if err := json.Unmarshal(sb.Spec, &s); err != nil {
 		return nil, fmt.Errorf("the spec of sandbox %q: %w", name, err)
 	}
-	return &spec, nil
+	return &s, nil
 }
 
 // DiskUsage is the size of the sandbox's writable layer.
@@ -500,7 +518,7 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 			continue
 		}
 		if sb.Status == sandbox.StatusStopped && !dryRun {
-			removed = append(removed, native.RemoveCgroups(strings.ReplaceAll(sb.UUID, "-", ""))...)
+			removed = append(removed, m.removeCgroups(strings.ReplaceAll(sb.UUID, "-", ""))...)
 		}
 	}
 	// Host uid ranges reserved for sandboxes that are gone (a remove
@@ -514,8 +532,8 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 			}
 		}
 	}
-	if listed { // never judge reservations on a list that failed
-		if freed, err := native.GCIDs(m.DataDir, ids, dryRun); err != nil {
+	if listed && m.Reclaimer != nil { // never judge reservations on a list that failed
+		if freed, err := m.Reclaimer.ReleaseOrphanedIDs(ids, dryRun); err != nil {
 			errs = append(errs, err)
 		} else {
 			removed = append(removed, freed...)

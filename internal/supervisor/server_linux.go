@@ -10,21 +10,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Serve boots the sandbox described by spec with its writable layer in
-// dir, serves the agent protocol (package agent) on the sandbox's socket
-// (dir/sock) itself, writes "ok" (or the error) to ready, and returns
-// once the sandbox's PID 1 has exited (stopped, or killed), after
-// cleaning up. The sandbox's PID 1 is an idle stub with no privilege
-// (native.Instance): every exec, file operation and stop is done from
-// here, outside the sandbox.
+// dir through b (the backend the face wired in: native's Backend, whose
+// sandbox's PID 1 is an idle stub with no privilege), serves the agent
+// protocol (package agent) on the sandbox's socket (dir/sock) itself,
+// writes "ok" (or the error) to ready, and returns once the sandbox has
+// ended (stopped, or killed), after cleaning up. Every exec, file
+// operation and stop is done from here, outside the sandbox: the
+// Instance b returns must be an agent.Sandbox, which agent.Server
+// serves.
 //
-// Serve locks its OS thread for good: PID 1's Pdeathsig follows the
-// thread that forked it.
-func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir string, ready *os.File) error {
+// Serve locks its OS thread for good: a backend may tie the sandbox's
+// life to the thread that booted it (native: PID 1's Pdeathsig follows
+// the thread that forked it).
+func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string, ready *os.File) error {
 	runtime.LockOSThread()
 	sockPath := filepath.Join(dir, "sock")
 	_ = os.Remove(sockPath)
@@ -36,7 +38,7 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 		}
 		return err
 	}
-	inst, err := b.Start(ctx, spec, dir, os.Stderr)
+	inst, err := b.Boot(ctx, spec, dir, os.Stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -45,6 +47,10 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 		inst.Close()
 		_ = os.Remove(sockPath)
 		return fail(err)
+	}
+	served, ok := inst.(agent.Sandbox)
+	if !ok {
+		return kill(fmt.Errorf("the backend's sandbox cannot be served by the agent here: %w", sandbox.ErrUnsupported))
 	}
 	lfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -60,11 +66,11 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	if err != nil {
 		return kill(fmt.Errorf("listening on %s: %w", sockPath, err))
 	}
-	srv := agent.NewServer(inst)
+	srv := agent.NewServer(served)
 	defer srv.Close()
-	served := make(chan struct{})
+	serving := make(chan struct{})
 	go func() {
-		defer close(served)
+		defer close(serving)
 		srv.Serve(lfd)
 	}()
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
@@ -81,20 +87,17 @@ func Serve(ctx context.Context, b *native.Backend, spec *sandbox.Spec, dir strin
 	// No new clients: the socket goes first, then the listener.
 	_ = os.Remove(sockPath)
 	_ = unix.Shutdown(lfd, unix.SHUT_RDWR)
-	<-served
-	finish(dir, spec.ID, inst.ExitReason())
-	inst.Close()
+	<-serving
+	finish(dir, inst.ExitReason())
+	inst.Close() // the sandbox's cgroup goes with it
 	return nil
 }
 
-// finish cleans up after the init: its socket and cgroup go, and an end
-// the sandbox was not asked for (status other than 0) is recorded in
-// exit-reason for `sandbox list`.
-func finish(dir, id, reason string) {
+// finish cleans up after the sandbox: its socket goes, and an end the
+// sandbox was not asked for is recorded in exit-reason for
+// `sandbox list`.
+func finish(dir, reason string) {
 	_ = os.Remove(filepath.Join(dir, "sock"))
-	if id != "" {
-		native.RemoveCgroups(id)
-	}
 	if reason != "" {
 		_ = os.WriteFile(filepath.Join(dir, "exit-reason"), []byte(reason), 0o600)
 	}

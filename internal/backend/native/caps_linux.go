@@ -43,8 +43,8 @@ func capMask(names []string) (uint64, error) {
 // lastCap is the highest capability this kernel knows (CAP_LAST_CAP):
 // the highest one PR_CAPBSET_READ does not refuse as invalid (EINVAL).
 // Two or three prctl calls; the same number from
-// /proc/sys/kernel/cap_last_cap cost a proc sysctl look-up, 80 µs of a
-// run here (perf profile). Any other error counts the capability as
+// /proc/sys/kernel/cap_last_cap costs a proc sysctl look-up on every
+// run (docs/perf-log.md). Any other error counts the capability as
 // valid: too high a number makes the drop of a capability that does not
 // exist fail the run loudly, too low a one would leave capabilities in
 // the bounding set silently.

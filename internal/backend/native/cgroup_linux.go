@@ -95,9 +95,9 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 // newCgroupV1 makes agentkernel-<id> in the memory, pids and cpu v1
 // hierarchies and writes its limits with plain system calls.
 //
-// opencontainers/cgroups' fs manager took 0.51 ms per cgroup made and
-// removed here against 0.41 ms for this (BenchmarkCgroupNewDestroy, mean
-// of 1000, the two interleaved three times), on every run's path: it
+// opencontainers/cgroups' fs manager does more than a fresh cgroup
+// needs, on every run's path (BenchmarkCgroupNewDestroy measures the
+// two; docs/perf-log.md): it
 // registers every file with the poller, reads the limit it is about to
 // raise, writes the CFS period at its default and stats the hierarchy
 // and the parents. A fresh cgroup needs none of
@@ -242,8 +242,8 @@ func (c *cgroup) openDir() int {
 }
 
 // join moves pid into the cgroup (v1; on v2 the init was cloned into it).
-// Migration on v1 waits for an RCU grace period — milliseconds on a
-// small VM — so the parent does it while the init boots.
+// Migration on v1 may wait for an RCU grace period, so the parent does
+// it while the init boots.
 func (c *cgroup) join(pid int, cloned bool) error {
 	if c.v2 && cloned {
 		return nil
@@ -260,8 +260,8 @@ func (c *cgroup) join(pid int, cloned bool) error {
 // itself in: it writes "0" to each (stubEnterScript). A task moving
 // itself is the one move for which the kernel skips its global
 // threadgroup lock, whose first writer after a quiet spell waits for an
-// RCU grace period: moving a process in took 0.1 ms in most runs here
-// and 3 to 9 ms in one run out of five.
+// RCU grace period, so that moving another process in is now and then
+// many times slower than usual (docs/perf-log.md).
 func (c *cgroup) openTasks() ([]*os.File, error) {
 	var files []*os.File
 	for _, d := range c.dirs {

@@ -127,4 +127,7 @@ type execConfig struct {
 	// sandbox's supervisor): paths are looked up below rootFd.
 	inRoot bool
 	rootFd int
+	// path is the command's resolved path, for the exec step
+	// (execSteps).
+	path string
 }

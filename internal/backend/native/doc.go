@@ -19,21 +19,22 @@
 // An ephemeral run or a prepared sandbox (warm pools) as root builds the
 // sandbox on a locked thread of agentkernel itself (thread_linux.go):
 // the thread unshares the namespaces and runs the init's stages below
-// (prepareScratch through pivotRoot) itself, the sandbox's PID 1 is the
-// assembly stub running stubInitScript (stage proc with its masks,
+// (the list in stages_linux.go: the same stages in the same order, each
+// placed in the thread or in PID 1's script) itself, the sandbox's PID 1
+// is the assembly stub running stubInitScript (stage proc with its masks,
 // /dev, /sys, /tmp and /run on the scratch space for the thread to move
 // into the root, then idle with SIGCHLD ignored so that orphans are
 // reaped), and the
 // exec stage is the same stub as in the re-executed design but a child
 // of agentkernel, which collects the command's status directly. That
-// saves the init's Go runtime start and exit, about half of a run. For
+// saves the init's Go runtime start and exit (docs/perf-log.md). For
 // the CLI's `run` as root, package prestart makes that thread (its
 // namespaces, lo up and PID 1) while the rest of agentkernel is still
 // initialising, so that work costs a CLI run no time. On cgroup v1 the
 // command's stage moves itself into the sandbox's cgroup (it writes "0"
 // to the tasks files it is handed) instead of being migrated there by
 // agentkernel: migrating another process may wait for an RCU grace
-// period, milliseconds on a small VM.
+// period.
 // Rootless callers (a multi-threaded process cannot enter a new user
 // namespace), persistent sandboxes, arguments too large for the stub and
 // architectures without it use the re-executed init described next;
@@ -52,7 +53,7 @@
 //     namespaces, Pdeathsig=SIGKILL, a session of its own, and on cgroup
 //     v2 straight into its cgroup (CLONE_INTO_CGROUP). While the init
 //     boots it migrates the init into a v1 cgroup (that write waits for an
-//     RCU grace period, milliseconds) and reads or compiles the seccomp
+//     RCU grace period) and reads or compiles the seccomp
 //     program, and sends both facts as the second config message. Then it
 //     waits: forwarding signals, enforcing the timeout (SIGKILL to the
 //     init ends the PID namespace; the cgroup is the second fence),
@@ -64,12 +65,15 @@
 //     by the host user namespace: that is what lets it mount an overlay of
 //     layer directories under a 0700 data dir, mknod the six devices and
 //     build everything the sandbox can then not undo. Its stages, in
-//     order, each a named method:
-//     readConfig → openCgroups → mountFreshProc → startExecStage →
-//     setupNetwork → prepareScratch → mountRootfs → moveProc → mountDev →
-//     mountSys → mountTmp → mountVolumes → prepareProcess → pivotRoot →
+//     order, each a named method (the list, with where each executor
+//     runs each stage, is stages_linux.go):
+//     readConfig → awaitIDMaps → makeNamespaces (mounts private) →
+//     prepareScratch → mountFreshProc → openCgroups → startExecStage →
+//     setupNetwork → mountRootfs → moveProc → mountDev → mountSys →
+//     mountTmp → mountVolumes → prepareProcess → pivotRoot →
 //     releaseExecStage → supervise.
-//     Why this order: cgroup.procs files are opened while host paths are
+//     Why this order: nothing is mounted before the mount tree is
+//     private. cgroup.procs files are opened while host paths are
 //     reachable. A fresh proc is mounted before the exec stage is forked
 //     because its uid_map is written through /proc/<pid> and <pid> must be
 //     a pid of the new namespace; the same proc mount is later moved (not
@@ -97,9 +101,11 @@
 //     ambient and inheritable capabilities, set groups/gid/uid, capset,
 //     chdir, RLIMIT_NOFILE, no_new_privs, Landlock, seccomp, execve. Each
 //     of these is per-thread and only the execing thread survives execve,
-//     so no TSYNC is needed. A failed step is reported to the parent as
-//     "exec|setup <errno> <message>", which it maps to sandbox.ErrNotFound
-//     (ENOENT, 127) or sandbox.ErrCannotInvoke (EACCES, ENOEXEC..., 126).
+//     so no TSYNC is needed (the list: execSteps, stages_linux.go). A
+//     failed step is reported to the parent as a binary record
+//     (stageFailure: exec or set-up, errno, stage, message), which it
+//     maps to sandbox.ErrNotFound (exec, ENOENT, 127) or
+//     sandbox.ErrCannotInvoke (exec, EACCES, ENOEXEC..., 126).
 //
 // Why a separate exec stage rather than exec'ing from the init: entering
 // a new user namespace resets the capability sets and the bounding set to
@@ -108,8 +114,8 @@
 //
 // # The exec stage is a stub, not Go (stub_linux.go)
 //
-// A second Go runtime start per run cost ~2 ms of CPU (page faults, every
-// linked package's init). On amd64 the exec stage is stub/execstub_amd64.S
+// A second Go runtime start per run costs CPU (page faults, every
+// linked package's init; docs/perf-log.md). On amd64 the exec stage is stub/execstub_amd64.S
 // (~700 bytes, embedded, run from a sealed memfd made once per process):
 // it executes a "syscall
 // script" — records of syscall number and arguments, with all pointers
@@ -122,8 +128,8 @@
 // seccomp program allows every later step of the stub whatever its
 // arguments (docker's profiles do; filterAllows checks the program),
 // a thread-built sandbox's stub loads it in the first script, right
-// after entering its namespaces, so that the kernel's 0.1 ms of work on
-// it (BenchmarkLoadSeccomp) overlaps the mounting of the root
+// after entering its namespaces, so that the kernel's work on it
+// (BenchmarkLoadSeccomp) overlaps the mounting of the root
 // (earlySeccomp). The stub must enter its user namespace before
 // pivot_root: while the old root is still stacked on the new one the
 // kernel refuses CLONE_NEWUSER as if the process were chrooted. On
@@ -234,9 +240,8 @@
 //
 // v1 cgroups are made with plain mkdir and writes (newCgroupV1), only
 // in the memory, pids and cpu hierarchies: github.com/opencontainers/cgroups'
-// fs manager took 0.51 ms per cgroup made and removed against 0.41 ms
-// (BenchmarkCgroupNewDestroy) on every run's critical path, for work a
-// fresh cgroup does not need (a read of the limit it raises, the CFS
+// fs manager does, on every run's critical path, work a fresh cgroup
+// does not need (BenchmarkCgroupNewDestroy measures the difference) (a read of the limit it raises, the CFS
 // period at its default, os.File's poller registration per file). v2
 // uses the library's fs2 manager; both use its cgroup-file parsing.
 // Memory and memory+swap get the same limit: no swap. v1 cgroups live in
@@ -268,7 +273,7 @@
 //
 // # Persistent sandboxes (persist_linux.go)
 //
-// Backend.Start boots the same sandbox with initConfig.Persistent: the
+// Backend.Boot boots the same sandbox with initConfig.Persistent: the
 // boot's exec stage is retired after pivot_root (it existed for the
 // idmaps of the layers and volumes), and the init sends the supervisor a
 // descriptor of the sandbox's root and the resolved exec template, then
@@ -308,10 +313,10 @@
 //
 // # What is left
 //
-//   - Speed: a CLI run of a cached image takes about 1.45× bwrap's time on
-//     a 2-vCPU VM (bench/README.md; the binary built static, as the README
-//     does: a cgo build starts about 1 ms slower), using 1.5× bwrap's CPU
-//     time; with both CPUs busy, only less work makes it faster. What
+//   - Speed: a CLI run of a cached image takes longer than bwrap's and
+//     uses more CPU (bench/README.md, "run /bin/true", has the current
+//     ratio of the static build the README makes); with both CPUs busy,
+//     only less work makes it faster. What
 //     remains: the Go process itself (start-up, page faults, its exit),
 //     the namespaces, two forks of the stub, v1 cgroups in three
 //     hierarchies, the mounts.

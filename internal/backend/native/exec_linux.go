@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,72 +32,100 @@ func execMain() int {
 	}
 	var c execConfig
 	if err := json.Unmarshal(data, &c); err != nil {
-		fmt.Fprintf(errW, "setup 0 exec config: %v", err)
+		_, _ = errW.Write((&stageFailure{Msg: "exec config: " + err.Error()}).encode())
 		return 125
 	}
-	if kind, err := fence(&c); err != nil {
-		errno := 0
-		var en syscall.Errno
-		if errors.As(err, &en) {
-			errno = int(en)
+	if exec, err := fence(&c); err != nil {
+		f := &stageFailure{Exec: exec, Errno: errnoOf(err), Msg: err.Error()}
+		_, _ = errW.Write(f.encode())
+		switch {
+		case !exec:
+			return 125
+		case f.Errno == unix.ENOENT:
+			return 127
 		}
-		fmt.Fprintf(errW, "%s %d %v", kind, errno, err)
-		if kind == "exec" {
-			if en == unix.ENOENT {
-				return 127
-			}
-			return 126
-		}
-		return 125
+		return 126
 	}
 	return 0 // not reached
 }
 
-// fence applies the exec config and execs the command. It returns only on
-// failure, with "setup" or "exec" saying which side failed.
-func fence(c *execConfig) (string, error) {
+// fence applies the exec config and execs the command: the exec
+// stage's steps (execSteps) in order. It returns only on failure, with
+// exec true when the command could not be executed rather than the
+// process set up for it.
+func fence(c *execConfig) (exec bool, err error) {
 	keep, err := capMask(c.Caps)
 	if err != nil {
-		return "setup", err
+		return false, err
 	}
+	for _, st := range execSteps {
+		if err := st.fence(c, keep); err != nil {
+			return st.exec, err
+		}
+	}
+	return true, errors.New("exec returned") // not reached
+}
+
+func fenceBoundingSet(_ *execConfig, keep uint64) error {
 	if err := dropBoundingSet(keep); err != nil {
-		return "setup", err
+		return err
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return "setup", fmt.Errorf("clearing ambient capabilities: %w", err)
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
 	}
-	if err := setIdentity(c); err != nil {
-		return "setup", err
-	}
-	if err := setCapabilities(keep); err != nil {
-		return "setup", err
-	}
+	return nil
+}
+
+func fenceWorkdir(c *execConfig, _ uint64) error {
 	if err := unix.Chdir(c.Workdir); err != nil {
-		return "setup", fmt.Errorf("workdir %s: %w", c.Workdir, err)
+		return fmt.Errorf("workdir %s: %w", c.Workdir, err)
 	}
+	return nil
+}
+
+func fenceLimits(c *execConfig, _ uint64) error {
 	if c.NoFile > 0 {
 		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: c.NoFile, Max: c.NoFile})
 	}
+	return nil
+}
+
+// fenceResolve finds the command (the stub's builder does it for the
+// stub: releaseStub).
+func fenceResolve(c *execConfig, _ uint64) error {
 	path, err := lookPath(c.Args[0], c.Env)
-	if err != nil {
-		return "exec", err
-	}
+	c.path = path
+	return err
+}
+
+func fenceNoNewPrivs(*execConfig, uint64) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return "setup", fmt.Errorf("no_new_privs: %w", err)
+		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	if c.Landlock {
-		if err := restrictPaths(c); err != nil {
-			return "setup", fmt.Errorf("landlock: %w", err)
-		}
+	return nil
+}
+
+func fenceLandlock(c *execConfig, _ uint64) error {
+	if !c.Landlock {
+		return nil
 	}
-	if len(c.Filter) > 0 {
-		prog := unsafe.Slice((*unix.SockFilter)(unsafe.Pointer(&c.Filter[0])), len(c.Filter)/8)
-		if err := loadSeccomp(prog); err != nil {
-			return "setup", err
-		}
+	if err := restrictPaths(c); err != nil {
+		return fmt.Errorf("landlock: %w", err)
 	}
-	err = unix.Exec(path, c.Args, c.Env)
-	return "exec", fmt.Errorf("exec %s: %w", c.Args[0], err)
+	return nil
+}
+
+func fenceSeccomp(c *execConfig, _ uint64) error {
+	if len(c.Filter) == 0 {
+		return nil
+	}
+	prog := unsafe.Slice((*unix.SockFilter)(unsafe.Pointer(&c.Filter[0])), len(c.Filter)/8)
+	return loadSeccomp(prog)
+}
+
+func fenceExec(c *execConfig, _ uint64) error {
+	err := unix.Exec(c.path, c.Args, c.Env)
+	return fmt.Errorf("exec %s: %w", c.Args[0], err)
 }
 
 // setIdentity switches to the command's user, group and supplementary

@@ -91,10 +91,16 @@ type initState struct {
 	// ownerNsFd is the user namespace writable host directories are
 	// idmapped through (ownerUserns), or -1.
 	ownerNsFd int
+
+	// executor is how this sandbox is built, which decides where each
+	// stage runs (stages_linux.go); ran is the set of stages run.
+	executor executor
+	ran      uint64
 }
 
-// initMain is PID 1 of the sandbox. The stages, in order, are the methods
-// called below; doc.go explains why they are in this order.
+// initMain is PID 1 of the sandbox. It runs the stages placed in it
+// (stages_linux.go), in order; doc.go explains why they are in this
+// order.
 func initMain() int {
 	s := &initState{
 		sock:      os.NewFile(fdConfig, "config"),
@@ -105,6 +111,7 @@ func initMain() int {
 		proc:      "/proc",
 		sigs:      make(chan os.Signal, 8),
 		stdio:     [3]uintptr{0, 1, 2},
+		executor:  byReexec,
 	}
 	// A signal from the parent namespace would kill PID 1 by default; catch
 	// the forwarded ones before anything else.
@@ -116,40 +123,24 @@ func initMain() int {
 	// ptrace and from /proc/1/fd, /proc/1/root of its PID 1.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
-	stages := append([]initStage{
-		{"reading config", s.readConfig},
-		{"opening cgroup", s.openCgroups},
-		{"mounting /proc", s.mountFreshProc},
-		{"starting exec stage", s.startExecStage},
-		{"setting up network", s.setupNetwork},
-		{"preparing scratch space", s.prepareScratch},
-	}, s.rootStages()...)
-	stages = append(stages, initStage{"starting command", s.releaseExecStage})
-	if s.readConfig() == nil && s.cfg.Trace {
+	// The config comes first: it says whether to trace.
+	s.ran |= 1 << stageConfig
+	if err := s.readConfig(); err != nil || s.cfg == nil {
+		if err == nil {
+			err = errors.New("no config")
+		}
+		_, _ = s.errW.Write(stageReport(stageConfig, err).encode())
+		return 125
+	}
+	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: started\n", monotonic())
 	}
-	if s.cfg != nil && s.cfg.SubIDs {
-		if err := s.awaitIDMaps(); err != nil {
-			fmt.Fprint(s.errW, "setup 0 mapping ids: "+err.Error())
-			return 125
+	if failed, err := s.runStages(stageConfig+1, stageLast); err != nil {
+		if s.execPid > 0 {
+			_ = unix.Kill(s.execPid, unix.SIGKILL)
 		}
-	}
-	for _, st := range stages[1:] {
-		if s.cfg == nil {
-			fmt.Fprint(s.errW, "setup 0 reading config: no config")
-			return 125
-		}
-		err := st.fn()
-		if s.cfg.Trace {
-			fmt.Fprintf(os.Stderr, "%s init: %s done\n", monotonic(), st.name)
-		}
-		if err != nil {
-			if s.execPid > 0 {
-				_ = unix.Kill(s.execPid, unix.SIGKILL)
-			}
-			fmt.Fprint(s.errW, st.report(err))
-			return 125
-		}
+		_, _ = s.errW.Write(stageReport(failed, err).encode())
+		return 125
 	}
 	s.errW.Close()
 	if s.cfg.Persistent {
@@ -158,36 +149,41 @@ func initMain() int {
 	return s.supervise()
 }
 
-// initStage is one named step of building a sandbox; the name is what a
-// failure report and a stage trace say.
-type initStage struct {
-	name string
-	fn   func() error
+// makeNamespaces: the parent cloned the re-executed init into its
+// namespaces, and the thread unshares them (unless package prestart
+// did); then every mount is made private, so that nothing done from here
+// on propagates to the host.
+func (s *initState) makeNamespaces() error {
+	if s.thread != nil && !s.loUp {
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+			return err
+		}
+	}
+	if s.thread != nil && s.loUp {
+		return nil // prestarted: made during start-up, mounts private
+	}
+	return mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
 }
 
-// report is the parent's error line for the stage's failure
-// ("exec|setup <errno> <message>").
-func (st initStage) report(err error) string {
-	var rep reportedError
-	if errors.As(err, &rep) {
-		return string(rep)
+// openCgroup gets the cgroup ready for the exec stage: the v1
+// cgroup.procs files a re-executed init moves it in by, or, on a
+// thread, the cgroup the parent made meanwhile (useCgroup).
+func (s *initState) openCgroup() error {
+	if s.thread != nil {
+		return s.useCgroup()
 	}
-	return fmt.Sprintf("setup 0 %s: %v", st.name, err)
+	return s.openCgroups()
 }
 
-// rootStages assemble the new root and pivot into it: the same in a
-// re-executed init and on a thread (thread_linux.go).
-func (s *initState) rootStages() []initStage {
-	return []initStage{
-		{"mounting root filesystem", s.mountRootfs},
-		{"mounting /proc", s.moveProc},
-		{"mounting /dev", s.mountDev},
-		{"mounting /sys", s.mountSys},
-		{"mounting /tmp and /run", s.mountTmp},
-		{"mounting volumes", s.mountVolumes},
-		{"preparing process", s.prepareProcess},
-		{"pivoting root", s.pivotRoot},
+// startCommand is the last stage: the exec stage gets its final script
+// or config, and becomes the command. The seccomp filter (and a
+// prepared sandbox's command) come from the parent over the config
+// socket to a re-executed init, through memory to a thread.
+func (s *initState) startCommand() error {
+	if s.thread != nil {
+		return s.releaseFromThread()
 	}
+	return s.releaseExecStage()
 }
 
 // closeInherited closes every descriptor above fdErr that agentkernel's
@@ -211,12 +207,6 @@ func closeInherited() {
 		}
 	}
 }
-
-// reportedError is an error line already in the parent's format
-// ("exec|setup <errno> <message>").
-type reportedError string
-
-func (e reportedError) Error() string { return string(e) }
 
 // readConfig decodes the one config message the parent queued before
 // starting us.
@@ -387,7 +377,7 @@ func (s *initState) stubEntered() error {
 	if _, err := s.execCfgW.Read(ready[:]); err != nil {
 		var report [16]byte
 		n, _ := io.ReadFull(s.stubErrR, report[:])
-		return reportedError(stubError(s.enter, report[:n]))
+		return stubError(s.enter, report[:n])
 	}
 	if !s.cfg.NestUserNS {
 		return nil
@@ -496,7 +486,7 @@ func (s *initState) runStubSetup(setup *stubScript) error {
 	if n, err := s.execCfgW.Read(done[:]); err != nil || n != 1 {
 		var report [16]byte
 		n, _ := io.ReadFull(s.stubErrR, report[:])
-		return reportedError(stubError(setup, report[:n]))
+		return stubError(setup, report[:n])
 	}
 	return nil
 }
@@ -546,12 +536,7 @@ func (s *initState) releaseStub() error {
 	c := &s.cfg.Exec
 	path, err := lookPath(c.Args[0], c.Env)
 	if err != nil {
-		errno := 0
-		var en syscall.Errno
-		if errors.As(err, &en) {
-			errno = int(en)
-		}
-		return reportedError(fmt.Sprintf("exec %d %v", errno, err))
+		return &stageFailure{Exec: true, Errno: errnoOf(err), Msg: err.Error()}
 	}
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: path found\n", monotonic())
@@ -599,7 +584,7 @@ func (s *initState) releaseStub() error {
 	}
 	var report [16]byte
 	if n, _ := io.ReadFull(s.stubErrR, report[:]); n > 0 {
-		return reportedError(stubError(script, report[:n]))
+		return stubError(script, report[:n])
 	}
 	return nil
 }
@@ -638,6 +623,9 @@ func (s *initState) supervise() int {
 // (initConfig.SubIDs): 'M' with the caller's subordinate ids, 'S' with
 // the caller alone (setgroups then denied).
 func (s *initState) awaitIDMaps() error {
+	if !s.cfg.SubIDs {
+		return nil
+	}
 	var b [8]byte
 	n, err := s.sock.Read(b[:])
 	if err != nil {

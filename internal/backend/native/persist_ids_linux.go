@@ -19,7 +19,8 @@ import (
 // first start to its removal: its writable layer on disk is owned by
 // them. The block's first id is recorded in <dir>/idrange and reserved in
 // the machine-wide allocator under the sandbox's data directory, name and
-// id; ReleaseIDs frees it and GCIDs frees the blocks of sandboxes that no
+// id; Backend.ReleaseIDs frees it, and GCIDs (Backend.ReleaseOrphanedIDs
+// for the backend's data directory) frees the blocks of sandboxes that no
 // longer exist.
 
 // idrangeFile names the recorded block in a persistent sandbox's
@@ -93,9 +94,9 @@ func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) 
 	return base, nil
 }
 
-// ReleaseIDs frees the block of the persistent sandbox of data directory
-// dataDir whose files live in dir (when it is being removed).
-func ReleaseIDs(dataDir string, spec *sandbox.Spec, dir string) error {
+// ReleaseIDs frees the block of the persistent sandbox of the backend's
+// data directory whose files live in dir (when it is being removed).
+func (b *Backend) ReleaseIDs(spec *sandbox.Spec, dir string) error {
 	data, err := os.ReadFile(filepath.Join(dir, idrangeFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -107,7 +108,12 @@ func ReleaseIDs(dataDir string, spec *sandbox.Spec, dir string) error {
 	if err != nil {
 		return nil
 	}
-	return idrange.Default().Free(uint32(n), reservation(dataDir, spec))
+	return idrange.Default().Free(uint32(n), reservation(b.opts.DataDir, spec))
+}
+
+// ReleaseOrphanedIDs is GCIDs for the backend's data directory.
+func (b *Backend) ReleaseOrphanedIDs(known map[string]string, dryRun bool) ([]string, error) {
+	return GCIDs(b.opts.DataDir, known, dryRun)
 }
 
 // GCIDs frees the blocks reserved for sandboxes of data directory dataDir

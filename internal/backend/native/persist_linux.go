@@ -54,8 +54,16 @@ import (
 // stopped sandbox keeps its files. Persistent sandboxes need the stub
 // (amd64): a Go process cannot enter another user namespace.
 
+// The native backend hosts persistent sandboxes, and its Instance is
+// served by the agent server in the supervisor.
+var (
+	_ sandbox.PersistentBackend = (*Backend)(nil)
+	_ sandbox.Instance          = (*Instance)(nil)
+	_ agent.Sandbox             = (*Instance)(nil)
+)
+
 // Instance is a running persistent sandbox, owned by the process that
-// called Start (the supervisor): PID 1 dies with it (Pdeathsig, and its
+// called Boot (the supervisor): PID 1 dies with it (Pdeathsig, and its
 // wait on the config socket).
 type Instance struct {
 	r     *runState
@@ -89,10 +97,10 @@ type persistReady struct {
 	HomeAdded bool       `json:"home_added,omitempty"`
 }
 
-// Start boots a persistent sandbox for spec whose writable layer lives in
+// Boot boots a persistent sandbox for spec whose writable layer lives in
 // dir (upper/, work/, created when missing). stderr receives the init's
-// own diagnostics.
-func (b *Backend) Start(ctx context.Context, spec *sandbox.Spec, dir string, stderr *os.File) (*Instance, error) {
+// own diagnostics. The Instance is an *Instance.
+func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, stderr *os.File) (sandbox.Instance, error) {
 	if spec.Network.Mode == sandbox.NetworkFull {
 		return nil, fmt.Errorf("network egress is %w yet by the native backend", sandbox.ErrUnsupported)
 	}
@@ -327,7 +335,7 @@ func (i *Instance) members() []int {
 // Stats reports the sandbox's uptime, its processes and PID 1's resident
 // set (the caller adds its own and the cgroup's figures).
 func (i *Instance) Stats() agent.Stats {
-	return agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: ProcRSS(i.pid), Pids: len(i.members())}
+	return agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: procRSS(i.pid), Pids: len(i.members())}
 }
 
 // FS does file operations in the sandbox's root. Files created are the
@@ -362,7 +370,7 @@ func (i *Instance) closeFds() {
 // Exec starts a command in the sandbox (see the top of this file) with
 // stdio as its descriptors 0-2.
 func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
-	setupErr := func(err error) error { return &agent.ExecError{Kind: "setup", Msg: err.Error()} }
+	setupErr := func(err error) error { return &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()} }
 	c := i.exec
 	env := c.Env
 	if i.homeAdded && len(env) > 0 {
@@ -386,14 +394,14 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 		c.Env = append(c.Env, "HOME="+u.home)
 	}
 	if argBytes(c.Args)+argBytes(c.Env) > stubArgBudget {
-		return nil, &agent.ExecError{Kind: "exec", Errno: unix.E2BIG,
+		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: unix.E2BIG,
 			Msg: fmt.Sprintf("exec %s: %v: the arguments and environment are over the %d KiB the exec stub carries", c.Args[0], unix.E2BIG, stubArgBudget>>10)}
 	}
 	p, err := lookPathIn(i.rootFd, c.Args[0], c.Env, c.Workdir)
 	if err != nil {
 		errno := syscall.Errno(0)
 		errors.As(err, &errno)
-		return nil, &agent.ExecError{Kind: "exec", Errno: errno, Msg: err.Error()}
+		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: errno, Msg: err.Error()}
 	}
 	c.rootFd, c.inRoot = i.rootFd, true
 	return i.startExec(&c, p, stdio)
@@ -402,7 +410,7 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 // startExec forks the stub that starts the command (see the top of this
 // file) and waits until the command runs or its start failed.
 func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Process, error) {
-	setupErr := func(err error) error { return &agent.ExecError{Kind: "setup", Msg: err.Error()} }
+	setupErr := func(err error) error { return &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()} }
 	rootless := i.rootless
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -460,7 +468,7 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 	report := func(s *stubScript) error {
 		var rep [16]byte
 		n, _ := io.ReadFull(errR, rep[:])
-		return execFailure(reportedError(stubError(s, rep[:n])))
+		return execFailure(stubError(s, rep[:n]))
 	}
 	b, err := join.encode()
 	if err == nil {
@@ -506,7 +514,7 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 	var rep [16]byte
 	if n, _ := io.ReadFull(errR, rep[:]); n > 0 {
 		reap(cmd) // it ended (125) after its report; it is ours since the intermediate exited
-		return nil, execFailure(reportedError(stubError(rest, rep[:n])))
+		return nil, execFailure(stubError(rest, rep[:n]))
 	}
 	go func() {
 		for {
@@ -565,11 +573,8 @@ func execJoinScripts(c *execConfig, path string, tasks, pidfdNum int, rootless b
 }
 
 // execFailure turns an exec stage's report into the agent's ExecError.
-func execFailure(rep reportedError) error {
-	kind, rest, _ := strings.Cut(strings.TrimSpace(string(rep)), " ")
-	errno, text, _ := strings.Cut(rest, " ")
-	n, _ := strconv.Atoi(errno)
-	return &agent.ExecError{Kind: kind, Errno: syscall.Errno(n), Msg: text}
+func execFailure(f *stageFailure) error {
+	return &agent.ExecError{Kind: f.kind(), Errno: f.Errno, Msg: f.Msg}
 }
 
 // execProc is a command Exec started: a child of this process (child
@@ -771,8 +776,8 @@ func execIdlePID1(sock int) error {
 	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(mem), []string{argv0Init}, []string{})
 }
 
-// ProcRSS is a process's resident set in bytes (0 if unknown).
-func ProcRSS(pid int) int64 {
+// procRSS is a process's resident set in bytes (0 if unknown).
+func procRSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
 	if err != nil {
 		return 0
@@ -787,7 +792,7 @@ func ProcRSS(pid int) int64 {
 
 // RemoveCgroups removes the (empty or not) cgroups of the sandbox with
 // the given id, for GC after a supervisor was killed.
-func RemoveCgroups(id string) []string {
+func (b *Backend) RemoveCgroups(id string) []string {
 	var removed []string
 	for _, parent := range cgroupParents() {
 		d := filepath.Join(parent, cgroupPrefix+id)
@@ -801,15 +806,9 @@ func RemoveCgroups(id string) []string {
 	return removed
 }
 
-// ExecError maps an agent's exec failure to the sandbox errors (127/126).
-func ExecError(resp *agent.Response) error {
-	if resp.Kind == "exec" {
-		switch syscall.Errno(resp.Errno) {
-		case unix.ENOENT:
-			return fmt.Errorf("%s: %w", resp.Error, sandbox.ErrNotFound)
-		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP, unix.E2BIG:
-			return fmt.Errorf("%s: %w", resp.Error, sandbox.ErrCannotInvoke)
-		}
-	}
-	return errors.New(resp.Error)
+// Measure reads the sandbox's memory, CPU time and processes from its
+// cgroup (CgroupUsage).
+func (b *Backend) Measure(id string) (sandbox.Usage, bool) {
+	mem, cpu, pids, ok := CgroupUsage(id)
+	return sandbox.Usage{MemoryBytes: mem, CPUSeconds: cpu, Pids: pids}, ok
 }

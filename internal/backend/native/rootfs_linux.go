@@ -48,14 +48,10 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 	return nil
 }
 
-// mountFreshProc makes every mount private (nothing we do propagates to
-// the host) and mounts a proc of the new PID namespace over /proc: forking
-// the exec stage writes /proc/<pid>/uid_map, which must name our child.
-// The same mount later moves into the new root.
+// mountFreshProc mounts a proc of the new PID namespace over /proc:
+// forking the exec stage writes /proc/<pid>/uid_map, which must name our
+// child. The same mount later moves into the new root (moveProc).
 func (s *initState) mountFreshProc() error {
-	if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return err
-	}
 	return mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
@@ -303,26 +299,8 @@ func (s *initState) moveProc() error {
 	if err := os.MkdirAll(dst, 0o555); err != nil {
 		return err
 	}
-	src := "/proc"
-	if s.thread != nil {
-		// The stub init mounted it on the scratch space; /proc stays the
-		// host's, whose pids the thread knows its stages by.
-		if s.cfg.Trace {
-			fmt.Fprintf(os.Stderr, "%s thread: waiting for PID 1's mounts\n", monotonic())
-		}
-		if err := s.thread.procMounted(); err != nil {
-			return err
-		}
-		if s.cfg.Trace {
-			fmt.Fprintf(os.Stderr, "%s thread: PID 1's mounts ready\n", monotonic())
-		}
-		src = s.scratch + "/proc"
-	}
-	if err := mount(src, dst, "", unix.MS_MOVE, ""); err != nil {
+	if err := mount("/proc", dst, "", unix.MS_MOVE, ""); err != nil {
 		return err
-	}
-	if s.thread != nil {
-		return nil // PID 1 covered its masked and read-only paths (stubInitScript)
 	}
 	s.proc = dst
 	for _, p := range prestart.MaskedPaths {
@@ -347,12 +325,29 @@ func (s *initState) moveProc() error {
 	return nil
 }
 
+// moveStagedProc is moveProc where PID 1 mounted proc, with its masked
+// and read-only paths covered, on the scratch space (stageProcScript):
+// the thread's /proc stays the host's, whose pids it knows its stages by.
+func (s *initState) moveStagedProc() error {
+	dst := s.root + "/proc"
+	if err := os.MkdirAll(dst, 0o555); err != nil {
+		return err
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: waiting for PID 1's mounts\n", monotonic())
+	}
+	if err := s.thread.procMounted(); err != nil {
+		return err
+	}
+	if s.cfg.Trace {
+		fmt.Fprintf(os.Stderr, "%s thread: PID 1's mounts ready\n", monotonic())
+	}
+	return mount(s.scratch+"/proc", dst, "", unix.MS_MOVE, "")
+}
+
 // mountDev builds a minimal /dev on a tmpfs: the six harmless devices, a
 // private devpts, /dev/shm and the fd links.
 func (s *initState) mountDev() error {
-	if s.thread != nil {
-		return s.moveStaged("/dev", s.root+"/dev")
-	}
 	dev := s.root + "/dev"
 	if err := os.MkdirAll(dev, 0o755); err != nil {
 		return err
@@ -445,6 +440,25 @@ func rootOwner(cfg *initConfig) string {
 	return ",uid=" + strconv.Itoa(cfg.RootUID) + ",gid=" + strconv.Itoa(cfg.RootGID)
 }
 
+// moveStagedDev, moveStagedSys and moveStagedTmp move what PID 1 staged
+// (stageDevScript, stageSysScript, stageTmpScript) into the root.
+func (s *initState) moveStagedDev() error { return s.moveStaged("/dev", s.root+"/dev") }
+
+func (s *initState) moveStagedSys() error { return s.moveStaged("/sys", s.root+"/sys") }
+
+func (s *initState) moveStagedTmp() error {
+	for _, t := range stagedTmpfs(s.cfg) {
+		dst, err := s.inRoot(t.dir)
+		if err != nil {
+			return err
+		}
+		if err := s.moveStaged(t.dir, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // moveStaged moves what PID 1 staged on the scratch space (stubInitScript)
 // to dst in the root.
 func (s *initState) moveStaged(staged, dst string) error {
@@ -460,9 +474,6 @@ func (s *initState) moveStaged(staged, dst string) error {
 // mountSys mounts a read-only sysfs (of the new network namespace) with
 // firmware and powercap masked.
 func (s *initState) mountSys() error {
-	if s.thread != nil {
-		return s.moveStaged("/sys", s.root+"/sys")
-	}
 	dst := s.root + "/sys"
 	if err := os.MkdirAll(dst, 0o555); err != nil {
 		return err
@@ -486,12 +497,6 @@ func (s *initState) mountTmp() error {
 		dst, err := s.inRoot(t.dir)
 		if err != nil {
 			return err
-		}
-		if s.thread != nil {
-			if err := s.moveStaged(t.dir, dst); err != nil {
-				return err
-			}
-			continue
 		}
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
@@ -578,20 +583,57 @@ func makeMountPoint(src, dst string) error {
 // directory that was checked, or fails.
 func openVolumeSource(src string) (int, string, error) {
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	for {
+	for i := 0; ; i++ {
 		fd, err := unix.Openat2(unix.AT_FDCWD, src, &how)
 		switch {
-		case err == unix.EINTR || err == unix.EAGAIN:
+		case err == unix.EINTR || (err == unix.EAGAIN && i < 8):
 			continue
-		case err == unix.ENOSYS: // before 5.6: the path as it is
-			return -1, src, nil
+		case err == unix.ENOSYS: // before 5.6: one component at a time
+			fd, err = openNoSymlinksWalk(src)
+		}
+		switch {
 		case err == unix.ELOOP:
-			return -1, "", fmt.Errorf("host path %s has a symlink in it (volumes are mounted with none: give its real path)", src)
+			return -1, "", fmt.Errorf("host path %s has a symlink in it: mount sources are opened without following any "+
+				"(was a directory replaced by a symlink after it was checked?); give its real path", src)
 		case err != nil:
 			return -1, "", err
 		}
 		return fd, "/proc/self/fd/" + strconv.Itoa(fd), nil
 	}
+}
+
+// openNoSymlinksWalk is openVolumeSource's open for kernels without
+// openat2: the absolute path src opened one component at a time with
+// O_NOFOLLOW, ELOOP at the first symlink.
+func openNoSymlinksWalk(src string) (int, error) {
+	if !filepath.IsAbs(src) || filepath.Clean(src) != src {
+		return -1, fmt.Errorf("host path %q is not absolute and clean", src)
+	}
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, name := range strings.Split(src, "/") {
+		if name == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return -1, err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(next)
+			return -1, unix.ELOOP
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // pinSource is m with its Source pinned (openVolumeSource) and what

@@ -113,8 +113,8 @@ type earlyCgroup struct {
 }
 
 // Anticipate starts making spec's cgroup while the Manager prepares its
-// root filesystem (0.3 ms of a CLI run here): the sandbox's thread waits
-// for it otherwise. Only where Run will make one: as root, with limits.
+// root filesystem: the sandbox's thread waits for it otherwise
+// (docs/perf-log.md). Only where Run will make one: as root, with limits.
 func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 	res := spec.Resources
 	if os.Geteuid() != 0 || res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0 {
@@ -420,14 +420,14 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	// for the command must reach it (wait forwards what came meanwhile),
 	// not kill agentkernel by default. A thread-built sandbox can start
 	// its command before launchThread returns; launchThread catches them
-	// while the thread builds (signal.Notify costs about a millisecond of
-	// round trips to the runtime's signal thread) and before it lets the
+	// while the thread builds (signal.Notify makes round trips to the
+	// runtime's signal thread) and before it lets the
 	// command start. Until then a signal ends agentkernel as it would
 	// have during its start-up, and the unstarted sandbox with it.
 	sigCh := make(chan os.Signal, 8)
 	catch := func() { signal.Notify(sigCh, forwarded...) }
 	// signal.Stop waits until Go's signal-forwarding goroutine is idle,
-	// 0.2 ms here at the end of every run: it need not delay the result.
+	// at the end of every run: it need not delay the result.
 	// A signal that still arrives meanwhile goes to sigCh, which nobody
 	// reads any more, instead of the default action.
 	defer func() { go signal.Stop(sigCh) }()
@@ -780,8 +780,8 @@ wait:
 // filterMessage is 'F' and the raw seccomp program, or 'E' and why it
 // could not be built. Compiled programs are cached under
 // DataDir/cache/seccomp, keyed by profile, capabilities, the idmap guards
-// and this binary's identity: building docker's profile costs about a
-// millisecond in a fresh process, reading it back a few microseconds.
+// and this binary's identity: building docker's profile in a fresh
+// process costs far more than reading it back (BenchmarkCompileSeccomp).
 func (r *runState) filterMessage(e *execConfig) []byte {
 	if e.Seccomp == "" || e.Seccomp == string(sandbox.SeccompUnconfined) {
 		return []byte{'F'}
@@ -880,21 +880,22 @@ func readResult(f *os.File) (syscall.WaitStatus, bool) {
 	return syscall.WaitStatus(v), true
 }
 
-// parseInitError turns the init's or exec stage's error report
-// ("setup|exec <errno> <message>") into an error.
+// parseInitError turns the init's, the thread's or the exec stage's
+// failure report (stageFailure) into an error.
 func parseInitError(msg []byte) error {
-	kind, rest, _ := strings.Cut(strings.TrimSpace(string(msg)), " ")
-	errnoStr, text, _ := strings.Cut(rest, " ")
-	errno, _ := strconv.Atoi(errnoStr)
-	if kind == "exec" {
-		switch syscall.Errno(errno) {
+	f, err := decodeStageFailure(msg)
+	if err != nil {
+		return err
+	}
+	if f.Exec {
+		switch f.Errno {
 		case unix.ENOENT:
-			return fmt.Errorf("%s: %w", text, sandbox.ErrNotFound)
+			return fmt.Errorf("%s: %w", f.Msg, sandbox.ErrNotFound)
 		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP:
-			return fmt.Errorf("%s: %w", text, sandbox.ErrCannotInvoke)
+			return fmt.Errorf("%s: %w", f.Msg, sandbox.ErrCannotInvoke)
 		}
 	}
-	return errors.New(text)
+	return errors.New(f.Msg)
 }
 
 // mergeEnv is the image's environment overlaid with the spec's, with PATH

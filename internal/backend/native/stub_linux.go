@@ -148,7 +148,7 @@ func (s *stubScript) encode() ([]byte, error) {
 // the init fork it the cheap way (vfork); the init writes the id maps in
 // between. A non-nil filter is loaded right after the namespaces are
 // entered (earlySeccomp): the exec stage then waits for its last script
-// with its seccomp filter in place, and loading it (0.1 ms here: the
+// with its seccomp filter in place, and loading it (the
 // kernel translates the program and precomputes which syscalls it always
 // allows) overlaps the mounting of the root instead of delaying the
 // command.
@@ -262,9 +262,14 @@ func buildStubPrepared(c *execConfig) (setup, rest *stubScript, err error) {
 // stubSeccomp loads the seccomp filter (the last step before execve),
 // unless the stub's first script did (earlySeccomp).
 func stubSeccomp(s *stubScript, c *execConfig) {
+	_ = execSteps[stepSeccomp].script(s, c, 0)
+}
+
+func scriptSeccomp(s *stubScript, c *execConfig, _ uint64) error {
 	if len(c.Filter) > 0 && !c.filterLoaded {
 		addSeccompLoad(s, c.Filter)
 	}
+	return nil
 }
 
 func addSeccompLoad(s *stubScript, prog []byte) {
@@ -305,9 +310,9 @@ func earlySeccomp(msg []byte) []byte {
 }
 
 // stubSetup adds the exec stage's steps between its stdio and its
-// seccomp filter: descriptor flags, bounding set, ambient capabilities,
-// groups and ids, capset, working directory, RLIMIT_NOFILE,
-// no_new_privs, Landlock.
+// seccomp filter (execSteps up to Landlock): bounding set, ambient
+// capabilities, groups and ids, capset, working directory,
+// RLIMIT_NOFILE, no_new_privs, Landlock.
 func stubSetup(s *stubScript, c *execConfig) error {
 	s.add("fd flags", unix.SYS_FCNTL, 3, unix.F_SETFD, unix.FD_CLOEXEC)
 	s.add("fd flags", unix.SYS_FCNTL, 4, unix.F_SETFD, unix.FD_CLOEXEC)
@@ -315,6 +320,18 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	if err != nil {
 		return err
 	}
+	for _, st := range execSteps[:stepSeccomp] {
+		if st.script == nil {
+			continue
+		}
+		if err := st.script(s, c, keep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scriptBoundingSet(s *stubScript, _ *execConfig, keep uint64) error {
 	last := lastCap()
 	for cap := 0; cap <= last; cap++ {
 		if keep&(1<<cap) == 0 {
@@ -323,6 +340,10 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	}
 	i := s.add("clearing ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	s.recs[i].flags |= stubIgnore
+	return nil
+}
+
+func scriptIdentity(s *stubScript, c *execConfig, _ uint64) error {
 	if !c.NoSetgroups {
 		g := make([]byte, 4*len(c.Groups)+4)
 		for k, id := range c.Groups {
@@ -332,8 +353,12 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	}
 	s.add("setgid "+strconv.Itoa(c.GID), unix.SYS_SETRESGID, c.GID, c.GID, c.GID)
 	s.add("setuid "+strconv.Itoa(c.UID), unix.SYS_SETRESUID, c.UID, c.UID, c.UID)
-	// capset: permitted/effective = keep for root (a non-root user has
-	// none left after setuid), inheritable empty.
+	return nil
+}
+
+// scriptCapabilities: permitted/effective = keep for root (a non-root
+// user has none left after setuid), inheritable empty.
+func scriptCapabilities(s *stubScript, c *execConfig, keep uint64) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if c.UID == 0 {
@@ -345,45 +370,71 @@ func stubSetup(s *stubScript, c *execConfig) error {
 	s.add("capset", unix.SYS_CAPSET,
 		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&hdr)), unsafe.Sizeof(hdr))),
 		s.bytes(unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), unsafe.Sizeof(data))))
+	return nil
+}
+
+func scriptWorkdir(s *stubScript, c *execConfig, _ uint64) error {
 	s.add("workdir "+c.Workdir, unix.SYS_CHDIR, s.cstr(c.Workdir))
+	return nil
+}
+
+func scriptLimits(s *stubScript, c *execConfig, _ uint64) error {
 	if c.NoFile > 0 {
 		s.add("RLIMIT_NOFILE", unix.SYS_PRLIMIT64, 0, unix.RLIMIT_NOFILE, s.bytes(u64s(c.NoFile, c.NoFile)), 0)
-	}
-	s.add("no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-	if c.Landlock {
-		if handled := landlockHandled(); handled != 0 {
-			rs := s.add("landlock_create_ruleset", unix.SYS_LANDLOCK_CREATE_RULESET, s.bytes(u64s(handled)), 8, 0)
-			for _, rule := range landlockRules(c) {
-				if rule.kind == ruleUnknown {
-					var st unix.Stat_t
-					if statIn(c, rule.path, &st) != nil {
-						continue
-					}
-					rule.kind = ruleFile
-					if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-						rule.kind = ruleDir
-					}
-				}
-				access := rule.access & handled
-				if rule.kind == ruleFile {
-					access &= llFileRW
-				}
-				desc := "landlock rule " + rule.path
-				fd := s.add(desc, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
-				attr := s.bytes(u64s(access, 0)) // struct landlock_path_beneath_attr + padding
-				s.add(desc, stubPoke, attr+8, ref(fd))
-				s.add(desc, unix.SYS_LANDLOCK_ADD_RULE, ref(rs), unix.LANDLOCK_RULE_PATH_BENEATH, attr, 0)
-			}
-			s.add("landlock_restrict_self", unix.SYS_LANDLOCK_RESTRICT_SELF, ref(rs), 0)
-		}
 	}
 	return nil
 }
 
-// addStubExec ends the script with the execve of the command.
+func scriptNoNewPrivs(s *stubScript, _ *execConfig, _ uint64) error {
+	s.add("no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+	return nil
+}
+
+func scriptLandlock(s *stubScript, c *execConfig, _ uint64) error {
+	if !c.Landlock {
+		return nil
+	}
+	handled := landlockHandled()
+	if handled == 0 {
+		return nil
+	}
+	rs := s.add("landlock_create_ruleset", unix.SYS_LANDLOCK_CREATE_RULESET, s.bytes(u64s(handled)), 8, 0)
+	for _, rule := range landlockRules(c) {
+		if rule.kind == ruleUnknown {
+			var st unix.Stat_t
+			if statIn(c, rule.path, &st) != nil {
+				continue
+			}
+			rule.kind = ruleFile
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				rule.kind = ruleDir
+			}
+		}
+		access := rule.access & handled
+		if rule.kind == ruleFile {
+			access &= llFileRW
+		}
+		desc := "landlock rule " + rule.path
+		fd := s.add(desc, unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), s.cstr(rule.path), unix.O_PATH|unix.O_CLOEXEC, 0)
+		attr := s.bytes(u64s(access, 0)) // struct landlock_path_beneath_attr + padding
+		s.add(desc, stubPoke, attr+8, ref(fd))
+		s.add(desc, unix.SYS_LANDLOCK_ADD_RULE, ref(rs), unix.LANDLOCK_RULE_PATH_BENEATH, attr, 0)
+	}
+	s.add("landlock_restrict_self", unix.SYS_LANDLOCK_RESTRICT_SELF, ref(rs), 0)
+	return nil
+}
+
+// addStubExec ends the script with the execve of the command, whose
+// path the builder resolved (lookPath).
 func addStubExec(s *stubScript, c *execConfig, path string) {
-	e := s.add("exec "+c.Args[0], unix.SYS_EXECVE, s.cstr(path), s.strv(c.Args), s.strv(c.Env))
+	c.path = path
+	_ = execSteps[stepExec].script(s, c, 0)
+}
+
+func scriptExec(s *stubScript, c *execConfig, _ uint64) error {
+	e := s.add("exec "+c.Args[0], unix.SYS_EXECVE, s.cstr(c.path), s.strv(c.Args), s.strv(c.Env))
 	s.recs[e].exec = true
+	return nil
 }
 
 // stubRecvStdio makes the stub take the command's stdin, stdout and
@@ -450,41 +501,39 @@ func startStub(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, er
 const descCapDrop = "dropping a capability from the bounding set"
 
 // stubError turns the stub's {index, errno} report into the parent's
-// error line ("exec|setup <errno> <message>").
-func stubError(s *stubScript, report []byte) string {
+// failure report.
+func stubError(s *stubScript, report []byte) *stageFailure {
 	if len(report) < 16 {
-		return "setup 0 exec stage failed"
+		return &stageFailure{Msg: "exec stage failed"}
 	}
 	idx := binary.LittleEndian.Uint64(report)
 	errno := syscall.Errno(binary.LittleEndian.Uint64(report[8:]))
 	if idx >= uint64(len(s.recs)) {
-		return fmt.Sprintf("setup %d exec stage: %v", int(errno), errno)
+		return &stageFailure{Errno: errno, Msg: "exec stage: " + errno.Error()}
 	}
 	r := s.recs[idx]
-	kind := "setup"
-	if r.exec {
-		kind = "exec"
-	}
 	desc := r.desc
 	if desc == descCapDrop {
 		desc = "dropping capability " + strconv.FormatUint(r.args[1], 10) + " from the bounding set"
 	}
-	return fmt.Sprintf("%s %d %s: %v", kind, int(errno), desc, errno)
+	return &stageFailure{Exec: r.exec, Errno: errno, Msg: desc + ": " + errno.Error()}
 }
 
 // stubInitScript is the whole life of a sandbox's PID 1 when the parent
 // builds the sandbox on a thread of its own (thread_linux.go). While the
 // thread mounts the root, it stages on the scratch space what goes on top
-// of it: the PID namespace's proc (only a process inside the namespace
+// of it: the stages placed in PID 1 (inPID1, stages_linux.go), in their
+// order — the PID namespace's proc (only a process inside the namespace
 // can mount it) with its sensitive paths covered (procMasks), /dev, a
 // sysfs of the sandbox's network namespace with its masks, and the /tmp
-// and /run tmpfs; the thread moves them into the root (moveStaged).
-// Then it says so on fd 3 and idles until the parent kills it or goes
-// away (fd 3 reaches end of file). SIGCHLD ignored makes the kernel reap
-// the orphans it inherits, so none stays a zombie; the command itself is
-// the parent's child and the parent collects its status. A failed step
-// fails the sandbox. These are the same mounts, flags and options as
-// mountDev, mountSys and mountTmp make for a re-executed init.
+// and /run tmpfs; the thread moves them into the root (the stages'
+// moveIn). Then it says so on fd 3 and idles until the parent kills it or
+// goes away (fd 3 reaches end of file). SIGCHLD ignored makes the kernel
+// reap the orphans it inherits, so none stays a zombie; the command
+// itself is the parent's child and the parent collects its status. A
+// failed step fails the sandbox. These are the same mounts, flags and
+// options as mountFreshProc, moveProc, mountDev, mountSys and mountTmp
+// make for a re-executed init.
 func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stubScript {
 	if masks == nil {
 		masks = append(prestart.LookupMasks("/proc/"), prestart.LookupMasks("/sys/")...)
@@ -496,64 +545,11 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 	s.add("not dumpable", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	s.add("naming", unix.SYS_PRCTL, unix.PR_SET_NAME, s.cstr("agentkernel-ini"), 0, 0, 0) // ps shows 15 bytes
 	s.add("umask", unix.SYS_UMASK, 0)
-	at := uint64(unix.AT_FDCWD & 0xffffffffffffffff)
-	mount := func(desc, src, dst, fstype string, flags uintptr, data string) {
-		args := []any{s.cstr(src), s.cstr(dst), 0, flags, 0}
-		if fstype != "" {
-			args[2] = s.cstr(fstype)
+	st := &pid1Staging{s: s, scratch: scratch, cfg: cfg, masks: masks}
+	for id := stageID(1); id <= stageLast; id++ {
+		if stages[id].pid1 != nil && stages[id].where[byThread].at == inPID1 {
+			stages[id].pid1(s, st)
 		}
-		if data != "" {
-			args[4] = s.cstr(data)
-		}
-		s.add(desc, unix.SYS_MOUNT, args...)
-	}
-	mkdir := func(desc, dir string, mode int) { s.add(desc, unix.SYS_MKDIRAT, at, s.cstr(dir), mode) }
-
-	proc := scratch + "/proc"
-	mount("mounting /proc", "proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-	stage := func(m prestart.Mask, dst string) {
-		switch m.Kind {
-		case prestart.MaskFile:
-			mount("masking "+m.Path, "/dev/null", dst, "", unix.MS_BIND, "")
-		case prestart.MaskDir:
-			mount("masking "+m.Path, "tmpfs", dst, "tmpfs", msMasked, maskDirOpts)
-		case prestart.MaskReadOnly:
-			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REC, "")
-			mount("read-only "+m.Path, dst, dst, "", unix.MS_BIND|unix.MS_REMOUNT|msMasked, "")
-		}
-	}
-	for _, m := range masks {
-		if p, ok := strings.CutPrefix(m.Path, "/proc"); ok {
-			stage(m, proc+p)
-		}
-	}
-
-	dev := scratch + "/dev"
-	for i, m := range devFileSystems(cfg) {
-		mkdir("mounting /dev"+m.dir, dev+m.dir, int(m.mode))
-		mount("mounting /dev"+m.dir, m.source, dev+m.dir, m.fstype, m.flags, m.opts)
-		if i == 0 {
-			for _, d := range devices {
-				s.add("mknod /dev/"+d.name, unix.SYS_MKNODAT, at, s.cstr(dev+"/"+d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
-			}
-		}
-	}
-	for _, l := range devLinks {
-		s.add("linking /dev/"+l.name, unix.SYS_SYMLINKAT, s.cstr(l.target), at, s.cstr(dev+"/"+l.name))
-	}
-
-	sys := scratch + "/sys"
-	mkdir("mounting /sys", sys, 0o555)
-	mount("mounting /sys", "sysfs", sys, "sysfs", msMasked, "")
-	for _, m := range masks {
-		if p, ok := strings.CutPrefix(m.Path, "/sys"); ok {
-			stage(m, sys+p)
-		}
-	}
-
-	for _, t := range stagedTmpfs(cfg) {
-		mkdir("mounting "+t.dir, scratch+t.dir, 0o755)
-		mount("mounting "+t.dir, "tmpfs", scratch+t.dir, "tmpfs", msTmp, t.opts)
 	}
 
 	// struct sigaction for rt_sigaction: handler SIG_IGN (1), flags,
@@ -570,6 +566,98 @@ func stubInitScript(scratch string, cfg *initConfig, masks []prestart.Mask) *stu
 	s.recs[i].flags |= stubIgnore
 	s.add("exiting", unix.SYS_EXIT_GROUP, 0)
 	return s
+}
+
+// pid1Staging is what the stages' parts of PID 1's script (stage.pid1)
+// work with.
+type pid1Staging struct {
+	s       *stubScript
+	scratch string
+	cfg     *initConfig
+	masks   []prestart.Mask
+}
+
+func (p *pid1Staging) mount(desc, src, dst, fstype string, flags uintptr, data string) {
+	s := p.s
+	args := []any{s.cstr(src), s.cstr(dst), 0, flags, 0}
+	if fstype != "" {
+		args[2] = s.cstr(fstype)
+	}
+	if data != "" {
+		args[4] = s.cstr(data)
+	}
+	s.add(desc, unix.SYS_MOUNT, args...)
+}
+
+func (p *pid1Staging) mkdir(desc, dir string, mode int) {
+	p.s.add(desc, unix.SYS_MKDIRAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), p.s.cstr(dir), mode)
+}
+
+// maskUnder covers the masked and read-only paths under prefix (/proc,
+// /sys) of the file system staged at dst.
+func (p *pid1Staging) maskUnder(prefix, dst string) {
+	for _, m := range p.masks {
+		rest, ok := strings.CutPrefix(m.Path, prefix)
+		if !ok {
+			continue
+		}
+		at := dst + rest
+		switch m.Kind {
+		case prestart.MaskFile:
+			p.mount("masking "+m.Path, "/dev/null", at, "", unix.MS_BIND, "")
+		case prestart.MaskDir:
+			p.mount("masking "+m.Path, "tmpfs", at, "tmpfs", msMasked, maskDirOpts)
+		case prestart.MaskReadOnly:
+			p.mount("read-only "+m.Path, at, at, "", unix.MS_BIND|unix.MS_REC, "")
+			p.mount("read-only "+m.Path, at, at, "", unix.MS_BIND|unix.MS_REMOUNT|msMasked, "")
+		}
+	}
+}
+
+// stageProcScript is stageProcMount (and stageProc's masks) in PID 1:
+// the PID namespace's proc on the scratch space.
+func stageProcScript(_ *stubScript, p *pid1Staging) {
+	proc := p.scratch + "/proc"
+	p.mkdir("mounting /proc", proc, 0o555)
+	p.mount("mounting /proc", "proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	p.maskUnder("/proc", proc)
+}
+
+// stageDevScript is stageDev in PID 1 (mountDev's file systems, devices
+// and links) on the scratch space.
+func stageDevScript(s *stubScript, p *pid1Staging) {
+	at := uint64(unix.AT_FDCWD & 0xffffffffffffffff)
+	dev := p.scratch + "/dev"
+	for i, m := range devFileSystems(p.cfg) {
+		p.mkdir("mounting /dev"+m.dir, dev+m.dir, int(m.mode))
+		p.mount("mounting /dev"+m.dir, m.source, dev+m.dir, m.fstype, m.flags, m.opts)
+		if i == 0 {
+			for _, d := range devices {
+				s.add("mknod /dev/"+d.name, unix.SYS_MKNODAT, at, s.cstr(dev+"/"+d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor)))
+			}
+		}
+	}
+	for _, l := range devLinks {
+		s.add("linking /dev/"+l.name, unix.SYS_SYMLINKAT, s.cstr(l.target), at, s.cstr(dev+"/"+l.name))
+	}
+}
+
+// stageSysScript is stageSys in PID 1: a sysfs of the sandbox's network
+// namespace with its masks, on the scratch space.
+func stageSysScript(_ *stubScript, p *pid1Staging) {
+	sys := p.scratch + "/sys"
+	p.mkdir("mounting /sys", sys, 0o555)
+	p.mount("mounting /sys", "sysfs", sys, "sysfs", msMasked, "")
+	p.maskUnder("/sys", sys)
+}
+
+// stageTmpScript is stageTmp in PID 1: the /tmp and /run tmpfs on the
+// scratch space.
+func stageTmpScript(_ *stubScript, p *pid1Staging) {
+	for _, t := range stagedTmpfs(p.cfg) {
+		p.mkdir("mounting "+t.dir, p.scratch+t.dir, 0o755)
+		p.mount("mounting "+t.dir, "tmpfs", p.scratch+t.dir, "tmpfs", msTmp, t.opts)
+	}
 }
 
 // lockdownRecords is how many records addLockdown may add: a bounding

@@ -152,8 +152,8 @@ func TestStubErrorNamesCapability(t *testing.T) {
 	report := make([]byte, 16)
 	binary.LittleEndian.PutUint64(report, uint64(idx))
 	binary.LittleEndian.PutUint64(report[8:], uint64(unix.EPERM))
-	want := "setup 1 dropping capability 21 from the bounding set: operation not permitted"
-	if got := stubError(s, report); got != want {
-		t.Errorf("stubError = %q, want %q", got, want)
+	want := stageFailure{Errno: unix.EPERM, Msg: "dropping capability 21 from the bounding set: operation not permitted"}
+	if got := stubError(s, report); *got != want {
+		t.Errorf("stubError = %+v, want %+v", *got, want)
 	}
 }

@@ -62,6 +62,11 @@ type threadInit struct {
 	// prebuilt is PID 1's script, built by the caller while it waited
 	// for a prestarted thread (threadPrep), or nil: build it here.
 	prebuilt *stubScript
+	// r and launch are the run and what it shares with the thread;
+	// cgroupTaken: the cgroup made meanwhile was received (useCgroup).
+	r           *runState
+	launch      *threadLaunch
+	cgroupTaken bool
 }
 
 // threadPrep is what the caller of a run with a prestarted thread works
@@ -174,8 +179,7 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 	// Meanwhile, here (unless done above): the cgroup and the seccomp
 	// filter, both before the thread forks the exec stage, which may
 	// load the filter first thing (earlySeccomp). (Goroutines of their
-	// own would start later: waking another thread costs a few hundred
-	// microseconds on a small VM.)
+	// own would start later: they wait for another thread to be woken.)
 	if !cgMade {
 		if cfg.Trace {
 			fmt.Fprintf(os.Stderr, "%s cgroup: start\n", monotonic())
@@ -227,7 +231,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		runtime.UnlockOSThread()
 		return
 	}
-	t := &threadInit{}
+	t := &threadInit{r: r, launch: tl}
 	if prestarted {
 		t.forked = pre.Init
 	}
@@ -235,7 +239,10 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		t.prebuilt = prep.script
 	}
 	s := &initState{cfg: cfg, usernsFd: -1, ownerNsFd: -1, cgroupFD: -1, proc: "/proc", thread: t, loUp: prestarted,
-		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}}
+		stdio: [3]uintptr{io3.child[0].Fd(), io3.child[1].Fd(), io3.child[2].Fd()}, executor: byThread}
+	if prestarted && pre.Init.Pid > 0 {
+		s.executor = byPrestarted
+	}
 	if prep != nil {
 		s.scratch = prep.scratch // PID 1's script names it
 	}
@@ -249,80 +256,24 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		}
 	}
 	defer s.closeThreadFiles()
-	cgroupMade := false
-	early := func(err error) {
-		stopped()
-		io3.closeChild()
-		if !cgroupMade {
-			<-tl.cgroup // r.cg is set (or not) before the caller cleans up
-		}
-		tl.started <- err
-	}
-	if !prestarted {
-		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
-			early(fmt.Errorf("creating the sandbox's namespaces: %w", err))
-			return
-		}
-		if err := mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			early(err)
-			return
-		}
-	}
-	if cfg.Trace {
-		fmt.Fprintf(os.Stderr, "%s thread: namespaces created\n", monotonic())
-	}
-	// The cgroup is being made meanwhile (launchThread, or Anticipate).
-	// The exec stage starts in it: cloned into it on v2, moving itself in
-	// first thing on v1 (cgroup.openTasks). PID 1 stays outside on v1: it
-	// only mounts proc and waits, and the command never runs under it.
-	useCgroup := func() error {
-		cgroupMade = true
-		if err := <-tl.cgroup; err != nil {
-			return err
-		}
-		s.earlyFilter = earlySeccomp(tl.early)
-		switch {
-		case r.cg == nil:
-		case r.cg.v2:
-			s.cgroupFD = r.cg.openDir()
-		case r.cgTasks != nil: // opened with the cgroup (Anticipate)
-			s.cgroupTasks = r.cgTasks
-		default:
-			var err error
-			s.cgroupTasks, err = r.cg.openTasks()
-			return err
-		}
-		return nil
-	}
 	defer func() {
 		if s.cgroupFD >= 0 {
 			unix.Close(s.cgroupFD)
 		}
 	}()
-	// A prestarted PID 1 gets its script (staging proc, /dev, /sys, /tmp,
-	// /run) as soon as the scratch space exists; one forked here is cloned
-	// into the cgroup on v2, so it waits for it.
-	stages := []initStage{
-		{"preparing scratch space", s.prepareScratch},
-		{"preparing scratch space", func() error { return os.Mkdir(s.scratch+"/proc", 0o555) }},
-		{"starting init", s.startInitStub},
-		{"opening cgroup", useCgroup},
-		{"starting exec stage", s.startExecStage},
-	}
-	if !prestarted || pre.Init.Pid <= 0 {
-		stages[2], stages[3] = stages[3], stages[2]
-	}
-	for _, st := range stages {
-		if err := st.fn(); err != nil {
-			early(fmt.Errorf("%s: %w", st.name, err))
-			return
+	// Up to the exec stage's fork, a failure is the caller's error.
+	if failed, err := s.runStages(stageConfig, stageExecStart); err != nil || !s.stub {
+		if err == nil {
+			err = errors.New("starting sandbox: the exec stage did not start")
+		} else {
+			err = fmt.Errorf("%s: %w", stages[failed].name, err)
 		}
-		if cfg.Trace {
-			fmt.Fprintf(os.Stderr, "%s thread: %s done\n", monotonic(), st.name)
+		stopped()
+		io3.closeChild()
+		if !t.cgroupTaken {
+			<-tl.cgroup // r.cg is set (or not) before the caller cleans up
 		}
-	}
-	if !s.stub {
-		early(errors.New("starting sandbox: the exec stage did not start"))
+		tl.started <- err
 		return
 	}
 	if cfg.Trace {
@@ -331,7 +282,7 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	io3.closeChild()
 	l.pid, l.initPid = s.execPid, t.pid
 	done := make(chan struct{})
-	outcome := make(chan []byte, 1) // the stages' error report, nil when the command started
+	outcome := make(chan []byte, 1) // the stages' failure report, nil when the command started
 	go func() {
 		// The command is our child: its status is the result. Then PID 1
 		// goes, and with it everything else in the namespace.
@@ -381,22 +332,42 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	}()
 	tl.started <- nil
 
-	stages = append([]initStage{{"setting up network", s.setupNetwork}}, s.rootStages()...)
-	stages = append(stages, initStage{"starting command", func() error { return s.releaseFromThread(tl) }})
-	for _, st := range stages {
-		err := st.fn()
-		if cfg.Trace {
-			fmt.Fprintf(os.Stderr, "%s thread: %s done\n", monotonic(), st.name)
-		}
-		if err != nil {
-			_ = unix.Kill(s.execPid, unix.SIGKILL)
-			outcome <- []byte(st.report(err))
-			<-done
-			return
-		}
+	if failed, err := s.runStages(stageExecStart+1, stageLast); err != nil {
+		_ = unix.Kill(s.execPid, unix.SIGKILL)
+		outcome <- stageReport(failed, err).encode()
+		<-done
+		return
 	}
 	outcome <- nil
 	<-done
+}
+
+// useCgroup is the thread's opening of the cgroup, which the caller
+// makes meanwhile (launchThread, or Anticipate). The exec stage starts
+// in it: cloned into it on v2, moving itself in first thing on v1
+// (cgroup.openTasks). PID 1 stays outside on v1: it only mounts proc and
+// waits, and the command never runs under it. The same send publishes
+// the seccomp filter the stub may load first (earlySeccomp).
+func (s *initState) useCgroup() error {
+	t := s.thread
+	t.cgroupTaken = true
+	if err := <-t.launch.cgroup; err != nil {
+		return err
+	}
+	s.earlyFilter = earlySeccomp(t.launch.early)
+	r := t.r
+	switch {
+	case r.cg == nil:
+	case r.cg.v2:
+		s.cgroupFD = r.cg.openDir()
+	case r.cgTasks != nil: // opened with the cgroup (Anticipate)
+		s.cgroupTasks = r.cgTasks
+	default:
+		var err error
+		s.cgroupTasks, err = r.cg.openTasks()
+		return err
+	}
+	return nil
 }
 
 // startInitStub forks the sandbox's PID 1 (the first process the thread
@@ -453,7 +424,7 @@ func (t *threadInit) nextReport() error {
 	}
 	var report [16]byte
 	n, _ := io.ReadFull(t.errR, report[:])
-	return reportedError(stubError(t.script, report[:n]))
+	return stubError(t.script, report[:n])
 }
 
 // pid1Locked waits until PID 1 reports that it holds nothing any more
@@ -464,7 +435,8 @@ func (t *threadInit) pid1Locked() error { return t.nextReport() }
 // releaseFromThread is releaseExecStage for a thread-built sandbox: the
 // filter comes from the parent, and a prepared sandbox's command from
 // Prepared.Run.
-func (s *initState) releaseFromThread(tl *threadLaunch) error {
+func (s *initState) releaseFromThread() error {
+	tl := s.thread.launch
 	m := <-tl.filter
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s thread: filter in\n", monotonic())

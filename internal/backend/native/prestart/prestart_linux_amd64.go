@@ -16,7 +16,7 @@ type Thread struct {
 	// blocking system call rather than a parked goroutine: the kernel
 	// then wakes the thread directly, where a goroutine locked to its
 	// thread would be woken by way of another thread and a handoff of
-	// the scheduler's P, twice the latency.
+	// the scheduler's P: two wake-ups instead of one.
 	efd  int
 	work atomic.Pointer[func()]
 	// Init is the sandbox's PID 1, forked on the thread (Pid 0 when that
@@ -43,8 +43,8 @@ var (
 	// ready is an eventfd written once slot has the thread (or nil). Take
 	// waits for it in a raw read: the kernel then wakes the waiting
 	// thread directly, which keeps its P, where a goroutine parked on
-	// slot would be readied by way of another thread and the scheduler
-	// (0.4 ms here, on the run's critical path when the thread is late).
+	// slot would be readied by way of another thread and the scheduler,
+	// on the run's critical path when the thread is late.
 	ready = -1
 	// unused is set when this process started making a thread, to a
 	// channel closed once that thread ended without being used
@@ -225,7 +225,7 @@ type cpuMask [16]uint64
 // awayFrom keeps the calling thread off cpu while it unshares the
 // namespaces, and returns what gives the thread its CPUs back. The
 // thread is woken on the CPU of the main thread that started it, and
-// its millisecond of kernel work there (the network namespace above
+// its kernel work there (the network namespace above
 // all) kept agentkernel's own start-up waiting, runnable, on that CPU
 // while another one idled: the scheduler does not move a thread that
 // has just run (it counts as cache-hot). Moving the thread instead
@@ -348,8 +348,7 @@ func Take() *Thread {
 // already. Unlike Take, the caller does not wait for the thread, and a
 // thread that comes late goes on with f itself instead of being handed
 // to the caller first and then woken again: two wake-ups of a thread on
-// another CPU, a few hundred microseconds here, off the run's critical
-// path. It reports false when there is no thread (not a `run`, not root,
+// another CPU, off the run's critical path. It reports false when there is no thread (not a `run`, not root,
 // already taken or given, or delivered as failed): the caller makes its
 // own.
 func Give(f func(*Thread)) bool {
