@@ -11,18 +11,20 @@
 // Connections are tagged with how they arrived (http.Server.ConnContext).
 //
 // Every handler decodes its request, makes one sandbox.Manager call and
-// encodes the answer; the package holds no sandbox logic of its own. The
-// router is a small hand-written switch over the path's non-empty
-// segments, because the contract wants what net/http.ServeMux does not
-// give: empty segments ignored (`/sandboxes//x`, `files//tmp/a`), auth
-// before routing, and 404 `Not found` for every unknown method or path.
+// encodes the answer; the package holds no sandbox logic of its own.
+// Routes are net/http.ServeMux method and wildcard patterns (router.go);
+// before matching, the path's empty segments are dropped and dot segments
+// kept from ServeMux's redirects, and every miss (unknown path or method)
+// is the contract's JSON 404 `Not found`.
 //
 // Metrics (GET /metrics) are written in the Prometheus text exposition
 // format by hand rather than with prometheus/client_golang: the handful of
 // series below (requests by route and code, run latency histogram,
 // sandboxes by status, pool sizes) need a map and a mutex, while
-// client_golang would link protobuf and its registries into the one
-// binary every `agentkernel run` starts (package inits cost start-up time).
+// client_golang would link protobuf, procfs and its registries into
+// agentkernel-full, whose package initialisation every hand-off and every
+// persistent sandbox's supervisor pays. TestMetricsParse holds the output
+// to Prometheus's own parser (expfmt, in the tests only).
 //
 // Timeouts: the server has a header timeout and an idle timeout; body
 // reads get a per-request read deadline that is lifted once the body is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -65,9 +66,45 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(apispec.OpenAPI)
 }
 
+// StatusPool is one warm pool in GET /status: its image, profile and
+// how many prepared sandboxes it holds ready.
+type StatusPool struct {
+	Image   string `json:"image"`
+	Profile string `json:"profile"`
+	Ready   int    `json:"ready"`
+}
+
+// Status is the data of GET /status: the contract's version, backend
+// and api_key_configured, then what this server holds (its uptime, its
+// warm pools, and how fast runs were served), which 'daemon status'
+// shows.
+type Status struct {
+	Version          string            `json:"version"`
+	Backend          string            `json:"backend"`
+	APIKeyConfigured bool              `json:"api_key_configured"`
+	UptimeSeconds    int64             `json:"uptime_seconds"`
+	Pools            []StatusPool      `json:"pools"`
+	PoolRuns         map[string]uint64 `json:"pool_runs"`
+}
+
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeData(w, http.StatusOK, map[string]any{"version": s.opts.Version, "backend": s.opts.Backend,
-		"api_key_configured": len(s.keys) > 0})
+	st := Status{Version: s.opts.Version, Backend: s.opts.Backend, APIKeyConfigured: len(s.keys) > 0,
+		UptimeSeconds: int64(time.Since(s.started).Seconds()), Pools: []StatusPool{}, PoolRuns: map[string]uint64{}}
+	for _, ps := range s.pools.sizes() {
+		st.Pools = append(st.Pools, StatusPool{Image: ps.image, Profile: ps.profile, Ready: ps.ready})
+	}
+	sort.Slice(st.Pools, func(i, j int) bool {
+		if st.Pools[i].Image != st.Pools[j].Image {
+			return st.Pools[i].Image < st.Pools[j].Image
+		}
+		return st.Pools[i].Profile < st.Pools[j].Profile
+	})
+	s.metrics.mu.Lock()
+	for k, n := range s.metrics.poolRuns {
+		st.PoolRuns[k] = n
+	}
+	s.metrics.mu.Unlock()
+	writeData(w, http.StatusOK, st)
 }
 
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) {

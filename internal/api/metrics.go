@@ -1,119 +1,170 @@
 package api
 
 import (
-	"context"
-	"log/slog"
+	"bytes"
+	"fmt"
 	"net/http"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// GET /metrics is written by prometheus/client_golang (exposition
-// format, label escaping, content negotiation). Each Server has its own
-// registry, never the process-wide default one: two servers in one
-// process (tests) count apart, and nothing another package registers
-// shows here.
+// GET /metrics is written here in the Prometheus text format (0.0.4)
+// rather than by prometheus/client_golang: a handful of counters and
+// gauges do not need its registries, and linking it (with protobuf and
+// procfs) adds package initialisation and memory to every agentkernel-full
+// process, each persistent sandbox's supervisor included. TestMetricsParse
+// holds the output to what Prometheus's own parser (prometheus/common's
+// expfmt, a test-only dependency) reads, label escaping included.
 
 // runBuckets are the upper bounds (seconds) of the run latency histogram.
-var runBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+var runBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // poolResults are how a fast run can be served: "hit" (a warm sandbox),
 // "miss" (pool empty: ephemeral), "unpoolable" (ephemeral).
-var poolResults = []string{"hit", "miss", "unpoolable"}
+var poolResults = [...]string{"hit", "miss", "unpoolable"}
+
+type reqKey struct {
+	route string
+	code  int
+}
 
 // metrics are the server's counters, kept as requests and runs happen.
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	reqTime  *prometheus.CounterVec
-	runs     prometheus.Histogram
-	poolRuns *prometheus.CounterVec
+	mu       sync.Mutex
+	requests map[reqKey]uint64
+	reqSum   map[string]float64
+	runCount uint64
+	runSum   float64
+	runHist  [len(runBuckets)]uint64
+	poolRuns map[string]uint64
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentkernel_http_requests_total",
-			Help: "HTTP requests answered, by route and status code.",
-		}, []string{"route", "code"}),
-		reqTime: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentkernel_http_request_duration_seconds_total",
-			Help: "Time spent answering requests, by route.",
-		}, []string{"route"}),
-		runs: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "agentkernel_run_duration_seconds",
-			Help:    "Time to run one command in a fresh sandbox (/run, /run/stream, /batch/run).",
-			Buckets: runBuckets,
-		}),
-		poolRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentkernel_pool_runs_total",
-			Help: "Fast runs, by how they were served: hit (warm sandbox), miss (pool empty: ephemeral), unpoolable (ephemeral).",
-		}, []string{"result"}),
-	}
+	m := &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}, poolRuns: map[string]uint64{}}
 	for _, r := range poolResults {
-		m.poolRuns.WithLabelValues(r) // every result shows, at 0 until it happens
+		m.poolRuns[r] = 0 // every result shows, at 0 until it happens
 	}
-	m.reg.MustRegister(m.requests, m.reqTime, m.runs, m.poolRuns)
 	return m
 }
 
 func (m *metrics) request(route string, code int, d time.Duration) {
-	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-	m.reqTime.WithLabelValues(route).Add(d.Seconds())
+	m.mu.Lock()
+	m.requests[reqKey{route, code}]++
+	m.reqSum[route] += d.Seconds()
+	m.mu.Unlock()
 }
 
-func (m *metrics) run(d time.Duration) { m.runs.Observe(d.Seconds()) }
+func (m *metrics) run(d time.Duration) {
+	sec := d.Seconds()
+	m.mu.Lock()
+	m.runCount++
+	m.runSum += sec
+	for i, b := range runBuckets {
+		if sec <= b {
+			m.runHist[i]++
+		}
+	}
+	m.mu.Unlock()
+}
 
-func (m *metrics) poolRun(result string) { m.poolRuns.WithLabelValues(result).Inc() }
+func (m *metrics) poolRun(result string) {
+	m.mu.Lock()
+	m.poolRuns[result]++
+	m.mu.Unlock()
+}
+
+// labelEscaper escapes a label value as the text format wants: only the
+// backslash, the double quote and the line feed (Go's %q escapes far
+// more, which Prometheus's parser refuses).
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// label is name="value", the value made valid UTF-8 and escaped.
+func label(name, value string) string {
+	return name + `="` + labelEscaper.Replace(strings.ToValidUTF8(value, "\uFFFD")) + `"`
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// family writes a metric family's HELP and TYPE lines.
+func family(b *bytes.Buffer, name, typ, help string) {
+	fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
 
 // serveMetrics is GET /metrics: the counters, and the server's state
 // read at scrape time within the request's context.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	state := prometheus.NewRegistry()
-	state.MustRegister(stateCollector{s: s, ctx: r.Context()})
-	promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, state}, promhttp.HandlerOpts{
-		ErrorLog:      slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelWarn),
-		ErrorHandling: promhttp.ContinueOnError,
-	}).ServeHTTP(w, r)
+	var b bytes.Buffer
+	m := s.metrics
+	m.mu.Lock()
+	keys := make([]reqKey, 0, len(m.requests))
+	for k := range m.requests {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].route != keys[j].route {
+			return keys[i].route < keys[j].route
+		}
+		return keys[i].code < keys[j].code
+	})
+	family(&b, "agentkernel_http_requests_total", "counter", "HTTP requests answered, by route and status code.")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "agentkernel_http_requests_total{%s,%s} %d\n", label("code", strconv.Itoa(k.code)), label("route", k.route), m.requests[k])
+	}
+	routes := make([]string, 0, len(m.reqSum))
+	for r := range m.reqSum {
+		routes = append(routes, r)
+	}
+	sort.Strings(routes)
+	family(&b, "agentkernel_http_request_duration_seconds_total", "counter", "Time spent answering requests, by route.")
+	for _, r := range routes {
+		fmt.Fprintf(&b, "agentkernel_http_request_duration_seconds_total{%s} %s\n", label("route", r), fmtFloat(m.reqSum[r]))
+	}
+	family(&b, "agentkernel_run_duration_seconds", "histogram", "Time to run one command in a fresh sandbox (/run, /run/stream, /batch/run).")
+	for i, le := range runBuckets {
+		fmt.Fprintf(&b, "agentkernel_run_duration_seconds_bucket{%s} %d\n", label("le", fmtFloat(le)), m.runHist[i])
+	}
+	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.runCount)
+	fmt.Fprintf(&b, "agentkernel_run_duration_seconds_sum %s\nagentkernel_run_duration_seconds_count %d\n", fmtFloat(m.runSum), m.runCount)
+	family(&b, "agentkernel_pool_runs_total", "counter", "Fast runs, by how they were served: hit (warm sandbox), miss (pool empty: ephemeral), unpoolable (ephemeral).")
+	results := make([]string, 0, len(m.poolRuns))
+	for k := range m.poolRuns {
+		results = append(results, k)
+	}
+	sort.Strings(results)
+	for _, k := range results {
+		fmt.Fprintf(&b, "agentkernel_pool_runs_total{%s} %d\n", label("result", k), m.poolRuns[k])
+	}
+	m.mu.Unlock()
+
+	counts := s.sandboxCounts(r)
+	family(&b, "agentkernel_sandboxes", "gauge", "Persistent sandboxes, by status.")
+	for _, st := range []string{sandbox.StatusRunning, sandbox.StatusStopped} {
+		fmt.Fprintf(&b, "agentkernel_sandboxes{%s} %d\n", label("status", st), counts[st])
+	}
+	family(&b, "agentkernel_pool_warm_sandboxes", "gauge", "Warm sandboxes ready in the pools, by image and profile.")
+	for _, ps := range s.pools.sizes() {
+		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{%s,%s} %d\n", label("image", ps.image), label("profile", ps.profile), ps.ready)
+	}
+	family(&b, "agentkernel_goroutines", "gauge", "Goroutines of the server process.")
+	fmt.Fprintf(&b, "agentkernel_goroutines %d\n", runtime.NumGoroutine())
+	family(&b, "agentkernel_uptime_seconds", "gauge", "Seconds since the server started.")
+	fmt.Fprintf(&b, "agentkernel_uptime_seconds %s\n", fmtFloat(time.Since(s.started).Seconds()))
+
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write(b.Bytes())
 }
 
-var (
-	sandboxesDesc = prometheus.NewDesc("agentkernel_sandboxes",
-		"Persistent sandboxes, by status.", []string{"status"}, nil)
-	warmDesc = prometheus.NewDesc("agentkernel_pool_warm_sandboxes",
-		"Warm sandboxes ready in the pools, by image and profile.", []string{"image", "profile"}, nil)
-	goroutinesDesc = prometheus.NewDesc("agentkernel_goroutines",
-		"Goroutines of the server process.", nil, nil)
-	uptimeDesc = prometheus.NewDesc("agentkernel_uptime_seconds",
-		"Seconds since the server started.", nil, nil)
-)
-
-// stateCollector reports what the server holds at the moment of one
-// scrape: persistent sandboxes (from the Manager), warm pools, the
-// process's goroutines and the server's uptime.
-type stateCollector struct {
-	s   *Server
-	ctx context.Context
-}
-
-func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- sandboxesDesc
-	ch <- warmDesc
-	ch <- goroutinesDesc
-	ch <- uptimeDesc
-}
-
-func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+// sandboxCounts are the persistent sandboxes by status (running, or
+// stopped for anything else).
+func (s *Server) sandboxCounts(r *http.Request) map[string]int {
 	counts := map[string]int{sandbox.StatusRunning: 0, sandbox.StatusStopped: 0}
-	if list, err := c.s.opts.Manager.List(c.ctx, sandbox.ListOptions{}); err == nil {
+	if list, err := s.opts.Manager.List(r.Context(), sandbox.ListOptions{}); err == nil {
 		for _, sb := range list {
 			st := sb.Status
 			if st != sandbox.StatusRunning {
@@ -122,14 +173,5 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			counts[st]++
 		}
 	}
-	for _, st := range []string{sandbox.StatusRunning, sandbox.StatusStopped} {
-		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(counts[st]), st)
-	}
-	for _, ps := range c.s.pools.sizes() {
-		// A label value must be UTF-8 (else the metric is refused).
-		ch <- prometheus.MustNewConstMetric(warmDesc, prometheus.GaugeValue, float64(ps.ready),
-			strings.ToValidUTF8(ps.image, "\uFFFD"), strings.ToValidUTF8(ps.profile, "\uFFFD"))
-	}
-	ch <- prometheus.MustNewConstMetric(goroutinesDesc, prometheus.GaugeValue, float64(runtime.NumGoroutine()))
-	ch <- prometheus.MustNewConstMetric(uptimeDesc, prometheus.GaugeValue, time.Since(c.s.started).Seconds())
+	return counts
 }

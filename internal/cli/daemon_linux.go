@@ -12,16 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/spf13/cobra"
 
 	"github.com/agentkernel/agentkernel/internal/api"
@@ -358,7 +354,7 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 			st := daemonStatus{Log: p.Log, Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
 			if pid := p.PID(); pid != 0 && daemonAnswers(p) {
 				st.Running, st.PID, st.API = true, pid, p.API
-				readDaemonMetrics(p, &st)
+				readDaemonStatus(p, &st)
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.Stdout)
@@ -389,42 +385,27 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 	return cmd
 }
 
-// readDaemonMetrics fills the pool sizes, run counts and uptime from
-// /metrics, parsed as Prometheus parses it.
-func readDaemonMetrics(p daemon.Paths, st *daemonStatus) {
-	resp, err := unixHTTPClient(p.API, 2*time.Second).Get("http://agentkernel/metrics")
+// readDaemonStatus fills the pool sizes, run counts and uptime from the
+// daemon's GET /status.
+func readDaemonStatus(p daemon.Paths, st *daemonStatus) {
+	resp, err := unixHTTPClient(p.API, 2*time.Second).Get("http://agentkernel/status")
 	if err != nil {
 		return
 	}
-	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	resp.Body.Close()
-	if err != nil {
+	defer resp.Body.Close()
+	var env struct {
+		Data api.Status `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&env) != nil {
 		return
 	}
-	for _, m := range fams["agentkernel_pool_warm_sandboxes"].GetMetric() {
-		st.Pools = append(st.Pools, poolStatus{Image: metricLabel(m, "image"), Profile: metricLabel(m, "profile"),
-			Ready: int64(m.GetGauge().GetValue())})
+	st.Uptime = env.Data.UptimeSeconds
+	for _, ps := range env.Data.Pools {
+		st.Pools = append(st.Pools, poolStatus{Image: ps.Image, Profile: ps.Profile, Ready: int64(ps.Ready)})
 	}
-	sort.Slice(st.Pools, func(i, j int) bool {
-		return st.Pools[i].Image+st.Pools[i].Profile < st.Pools[j].Image+st.Pools[j].Profile
-	})
-	for _, m := range fams["agentkernel_pool_runs_total"].GetMetric() {
-		st.PoolRuns[metricLabel(m, "result")] += int64(m.GetCounter().GetValue())
+	for k, n := range env.Data.PoolRuns {
+		st.PoolRuns[k] = int64(n)
 	}
-	for _, m := range fams["agentkernel_uptime_seconds"].GetMetric() {
-		st.Uptime = int64(m.GetGauge().GetValue())
-	}
-}
-
-// metricLabel is the value of m's label name ("" when it has none).
-func metricLabel(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 func newDaemonPrewarmCmd(a *App) *cobra.Command {

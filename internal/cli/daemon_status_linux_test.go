@@ -34,11 +34,12 @@ func (counterSandbox) Run(context.Context, []string, sandbox.Stdio, <-chan os.Si
 func (counterSandbox) Close()             {}
 func (counterSandbox) Warnings() []string { return nil }
 
-// TestDaemonStatusReadsMetrics: 'daemon status' reads the pools, the runs
-// they served and the uptime from a real API server on its unix socket.
+// TestDaemonStatusReadsStatus: 'daemon status' reads the pools, the runs
+// they served and the uptime from a real API server's GET /status on its
+// unix socket.
 // A pool's image is the client's string: quotes, backslashes and
 // newlines in it come back as they were.
-func TestDaemonStatusReadsMetrics(t *testing.T) {
+func TestDaemonStatusReadsStatus(t *testing.T) {
 	p := daemon.PathsFor(t.TempDir())
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestDaemonStatusReadsMetrics(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		st = daemonStatus{Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
-		readDaemonMetrics(p, &st)
+		readDaemonStatus(p, &st)
 		if len(st.Pools) == 1 && st.Pools[0].Ready == 3 || time.Now().After(deadline) {
 			break
 		}
@@ -94,7 +95,7 @@ func TestDaemonStatusReadsMetrics(t *testing.T) {
 
 	// No server: nothing is filled in.
 	none := daemonStatus{Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
-	readDaemonMetrics(daemon.PathsFor(filepath.Join(t.TempDir(), "none")), &none)
+	readDaemonStatus(daemon.PathsFor(filepath.Join(t.TempDir(), "none")), &none)
 	if len(none.Pools) != 0 || len(none.PoolRuns) != 0 || none.Uptime != 0 {
 		t.Errorf("without a server: %+v", none)
 	}
