@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -95,19 +94,9 @@ func NormalizeOrigin(o string) (string, error) {
 // since Load lets the project's value replace the user's.
 func LoadUser(opts LoadOptions) (*Config, []Warning, error) {
 	c := Defaults()
-	var warns []Warning
-	if !opts.NoUserFile {
-		user := opts.UserPath
-		if user == "" {
-			user = UserPath(os.Getenv)
-		}
-		if user != "" {
-			w, err := c.applyFile(user, SourceUser, false)
-			warns = append(warns, w...)
-			if err != nil {
-				return nil, warns, err
-			}
-		}
+	warns, err := c.applyUser(opts)
+	if err != nil {
+		return nil, warns, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, warns, err

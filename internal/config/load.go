@@ -88,24 +88,29 @@ func location(path string, line int) string {
 	return path + ": "
 }
 
+// applyUser applies the user-wide file (opts.UserPath, else the default
+// place; none with opts.NoUserFile).
+func (c *Config) applyUser(opts LoadOptions) ([]Warning, error) {
+	if opts.NoUserFile {
+		return nil, nil
+	}
+	user := opts.UserPath
+	if user == "" {
+		user = UserPath(os.Getenv)
+	}
+	if user == "" {
+		return nil, nil
+	}
+	return c.applyFile(user, SourceUser, false)
+}
+
 // Load reads the layers (defaults, user file, project file), validates the
 // result and returns it with the warnings of every file read.
 func Load(opts LoadOptions) (*Config, []Warning, error) {
 	c := Defaults()
-	var warns []Warning
-
-	if !opts.NoUserFile {
-		user := opts.UserPath
-		if user == "" {
-			user = UserPath(os.Getenv)
-		}
-		if user != "" {
-			w, err := c.applyFile(user, SourceUser, false)
-			warns = append(warns, w...)
-			if err != nil {
-				return nil, warns, err
-			}
-		}
+	warns, err := c.applyUser(opts)
+	if err != nil {
+		return nil, warns, err
 	}
 
 	project, explicit := opts.Path, true

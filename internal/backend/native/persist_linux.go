@@ -335,7 +335,7 @@ func (i *Instance) members() []int {
 // Stats reports the sandbox's uptime, its processes and PID 1's resident
 // set (the caller adds its own and the cgroup's figures).
 func (i *Instance) Stats() agent.Stats {
-	return agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: procRSS(i.pid), Pids: len(i.members())}
+	return agent.Stats{UptimeSeconds: time.Since(i.start).Seconds(), InitRSS: agent.ProcRSS(i.pid), Pids: len(i.members())}
 }
 
 // FS does file operations in the sandbox's root. Files created are the
@@ -774,20 +774,6 @@ func execIdlePID1(sock int) error {
 		return err
 	}
 	return syscall.Exec("/proc/self/fd/"+strconv.Itoa(mem), []string{argv0Init}, []string{})
-}
-
-// procRSS is a process's resident set in bytes (0 if unknown).
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[1], 10, 64)
-	return n * int64(os.Getpagesize())
 }
 
 // RemoveCgroups removes the (empty or not) cgroups of the sandbox with
