@@ -81,7 +81,7 @@ func run() int {
 		app.DropWarnings()
 		if errors.Is(err, runcli.ErrRunHelp) {
 			if _, ferr := runcli.FullPath(); ferr != nil {
-				app.PrintRunHelp(os.Stdout) // cobra's is agentkernel-full's
+				app.PrintRunHelp(os.Stdout) // the same help agentkernel-full prints
 				return 0
 			}
 		}
