@@ -132,7 +132,7 @@ func (e *RequestError) Refused() bool { return e.Resp.Kind == KindRefused }
 // Exec runs req in the sandbox with stdin, stdout and stderr as its
 // descriptors and returns its wait status. Signals received on sigs are
 // forwarded to the command. A failure to start is an *ExecError
-// (ExecErr), wrapped with sandbox.ErrNotFound or
+// (ResponseError), wrapped with sandbox.ErrNotFound or
 // sandbox.ErrCannotInvoke where the command could not be executed.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (syscall.WaitStatus, error) {
 	id, ch, err := c.send(Request{Op: OpExec, Exec: &req}, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
@@ -144,7 +144,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin, stdout, stder
 		case resp := <-ch:
 			switch {
 			case resp.Error != "":
-				return 0, ExecErr(&resp)
+				return 0, ResponseError(&resp)
 			case resp.Exited:
 				return syscall.WaitStatus(resp.Status), nil
 			}

@@ -26,7 +26,7 @@ const (
 // ExecError says why a command did not start: Kind KindExec when it
 // could not be executed, KindSetup when the sandbox could not prepare
 // it; Errno is the error number behind it (0 when none). A Sandbox's
-// Exec returns one, the Server sends its fields, and ExecErr turns them
+// Exec returns one, the Server sends its fields, and ResponseError turns them
 // back into one on the client's side.
 type ExecError struct {
 	Kind  string
@@ -52,20 +52,14 @@ func (e *ExecError) sandboxError() error {
 	if e.Kind != KindExec {
 		return nil
 	}
-	switch e.Errno {
-	case syscall.ENOENT:
-		return sandbox.ErrNotFound
-	case syscall.EACCES, syscall.ENOEXEC, syscall.EPERM, syscall.EISDIR, syscall.ENOTDIR, syscall.ELOOP, syscall.E2BIG:
-		return sandbox.ErrCannotInvoke
-	}
-	return nil
+	return sandbox.ExecErrno(e.Errno)
 }
 
-// ExecErr is the error a failed exec response stands for, judged by its
+// ResponseError is the error a failed exec response stands for, judged by its
 // Kind and Errno: an *ExecError, wrapped, for a command that could not
 // be executed, with sandbox.ErrNotFound or sandbox.ErrCannotInvoke (its
 // message then ends in theirs).
-func ExecErr(resp *Response) error {
+func ResponseError(resp *Response) error {
 	e := &ExecError{Kind: resp.Kind, Errno: syscall.Errno(resp.Errno), Msg: resp.Error}
 	if s := e.sandboxError(); s != nil {
 		return fmt.Errorf("%w: %w", e, s)

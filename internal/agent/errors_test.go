@@ -9,11 +9,11 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// TestExecErr: a failed exec's response, after its trip through JSON, is
+// TestResponseError: a failed exec's response, after its trip through JSON, is
 // judged by its kind and error number alone: a command that could not be
 // executed maps to the sandbox error of its exit code (127 / 126), a
 // sandbox that could not prepare it to neither, whatever its text says.
-func TestExecErr(t *testing.T) {
+func TestResponseError(t *testing.T) {
 	for _, c := range []struct {
 		kind  string
 		errno syscall.Errno
@@ -42,7 +42,7 @@ func TestExecErr(t *testing.T) {
 		if err := json.Unmarshal(b, &resp); err != nil {
 			t.Fatal(err)
 		}
-		err = ExecErr(&resp)
+		err = ResponseError(&resp)
 		var ee *ExecError
 		if !errors.As(err, &ee) || ee.Kind != c.kind || ee.Errno != c.errno {
 			t.Errorf("%s %v: not an *ExecError with its fields: %#v", c.kind, c.errno, err)

@@ -72,7 +72,7 @@ type Response struct {
 	// Error says why the request failed, Kind what failed (KindExec,
 	// KindSetup, KindPath, KindRefused) and Errno, when not 0, the error
 	// number behind it. Clients judge a failure by Kind and Errno
-	// (ExecErr), never by Error's text.
+	// (ResponseError), never by Error's text.
 	Error string `json:"error,omitempty"`
 	Kind  string `json:"kind,omitempty"`
 	Errno int    `json:"errno,omitempty"`

@@ -1,6 +1,9 @@
 package sandbox
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+)
 
 var (
 	// ErrNotFound means the command does not exist in the sandbox (exit 127).
@@ -24,3 +27,18 @@ var (
 	// ErrRunning means the operation needs a stopped sandbox (or force).
 	ErrRunning = errors.New("sandbox is running")
 )
+
+// ExecErrno is the sentinel a failed execve's error number stands for,
+// as a shell maps them to exit codes: ErrNotFound (127) for ENOENT,
+// ErrCannotInvoke (126) for a file that exists but cannot be executed or
+// arguments that cannot be passed; nil for any other number. Every
+// backend and the agent judge a failed exec by this one table.
+func ExecErrno(errno syscall.Errno) error {
+	switch errno {
+	case syscall.ENOENT:
+		return ErrNotFound
+	case syscall.EACCES, syscall.ENOEXEC, syscall.EPERM, syscall.EISDIR, syscall.ENOTDIR, syscall.ELOOP, syscall.E2BIG:
+		return ErrCannotInvoke
+	}
+	return nil
+}

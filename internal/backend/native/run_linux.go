@@ -888,11 +888,8 @@ func parseInitError(msg []byte) error {
 		return err
 	}
 	if f.Exec {
-		switch f.Errno {
-		case unix.ENOENT:
-			return fmt.Errorf("%s: %w", f.Msg, sandbox.ErrNotFound)
-		case unix.EACCES, unix.ENOEXEC, unix.EPERM, unix.EISDIR, unix.ENOTDIR, unix.ELOOP:
-			return fmt.Errorf("%s: %w", f.Msg, sandbox.ErrCannotInvoke)
+		if sentinel := sandbox.ExecErrno(f.Errno); sentinel != nil {
+			return fmt.Errorf("%s: %w", f.Msg, sentinel)
 		}
 	}
 	return errors.New(f.Msg)

@@ -25,7 +25,7 @@ func TestStageFailureRoundTrip(t *testing.T) {
 	}{
 		{stageFailure{Exec: true, Errno: unix.ENOENT, Msg: "nope: executable file not found in $PATH: no such file or directory"}, sandbox.ErrNotFound, ""},
 		{stageFailure{Exec: true, Errno: unix.EACCES, Msg: "exec /etc/passwd: permission denied"}, sandbox.ErrCannotInvoke, ""},
-		{stageFailure{Exec: true, Errno: unix.E2BIG, Msg: "exec x: argument list too long"}, nil, ""},
+		{stageFailure{Exec: true, Errno: unix.E2BIG, Msg: "exec x: argument list too long"}, sandbox.ErrCannotInvoke, ""}, // 126, as a shell and a persistent sandbox's exec say
 		{stageFailure{Errno: unix.EPERM, Stage: stagePivot, Msg: "pivoting root: pivot_root: operation not permitted"}, nil, ""},
 		{stageFailure{Stage: stageVolumes, Msg: "mounting volumes: bind /a:/b: no such file or directory"}, nil, ""},
 		{stageFailure{Msg: "message with spaces and\nnewlines and a \x00 byte"}, nil, ""},
