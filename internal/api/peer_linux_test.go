@@ -90,19 +90,9 @@ func TestUnixPeerNamespaces(t *testing.T) {
 	if got := client(nil); got != "200 200 200" {
 		t.Errorf("our namespaces (no key, key, wrong key): %s, want 200 200 200 (a wrong key is ignored)", got)
 	}
-	for name, flags := range map[string]uintptr{
-		"user+pid": syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-		"user":     syscall.CLONE_NEWUSER,
-		"pid":      syscall.CLONE_NEWPID,
-	} {
+	for name, flags := range testenv.OtherNamespaces {
 		t.Run(name, func(t *testing.T) {
-			attr := &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
-			if flags&syscall.CLONE_NEWUSER != 0 {
-				attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-				attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-			} else if os.Geteuid() != 0 {
-				testenv.Missing(t, "a new PID namespace without a new user namespace needs root")
-			}
+			attr := testenv.InNamespaces(t, flags)
 			if got := client(attr); got != "403 200 403" {
 				t.Errorf("new %s namespace (no key, key, wrong key): %s, want 403 200 403", name, got)
 			}

@@ -75,19 +75,9 @@ func TestRunSocketPeerNamespaces(t *testing.T) {
 	if got := client(nil); got != "ok" || ran.Load() != 1 {
 		t.Fatalf("a client in our namespaces: %q (runs: %d)", got, ran.Load())
 	}
-	for name, flags := range map[string]uintptr{
-		"user+pid": syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-		"user":     syscall.CLONE_NEWUSER,
-		"pid":      syscall.CLONE_NEWPID,
-	} {
+	for name, flags := range testenv.OtherNamespaces {
 		t.Run(name, func(t *testing.T) {
-			attr := &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
-			if flags&syscall.CLONE_NEWUSER != 0 {
-				attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-				attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-			} else if os.Geteuid() != 0 {
-				testenv.Missing(t, "a new PID namespace without a new user namespace needs root")
-			}
+			attr := testenv.InNamespaces(t, flags)
 			before := ran.Load()
 			if got := client(attr); !strings.Contains(got, "permission denied") || !strings.Contains(got, "own user and PID namespaces") {
 				t.Errorf("a client in a new %s namespace: %q, want a refusal naming the namespaces", name, got)

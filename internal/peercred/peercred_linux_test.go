@@ -31,20 +31,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// nsAttr puts a child in new namespaces: user (its uid 0 is ours, so
-// SO_PEERCRED reports our uid) and/or PID.
-func nsAttr(t *testing.T, flags uintptr) *syscall.SysProcAttr {
-	t.Helper()
-	a := &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
-	if flags&syscall.CLONE_NEWUSER != 0 {
-		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-	} else if os.Geteuid() != 0 {
-		testenv.Missing(t, "a new PID namespace without a new user namespace needs root")
-	}
-	return a
-}
-
 // peerOf accepts one connection on a fresh socket from a child of this
 // test binary started with attr (nil: in our namespaces) and returns
 // what Of says about it.
@@ -89,13 +75,9 @@ func TestOf(t *testing.T) {
 	if p := peerOf(t, nil); !p.OwnNS || p.NSErr != nil {
 		t.Errorf("a client in our namespaces: OwnNS %v (%v)", p.OwnNS, p.NSErr)
 	}
-	for name, flags := range map[string]uintptr{
-		"user+pid": syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
-		"user":     syscall.CLONE_NEWUSER,
-		"pid":      syscall.CLONE_NEWPID,
-	} {
+	for name, flags := range testenv.OtherNamespaces {
 		t.Run(name, func(t *testing.T) {
-			p := peerOf(t, nsAttr(t, flags))
+			p := peerOf(t, testenv.InNamespaces(t, flags))
 			if p.OwnNS || !errors.Is(p.NSErr, ErrOtherNamespace) {
 				t.Errorf("a client in a new %s namespace: OwnNS %v (%v)", name, p.OwnNS, p.NSErr)
 			}
@@ -141,7 +123,7 @@ func TestPidfdAndProcAgree(t *testing.T) {
 	}
 	check(os.Getpid(), true)
 	cmd := exec.Command("sleep", "60")
-	cmd.SysProcAttr = nsAttr(t, syscall.CLONE_NEWUSER|syscall.CLONE_NEWPID)
+	cmd.SysProcAttr = testenv.InNamespaces(t, syscall.CLONE_NEWUSER|syscall.CLONE_NEWPID)
 	if err := cmd.Start(); err != nil {
 		testenv.Missing(t, "starting a child in new namespaces: %v", err)
 	}
