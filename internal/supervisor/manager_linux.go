@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/sandboxdir"
@@ -295,7 +296,7 @@ func (m *Manager) reconcile(ctx context.Context, sb *store.Sandbox) (*store.Sand
 // it) and returns its pid and start time.
 func (m *Manager) adopt(name string) (int, uint64, bool) {
 	dir := m.Dir(name)
-	c, err := Dial(filepath.Join(dir, "sock"))
+	c, err := agent.Dial(filepath.Join(dir, "sock"))
 	if err != nil {
 		return 0, 0, false
 	}
@@ -378,7 +379,7 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 	}
 	defer unlock()
 	if sb.Status == store.StatusRunning {
-		if c, err := Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
+		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
 			err = c.Stop(ctx)
 			c.Close()
 			if err != nil {
@@ -447,7 +448,7 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 
 // Dial connects to a running sandbox's supervisor. The socket is tried
 // first, without the state store: only a failure opens it to say why.
-func (m *Manager) Dial(ctx context.Context, name string) (*Client, error) {
+func (m *Manager) Dial(ctx context.Context, name string) (*agent.Client, error) {
 	if c, err := sandboxdir.Dial(m.Dir(name)); err == nil {
 		return c, nil
 	}
@@ -467,7 +468,7 @@ func (m *Manager) Connect(ctx context.Context, name string) (sandbox.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	return Conn{C: c, Dir: m.Dir(name), Meter: m.Meter}, nil
+	return agent.SandboxConn{C: c, Dir: m.Dir(name), Meter: m.Meter}, nil
 }
 
 // Spec returns the spec the sandbox runs with: spec.json in its

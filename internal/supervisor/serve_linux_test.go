@@ -157,12 +157,12 @@ func TestServeOverSandboxInterfaces(t *testing.T) {
 	if msg != "ok" {
 		t.Fatalf("ready: %q, Serve: %v", msg, <-res)
 	}
-	c, err := Dial(filepath.Join(dir, "sock"))
+	c, err := agent.Dial(filepath.Join(dir, "sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	conn := Conn{C: c, Dir: dir, Meter: fixedMeter{"abc123": {MemoryBytes: 4096, CPUSeconds: 1.5, Pids: 3}}}
+	conn := agent.SandboxConn{C: c, Dir: dir, Meter: fixedMeter{"abc123": {MemoryBytes: 4096, CPUSeconds: 1.5, Pids: 3}}}
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -204,7 +204,7 @@ func TestServeOverSandboxInterfaces(t *testing.T) {
 	if err != nil || u.MemoryBytes != 4096 || u.CPUSeconds != 1.5 || u.Pids != 3 || u.UptimeSeconds != 1 || u.SupervisorRSS <= 0 {
 		t.Fatalf("usage with the backend's meter: %+v %v", u, err)
 	}
-	if u, err := (Conn{C: c, Dir: dir}).Usage(ctx); err != nil || u.MemoryBytes != 0 || u.Pids != 1 {
+	if u, err := (agent.SandboxConn{C: c, Dir: dir}).Usage(ctx); err != nil || u.MemoryBytes != 0 || u.Pids != 1 {
 		t.Fatalf("usage without a meter: %+v %v", u, err)
 	}
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/supervisor"
 )
 
 // memKB is a process's Rss, Pss and Anonymous from smaps_rollup.
@@ -99,7 +98,7 @@ func BenchmarkSandboxIdleMemory(b *testing.B) {
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	defer devnull.Close()
 	exec1 := func(name string) time.Duration {
-		c, err := supervisor.Dial(filepath.Join(a.dataDir, "sandboxes", name, "sock"))
+		c, err := agent.Dial(filepath.Join(a.dataDir, "sandboxes", name, "sock"))
 		if err != nil {
 			b.Fatal(err)
 		}

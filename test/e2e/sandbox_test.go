@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
-	"github.com/agentkernel/agentkernel/internal/supervisor"
 )
 
 // sandboxInfo is the part of `sandbox info --json` the tests read.
@@ -296,7 +295,7 @@ func BenchmarkSandboxExec(b *testing.B) {
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	defer devnull.Close()
 	b.Run("rpc", func(b *testing.B) {
-		c, err := supervisor.Dial(filepath.Join(a.dataDir, "sandboxes", "bench", "sock"))
+		c, err := agent.Dial(filepath.Join(a.dataDir, "sandboxes", "bench", "sock"))
 		if err != nil {
 			b.Fatal(err)
 		}
