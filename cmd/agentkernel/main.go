@@ -1,20 +1,21 @@
 // Command agentkernel is what users type. It runs 'agentkernel run' of
-// images that are already cached, and 'exec', 'attach' and 'cp' into a
-// running persistent sandbox, by itself, and hands every other command
-// line to agentkernel-full, the binary with the rest of the command line
-// (images, sandboxes, the daemon, the API and MCP servers), which it
-// finds beside itself.
+// images that are already cached, 'exec', 'attach' and 'cp' into a
+// running persistent sandbox and 'stats' of running ones by itself, and
+// hands every other command line to agentkernel-full, the binary with
+// the rest of the command line (images, sandboxes, the daemon, the API
+// and MCP servers), which it finds beside itself.
 //
 // Why two binaries: a Go program initialises every package it links
 // before main runs, on every start. 'run' is the command agents call in
 // a loop (and 'exec' into a sandbox they keep), and its start-up should
 // not pay for a registry client, TLS, an SQLite engine and an MCP server
 // it does not use; linking only what a run of a cached image (or an exec
-// over a sandbox's socket) needs takes milliseconds off every one. The
-// hand-off is one execve(2) with the same arguments, environment and
-// descriptors, made before this process has printed or started anything,
-// so agentkernel-full behaves exactly as if it had been called directly.
-// TestRunPathDependencies keeps the heavy packages out of this binary.
+// or stats over a sandbox's socket) needs takes milliseconds off every
+// one. The hand-off is one execve(2) with the same arguments,
+// environment and descriptors, made before this process has printed or
+// started anything, so agentkernel-full behaves exactly as if it had
+// been called directly. TestRunPathDependencies keeps the heavy packages
+// out of this binary.
 //
 // GOMAXPROCS is the number of CPUs this process may run on, not derived
 // from the cgroup's CPU quota (Go 1.25's default, off here): see
@@ -61,9 +62,9 @@ func run() int {
 		HoldWarnings: true,
 	}
 	if !prestart.IsRun(os.Args) {
-		// exec, attach and cp into a running sandbox are this binary's
-		// too; the rest, and whatever of those it cannot serve, is
-		// agentkernel-full's.
+		// exec, attach and cp into a running sandbox, and stats of
+		// running ones, are this binary's too; the rest, and whatever
+		// of those it cannot serve, is agentkernel-full's.
 		err := app.ExecuteSandboxCommand(os.Args[1:])
 		if errors.Is(err, runcli.ErrNeedsFull) {
 			app.DropWarnings()

@@ -60,10 +60,10 @@ func TestRunPathDependencies(t *testing.T) {
 			}
 		}
 	}
-	// exec, attach and cp are served here, over the sandbox's directory
-	// (not the supervisor's state store, banned above).
+	// exec, attach, cp and stats are served here, over the sandboxes'
+	// directories (not the supervisor's state store, banned above).
 	if !strings.Contains(string(out), "github.com/agentkernel/agentkernel/internal/sandboxdir\n") {
-		t.Error("agentkernel does not link internal/sandboxdir: exec would go to agentkernel-full")
+		t.Error("agentkernel does not link internal/sandboxdir: exec and stats would go to agentkernel-full")
 	}
 	// The check itself: the whole command line does link them.
 	full, err := exec.Command(goBin, "list", "-deps", "../agentkernel-full").Output()

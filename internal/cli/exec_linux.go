@@ -78,7 +78,7 @@ func leanParsed(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
-// runSandboxCommand runs exec, attach or cp (cmd) with args, the command
+// runSandboxCommand runs exec, attach, cp or stats (cmd) with args, the command
 // line after the command's name, as the agentkernel binary runs them
 // (runcli.ParseSandboxCommand, runcli's App.RunSandboxCommand), with the
 // whole state store behind the Manager.

@@ -492,7 +492,7 @@ func (m *Manager) Spec(ctx context.Context, name string) (*sandbox.Spec, error) 
 
 // DiskUsage is the size of the sandbox's writable layer.
 func (m *Manager) DiskUsage(_ context.Context, name string) (int64, error) {
-	return dirSize(filepath.Join(m.Dir(name), "upper")), nil
+	return sandboxdir.UpperBytes(m.Dir(name)), nil
 }
 
 // GC removes expired sandboxes, the cgroups of stopped ones and
@@ -642,18 +642,4 @@ func spawn(argv []string, logPath string) (int, uint64, error) {
 	// The supervisor outlives us; the system's init reaps it.
 	_ = cmd.Process.Release()
 	return pid, start, nil
-}
-
-// dirSize is the disk usage of dir in bytes (best effort).
-func dirSize(dir string) int64 {
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }

@@ -16,46 +16,49 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/audit"
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/sandboxdir"
 )
 
 // ExecuteSandboxCommand runs, in the agentkernel binary, the command line
-// argv (without the program name) of 'exec', 'attach' or 'cp' into a
-// running persistent sandbox: ParseSandboxCommand, then the command, over a
-// sandbox.Manager whose persistent parts are the sandbox's directory
-// alone (its socket and spec.json: no state store). It answers
-// ErrNeedsFull, before it has done anything the user can see, for every
-// other command line, help, a command line ParseSandboxCommand refuses
-// (agentkernel-full says why, in the same words), and a sandbox it cannot
-// reach or whose spec it cannot read (agentkernel-full's state store
-// says whether it is unknown or stopped).
+// argv (without the program name) of 'exec', 'attach', 'cp' or 'stats'
+// into running persistent sandboxes: ParseSandboxCommand, then the
+// command, over a sandbox.Manager whose persistent parts are the
+// sandboxes' directories alone (their sockets and spec.json: no state
+// store). It answers ErrNeedsFull, before it has done anything the user
+// can see, for every other command line, help, a command line
+// ParseSandboxCommand refuses (agentkernel-full says why, in the same
+// words), 'stats' without a NAME (only the state store knows every
+// sandbox), and a sandbox it cannot reach or whose spec it cannot read
+// (agentkernel-full's state store says whether it is unknown or
+// stopped).
 func (a *App) ExecuteSandboxCommand(argv []string) error {
 	l, err := a.ParseSandboxCommand(argv)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNeedsFull, err)
 	}
 	TraceStage(l.Command + ": parsed")
+	names := []string{l.Name}
+	if l.Command == "stats" {
+		if len(l.Args) == 0 {
+			return fmt.Errorf("%w: stats of every sandbox", ErrNeedsFull)
+		}
+		names = l.Args
+	}
 	if err := a.SetupLogging(); err != nil {
 		return fmt.Errorf("%w: %w", ErrNeedsFull, err)
 	}
-	dir, err := sandboxdir.Dir(a.DataDir, l.Name)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNeedsFull, err)
+	p := &dirSandboxes{dataDir: a.DataDir, byName: map[string]*dirSandbox{}}
+	if l.Command == "stats" {
+		// The sandboxes' figures as the host sees them (their cgroups),
+		// read as agentkernel-full reads them.
+		p.meter = native.New(native.Options{DataDir: a.DataDir})
 	}
-	c, err := sandboxdir.Dial(dir)
-	if err != nil {
-		return fmt.Errorf("%w: sandbox %q: %w", ErrNeedsFull, l.Name, err)
-	}
-	conn := &agent.SandboxConn{C: c, Dir: dir}
-	p := &dirSandbox{name: l.Name, dir: dir, first: conn}
-	if l.Command != "cp" {
-		// Exec checks the command rules in the spec: read it now, so
-		// that a spec this binary cannot read goes to agentkernel-full
-		// before the command is refused or audited here.
-		if p.spec, err = sandboxdir.ReadSpec(dir, l.Name); err != nil {
-			c.Close()
-			return fmt.Errorf("%w: sandbox %q: %w", ErrNeedsFull, l.Name, err)
+	for _, name := range names {
+		if err := p.open(name, l.Command == "exec" || l.Command == "attach"); err != nil {
+			p.close()
+			return fmt.Errorf("%w: %w", ErrNeedsFull, err)
 		}
 	}
 	defer p.close()
@@ -67,6 +70,7 @@ func (a *App) ExecuteSandboxCommand(argv []string) error {
 		Warn:      a.Warnf,
 		Store:     p,
 		Connector: p,
+		HostStats: p,
 		Audit:     audit.New(a.DataDir),
 		Who:       Who("cli"),
 	})
@@ -92,83 +96,157 @@ func (a *App) RunSandboxCommand(ctx context.Context, m *sandbox.Manager, l *Sand
 		return a.RunAttach(ctx, m, l.Name, &l.Exec)
 	case "cp":
 		return a.RunCp(ctx, m, l.Args[0], l.Args[1])
+	case "stats":
+		return a.RunStats(ctx, m, l.Args, &l.Stats)
 	}
 	return fmt.Errorf("%w: %s", ErrNeedsFull, l.Command)
 }
 
-// dirSandbox is the persistent part of the agentkernel binary's
-// sandbox.Manager for one running sandbox: the connection and spec read
-// from its directory (sandboxdir). Its first Connect hands out the
-// connection made to find the sandbox; later ones dial again. What needs
-// the state store fails with errNotLean (never asked by exec, attach or
-// cp). None of its errors is ErrNeedsFull: once the command is under
-// way, nothing hands it to agentkernel-full.
+// dirSandboxes is the persistent part of the agentkernel binary's
+// sandbox.Manager for the running sandboxes a command line names: the
+// connections and specs read from their directories (sandboxdir). The
+// first Connect to each hands out the connection made to find it; later
+// ones dial again. Get answers a record of the name and the status
+// "running" (its agent answered when it was found), all that Stats
+// reads of one; what needs the state store fails with errNotLean (never
+// asked by exec, attach, cp or stats of named sandboxes). None of its
+// errors is ErrNeedsFull: once the command is under way, nothing hands it
+// to agentkernel-full.
 var errNotLean = errors.New("not available in the agentkernel binary (agentkernel-full has it)")
 
-type dirSandbox struct {
-	name, dir string
-	spec      *sandbox.Spec
+type dirSandboxes struct {
+	dataDir string
+	// meter is given to the connections (Usage), nil for none.
+	meter sandbox.Meter
 
-	mu    sync.Mutex
+	mu     sync.Mutex
+	byName map[string]*dirSandbox
+}
+
+// dirSandbox is one sandbox of a dirSandboxes.
+type dirSandbox struct {
+	dir   string
+	spec  *sandbox.Spec
 	first sandbox.Conn
 }
 
 var (
-	_ sandbox.Store     = (*dirSandbox)(nil)
-	_ sandbox.Connector = (*dirSandbox)(nil)
+	_ sandbox.Store     = (*dirSandboxes)(nil)
+	_ sandbox.Connector = (*dirSandboxes)(nil)
+	_ sandbox.HostStats = (*dirSandboxes)(nil)
 )
 
-func (p *dirSandbox) Connect(_ context.Context, name string) (sandbox.Conn, error) {
-	if name != p.name {
+// open finds the running sandbox called name through its directory
+// (and, withSpec, reads its spec: exec checks the command rules in it,
+// so a spec this binary cannot read goes to agentkernel-full before the
+// command is refused or audited here). A name given twice is found
+// once.
+func (p *dirSandboxes) open(name string, withSpec bool) error {
+	if p.byName[name] != nil {
+		return nil
+	}
+	dir, err := sandboxdir.Dir(p.dataDir, name)
+	if err != nil {
+		return err
+	}
+	c, err := sandboxdir.Dial(dir)
+	if err != nil {
+		return fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	s := &dirSandbox{dir: dir, first: p.conn(c, dir)}
+	p.byName[name] = s
+	if withSpec {
+		if s.spec, err = sandboxdir.ReadSpec(dir, name); err != nil {
+			return fmt.Errorf("sandbox %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (p *dirSandboxes) conn(c *agent.Client, dir string) sandbox.Conn {
+	return &agent.SandboxConn{C: c, Dir: dir, Meter: p.meter}
+}
+
+func (p *dirSandboxes) lookup(name string) (*dirSandbox, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.byName[name]
+	return s, ok
+}
+
+func (p *dirSandboxes) Connect(_ context.Context, name string) (sandbox.Conn, error) {
+	s, ok := p.lookup(name)
+	if !ok {
 		return nil, fmt.Errorf("sandbox %q: %w", name, errNotLean)
 	}
 	p.mu.Lock()
-	c := p.first
-	p.first = nil
+	c := s.first
+	s.first = nil
 	p.mu.Unlock()
 	if c != nil {
 		return c, nil
 	}
-	cl, err := sandboxdir.Dial(p.dir)
+	cl, err := sandboxdir.Dial(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w: %w", name, sandbox.ErrNotRunning, err)
 	}
-	return &agent.SandboxConn{C: cl, Dir: p.dir}, nil
+	return p.conn(cl, s.dir), nil
 }
 
-func (p *dirSandbox) close() {
+func (p *dirSandboxes) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.first != nil {
-		p.first.Close()
-		p.first = nil
+	for _, s := range p.byName {
+		if s.first != nil {
+			s.first.Close()
+			s.first = nil
+		}
 	}
 }
 
-func (p *dirSandbox) Spec(_ context.Context, name string) (*sandbox.Spec, error) {
-	if name != p.name || p.spec == nil {
+func (p *dirSandboxes) Spec(_ context.Context, name string) (*sandbox.Spec, error) {
+	s, ok := p.lookup(name)
+	if !ok || s.spec == nil {
 		return nil, fmt.Errorf("the spec of sandbox %q: %w", name, errNotLean)
 	}
-	return p.spec, nil
+	return s.spec, nil
 }
 
-func (p *dirSandbox) Create(context.Context, *sandbox.Info, *sandbox.Spec) error {
+func (p *dirSandboxes) Get(_ context.Context, name string) (*sandbox.Info, error) {
+	if _, ok := p.lookup(name); !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", name, errNotLean)
+	}
+	return &sandbox.Info{Name: name, Status: sandbox.StatusRunning}, nil
+}
+
+// Host is the host's totals, measured as agentkernel-full measures them.
+func (p *dirSandboxes) Host(ctx context.Context) (sandbox.HostUsage, error) {
+	return sandboxdir.Host(ctx, p.dataDir)
+}
+
+// DiskUsage is the size of the sandbox's writable layer (asked of a
+// sandbox that stopped since it was found).
+func (p *dirSandboxes) DiskUsage(_ context.Context, name string) (int64, error) {
+	s, ok := p.lookup(name)
+	if !ok {
+		return 0, fmt.Errorf("sandbox %q: %w", name, errNotLean)
+	}
+	return sandboxdir.UpperBytes(s.dir), nil
+}
+
+func (p *dirSandboxes) Create(context.Context, *sandbox.Info, *sandbox.Spec) error {
 	return fmt.Errorf("create: %w", errNotLean)
 }
 
-func (p *dirSandbox) Get(context.Context, string) (*sandbox.Info, error) {
-	return nil, fmt.Errorf("get: %w", errNotLean)
-}
-
-func (p *dirSandbox) List(context.Context) ([]*sandbox.Info, error) {
+func (p *dirSandboxes) List(context.Context) ([]*sandbox.Info, error) {
 	return nil, fmt.Errorf("list: %w", errNotLean)
 }
 
-func (p *dirSandbox) Update(context.Context, string, func(*sandbox.Info) error) (*sandbox.Info, error) {
+func (p *dirSandboxes) Update(context.Context, string, func(*sandbox.Info) error) (*sandbox.Info, error) {
 	return nil, fmt.Errorf("update: %w", errNotLean)
 }
 
-func (p *dirSandbox) Remove(context.Context, string, bool) error {
+func (p *dirSandboxes) Remove(context.Context, string, bool) error {
 	return fmt.Errorf("remove: %w", errNotLean)
 }
 

@@ -27,9 +27,10 @@ import (
 // is the end-to-end tests' (test/e2e).
 
 type fakeSandbox struct {
-	root int
-	mu   sync.Mutex
-	ran  [][]string
+	root       int
+	mu         sync.Mutex
+	ran        [][]string
+	statsAsked int
 }
 
 func (f *fakeSandbox) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
@@ -50,8 +51,23 @@ func (f *fakeSandbox) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process,
 func (f *fakeSandbox) FS() *agent.FS {
 	return &agent.FS{Root: f.root, InSandbox: true, UID: -1, GID: -1}
 }
-func (f *fakeSandbox) Stats() agent.Stats { return agent.Stats{Pids: 1} }
-func (f *fakeSandbox) Stop()              {}
+
+// Stats reports 0.25 s more CPU time at each call, so that a sample
+// between two calls is 50% of a 0.5 s sample.
+func (f *fakeSandbox) Stats() agent.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statsAsked++
+	return agent.Stats{Pids: 1, MemoryBytes: 3 << 20, UpperBytes: 2048, CPUSeconds: 0.25 * float64(f.statsAsked), InitRSS: 1 << 20}
+}
+
+func (f *fakeSandbox) Stop() {}
+
+func (f *fakeSandbox) statsCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statsAsked
+}
 
 func (f *fakeSandbox) commands() [][]string {
 	f.mu.Lock()

@@ -35,23 +35,37 @@ func BindAttachFlags(fs *pflag.FlagSet, o *ExecOptions) {
 	bindExecEnv(fs, o)
 }
 
+// StatsOptions are the flags of 'stats'.
+type StatsOptions struct {
+	JSON bool
+}
+
+// BindStatsFlags registers stats's flags into fs.
+func BindStatsFlags(fs *pflag.FlagSet, o *StatsOptions) {
+	fs.BoolVar(&o.JSON, "json", false, "print JSON")
+}
+
 func bindExecEnv(fs *pflag.FlagSet, o *ExecOptions) {
 	fs.StringArrayVarP(&o.Env, "env", "e", nil, "set KEY=VALUE, or pass KEY's value from the host (repeatable)")
 	fs.StringVarP(&o.Workdir, "workdir", "w", "", "working directory (default: the sandbox's)")
 	fs.StringVarP(&o.User, "user", "u", "", "run as NAME, UID or UID:GID")
 }
 
-// SandboxCommandLine is a parsed command line of 'exec', 'attach' or
-// 'cp'.
+// SandboxCommandLine is a parsed command line of 'exec', 'attach', 'cp'
+// or 'stats'.
 type SandboxCommandLine struct {
-	// Command is "exec", "attach" or "cp".
+	// Command is "exec", "attach", "cp" or "stats".
 	Command string
-	// Name is the sandbox's (cp: the one NAME:/path names).
+	// Name is the sandbox's (cp: the one NAME:/path names; stats: the
+	// first NAME, "" for none).
 	Name string
-	// Args is exec's command, cp's SRC and DEST.
+	// Args is exec's command, cp's SRC and DEST, stats's NAMEs (none:
+	// every sandbox).
 	Args []string
 	// Exec holds exec's and attach's flags.
 	Exec ExecOptions
+	// Stats holds stats's flags.
+	Stats StatsOptions
 }
 
 // ErrCommandHelp is ParseSandboxCommand's answer to -h or --help: the
@@ -62,21 +76,22 @@ var ErrCommandHelp = fmt.Errorf("%w: help", ErrNeedsFull)
 // IsSandboxCommand reports whether ParseSandboxCommand reads command
 // lines of the command called word.
 func IsSandboxCommand(word string) bool {
-	return word == "exec" || word == "attach" || word == "cp"
+	return word == "exec" || word == "attach" || word == "cp" || word == "stats"
 }
 
 // ParseSandboxCommand is the one parser of the command lines of 'exec',
-// 'attach' and 'cp', in agentkernel and agentkernel-full alike (cobra's
+// 'attach', 'cp' and 'stats', in agentkernel and agentkernel-full alike (cobra's
 // commands hand their arguments here, the command's name first, and keep
 // only their help and completion). argv, without the program name, is
 //
 //	[global flags] exec [flags] NAME [--] COMMAND [ARG...]
 //	[global flags] attach [flags] NAME
 //	[global flags] cp [flags] SRC DEST
+//	[global flags] stats [flags] [NAME...]
 //
 // with the global flags also allowed after the command's name. Exec's
-// flags end at NAME ("exec dev ls -l" gives -l to ls); attach's and cp's
-// may come anywhere, as cobra took them. It answers ErrNeedsFull for
+// flags end at NAME ("exec dev ls -l" gives -l to ls); attach's, cp's and
+// stats's may come anywhere, as cobra took them. It answers ErrNeedsFull for
 // another command line, ErrCommandHelp for -h or --help, and an error as
 // cobra gave it (exit status 125) for a flag or argument it refuses; a's
 // global flags are set.
@@ -103,6 +118,9 @@ func (a *App) ParseSandboxCommand(argv []string) (*SandboxCommandLine, error) {
 		BindAttachFlags(fs, &l.Exec)
 		fs.SetInterspersed(true)
 	case "cp":
+		fs.SetInterspersed(true)
+	case "stats":
+		BindStatsFlags(fs, &l.Stats)
 		fs.SetInterspersed(true)
 	}
 	if err := fs.Parse(rest[1:]); err != nil {
@@ -141,6 +159,18 @@ func (a *App) ParseSandboxCommand(argv []string) (*SandboxCommandLine, error) {
 		l.Name, l.Args = sName, args
 		if dRemote {
 			l.Name = dName
+		}
+		return l, nil
+	case "stats":
+		// Every NAME becomes a path under the data directory: all are
+		// checked before any is looked at.
+		for _, n := range args {
+			if err := config.ValidateSandboxName(n); err != nil {
+				return nil, &ExitError{Code: ExitAgentkernel, Err: err}
+			}
+		}
+		if len(args) > 0 {
+			l.Name, l.Args = args[0], args
 		}
 		return l, nil
 	}

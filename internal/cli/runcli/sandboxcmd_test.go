@@ -37,6 +37,14 @@ func TestParseSandboxCommand(t *testing.T) {
 		},
 		{argv: []string{"cp", "./a", "-q", "dev:/b"}, want: SandboxCommandLine{Command: "cp", Name: "dev", Args: []string{"./a", "dev:/b"}}, quiet: true},
 		{argv: []string{"cp", "dev:", "."}, want: SandboxCommandLine{Command: "cp", Name: "dev", Args: []string{"dev:", "."}}},
+		{argv: []string{"stats"}, want: SandboxCommandLine{Command: "stats"}},
+		{argv: []string{"stats", "--json"}, want: SandboxCommandLine{Command: "stats", Stats: StatsOptions{JSON: true}}},
+		{
+			argv:    []string{"stats", "dev", "--json", "-q", "web", "--data-dir=/d"},
+			want:    SandboxCommandLine{Command: "stats", Name: "dev", Args: []string{"dev", "web"}, Stats: StatsOptions{JSON: true}},
+			dataDir: "/d", quiet: true,
+		},
+		{argv: []string{"stats", "--", "dev"}, want: SandboxCommandLine{Command: "stats", Name: "dev", Args: []string{"dev"}}},
 	} {
 		a := &App{}
 		l, err := a.ParseSandboxCommand(tc.argv)
@@ -80,6 +88,12 @@ func TestParseSandboxCommandRefuses(t *testing.T) {
 		{argv: []string{"cp", "a", "b"}, msg: "cp: exactly one of SRC and DEST must be NAME:/path", hint: "see 'agentkernel --help'"},
 		{argv: []string{"cp", "dev:/a", "dev:/b"}, msg: "cp: exactly one of SRC and DEST must be NAME:/path", hint: "see 'agentkernel --help'"},
 		{argv: []string{"cp", "../x:/a", "b"}, msg: "cp: exactly one of SRC and DEST must be NAME:/path", hint: "see 'agentkernel --help'"},
+		{argv: []string{"stats", "dev", "-h"}},
+		{argv: []string{"stats", "--bogus"}, msg: "unknown flag: --bogus", hint: "see 'agentkernel stats --help'"},
+		{argv: []string{"stats", "-i", "dev"}, msg: "unknown shorthand flag: 'i' in -i", hint: "see 'agentkernel stats --help'"},
+		{argv: []string{"stats", "dev", "../x"}, msg: `sandbox name "../x" contains invalid character '.' (use letters, digits, '-' and '_')`},
+		{argv: []string{"stats", "", "dev"}, msg: "sandbox name cannot be empty"},
+		{argv: []string{"stats", "--json", "dev", "a/b"}, msg: `sandbox name "a/b" contains invalid character '/' (use letters, digits, '-' and '_')`},
 	} {
 		_, err := (&App{}).ParseSandboxCommand(tc.argv)
 		if tc.msg == "" {
