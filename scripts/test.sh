@@ -14,9 +14,13 @@ FUZZCOUNT=${FUZZCOUNT:-5000x}
 
 # The Debian packages the tests use: busybox-static (test images), uidmap
 # (newuidmap/newgidmap), util-linux (setpriv, unshare), passwd (useradd,
-# usermod), chromium (the browser tests). The one list: .ci/run installs
-# what `scripts/test.sh --packages` prints.
-packages=(busybox-static uidmap util-linux passwd chromium)
+# usermod), chromium (the browser tests), and the clients the network
+# tests drive in internal/testenv/netlab's namespaces: iproute2 (ip), curl,
+# git (and git http-backend), python3 and pip, nodejs (fetch, npm). The
+# one list: .ci/run installs what `scripts/test.sh --packages` prints.
+# npm comes last, and only where nodejs did not bring it (NodeSource's
+# nodejs holds npm and conflicts with Debian's).
+packages=(busybox-static uidmap util-linux passwd chromium iproute2 curl git python3 python3-pip nodejs)
 if [ "${1:-}" = --packages ]; then
   printf '%s\n' "${packages[@]}"
   exit 0
@@ -27,6 +31,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "== installing npm"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
   fi
 fi
 
