@@ -23,6 +23,8 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/cli"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/netproc"
+	"github.com/agentkernel/agentkernel/internal/netproc/helper"
 )
 
 // Set with -ldflags "-X main.version=… -X main.commit=…".
@@ -40,6 +42,10 @@ func run() int {
 	// must not touch the CLI.
 	if native.IsInit() {
 		return native.InitMain()
+	}
+	// A sandbox's network helper serves its network and nothing else.
+	if len(os.Args) > 0 && os.Args[0] == netproc.Argv0 {
+		return helper.Main()
 	}
 	// A sandbox's supervisor lives as long as its sandbox: it skips the
 	// command line's set-up (and the memory that would stay with it).

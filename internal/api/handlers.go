@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	apispec "github.com/agentkernel/agentkernel/api"
 	"github.com/agentkernel/agentkernel/internal/audit"
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -38,7 +40,7 @@ type SandboxInfo struct {
 
 func (s *Server) info(i *sandbox.Info) SandboxInfo {
 	out := SandboxInfo{Name: i.Name, Status: i.Status, Backend: i.Backend, UUID: i.UUID, Image: i.Image,
-		MemoryMB: i.Resources.MemoryMB, Labels: i.Labels, Description: i.Description}
+		MemoryMB: i.Resources.MemoryMB, Labels: i.Labels, Description: i.Description, IP: i.IP}
 	if out.Status != sandbox.StatusRunning {
 		out.Status = sandbox.StatusStopped // the SDKs know these two only
 	}
@@ -130,6 +132,40 @@ type runRequest struct {
 	// Fast asks for a sandbox from the warm pool (default true; pool.go);
 	// either way each request gets a clean sandbox.
 	Fast *bool `json:"fast"`
+	// Network is the network mode (true, false, "none", "filtered",
+	// "full"), AllowDomains and BlockDomains its name rules.
+	Network      networkField `json:"network"`
+	AllowDomains []string     `json:"allow_domains"`
+	BlockDomains []string     `json:"block_domains"`
+}
+
+// networkField is a request's "network": a boolean (upstream's form) or
+// a mode name.
+type networkField struct{ set config.NetworkSetting }
+
+func (n *networkField) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case nil:
+		n.set = ""
+	case bool:
+		n.set = config.NetworkOff
+		if x {
+			n.set = config.NetworkOn
+		}
+	case string:
+		m, err := config.ParseNetworkSetting(x)
+		if err != nil {
+			return err
+		}
+		n.set = m
+	default:
+		return fmt.Errorf("network: use true, false, \"none\", \"filtered\" or \"full\"")
+	}
+	return nil
 }
 
 func (q *runRequest) fast() bool { return q.Fast == nil || *q.Fast }
@@ -142,7 +178,8 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 	if s.opts.Resolve == nil {
 		return nil, fmt.Errorf("the server has no spec resolver")
 	}
-	spec, err := s.opts.Resolve(r.Context(), RunSpec{Args: q.Command, Image: q.Image, Profile: profileName(q.Profile)})
+	spec, err := s.opts.Resolve(r.Context(), RunSpec{Args: q.Command, Image: q.Image, Profile: profileName(q.Profile),
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains})
 	if err != nil {
 		return nil, badRequest("%s", err.Error())
 	}
@@ -193,10 +230,15 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 		s.metrics.poolRun(why)
 		if sb != nil {
 			defer done()
-			return sb.Run(ctx, spec.Args, stdio, nil)
+			res, err := sb.Run(ctx, spec.Args, stdio, nil)
+			s.opts.Manager.AuditDenials(spec, res.NetworkDenials, start)
+			s.metrics.networkDenials(res.NetworkDenials)
+			return res, err
 		}
 	}
-	return s.opts.Manager.Run(ctx, "", spec, stdio)
+	res, err := s.opts.Manager.Run(ctx, "", spec, stdio)
+	s.metrics.networkDenials(res.NetworkDenials)
+	return res, err
 }
 
 // RunLocal runs spec for a local client of the daemon (its run socket),
@@ -231,6 +273,8 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 		}
 	}
 	res, err := sb.Run(ctx, spec.Args, stdio, sigs)
+	s.opts.Manager.AuditDenials(spec, res.NetworkDenials, start)
+	s.metrics.networkDenials(res.NetworkDenials)
 	return res, served, err
 }
 
@@ -346,6 +390,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		Profile     string            `json:"profile"`
 		Labels      map[string]string `json:"labels"`
 		Description string            `json:"description"`
+		// Network and its rules, as for /run; Ports publishes ports
+		// ("8080:80").
+		Network      networkField `json:"network"`
+		AllowDomains []string     `json:"allow_domains"`
+		BlockDomains []string     `json:"block_domains"`
+		Ports        []string     `json:"ports"`
 	}
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)
@@ -366,7 +416,8 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, q.Name, badRequest("Invalid profile '%s'. Use: permissive, moderate, restrictive", q.Profile))
 		return
 	}
-	spec, err := s.opts.Resolve(r.Context(), RunSpec{Name: q.Name, Image: q.Image, Profile: p, VCPUs: q.VCPUs, MemoryMB: q.MemoryMB})
+	spec, err := s.opts.Resolve(r.Context(), RunSpec{Name: q.Name, Image: q.Image, Profile: p, VCPUs: q.VCPUs, MemoryMB: q.MemoryMB,
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Ports: q.Ports})
 	if err != nil {
 		s.fail(w, q.Name, badRequest("%s", err.Error()))
 		return

@@ -43,14 +43,36 @@ type metrics struct {
 	runSum   float64
 	runHist  [len(runBuckets)]uint64
 	poolRuns map[string]uint64
+	// netDenied counts what runs' network policies refused, by kind.
+	netDenied map[string]uint64
 }
 
+// netKinds are the kinds of network refusal (sandbox.NetworkDenial.Kind).
+var netKinds = []string{"dns", "tcp", "udp", "sni", "host"}
+
 func newMetrics() *metrics {
-	m := &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}, poolRuns: map[string]uint64{}}
+	m := &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}, poolRuns: map[string]uint64{}, netDenied: map[string]uint64{}}
 	for _, r := range poolResults {
 		m.poolRuns[r] = 0 // every result shows, at 0 until it happens
 	}
+	for _, k := range netKinds {
+		m.netDenied[k] = 0
+	}
 	return m
+}
+
+// networkDenials counts a run's refused connections and names.
+func (m *metrics) networkDenials(ds []sandbox.NetworkDenial) {
+	if len(ds) == 0 {
+		return
+	}
+	m.mu.Lock()
+	for _, d := range ds {
+		if _, ok := m.netDenied[d.Kind]; ok {
+			m.netDenied[d.Kind] += uint64(max(d.Count, 1))
+		}
+	}
+	m.mu.Unlock()
 }
 
 func (m *metrics) request(route string, code int, d time.Duration) {
@@ -139,6 +161,10 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(results)
 	for _, k := range results {
 		fmt.Fprintf(&b, "agentkernel_pool_runs_total{%s} %d\n", label("result", k), m.poolRuns[k])
+	}
+	family(&b, "agentkernel_network_denied_total", "counter", "Connections and names that runs' network policies refused, by kind: dns (NXDOMAIN), tcp, udp, sni, host.")
+	for _, k := range netKinds {
+		fmt.Fprintf(&b, "agentkernel_network_denied_total{%s} %d\n", label("kind", k), m.netDenied[k])
 	}
 	m.mu.Unlock()
 

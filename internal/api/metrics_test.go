@@ -79,6 +79,8 @@ func TestMetricsParse(t *testing.T) {
 		{"agentkernel_pool_runs_total", map[string]string{"result": "hit"}, 1},
 		{"agentkernel_pool_runs_total", map[string]string{"result": "miss"}, 0},
 		{"agentkernel_pool_runs_total", map[string]string{"result": "unpoolable"}, 0},
+		{"agentkernel_network_denied_total", map[string]string{"kind": "dns"}, 2},
+		{"agentkernel_network_denied_total", map[string]string{"kind": "tcp"}, 0},
 		{"agentkernel_sandboxes", map[string]string{"status": "running"}, 0},
 		{"agentkernel_sandboxes", map[string]string{"status": "stopped"}, 0},
 	} {

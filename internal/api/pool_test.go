@@ -87,7 +87,8 @@ type standInSandbox struct {
 
 func (s *standInSandbox) Run(context.Context, []string, sandbox.Stdio, <-chan os.Signal) (sandbox.Result, error) {
 	s.Close()
-	return sandbox.Result{}, nil
+	// As if the command had asked for a name its policy refuses, twice.
+	return sandbox.Result{NetworkDenials: []sandbox.NetworkDenial{{Kind: "dns", Name: "refused.example", Reason: "not allowed", Count: 2}}}, nil
 }
 func (s *standInSandbox) Warnings() []string { return nil }
 

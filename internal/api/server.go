@@ -32,6 +32,12 @@ type RunSpec struct {
 	// VCPUs and MemoryMB are 0 when not given.
 	VCPUs    int
 	MemoryMB int
+	// Network is the network mode asked for ("" when not given), with
+	// its domain rules and published ports.
+	Network      config.NetworkSetting
+	AllowDomains []string
+	BlockDomains []string
+	Ports        []string
 }
 
 // Options configures a Server.

@@ -28,6 +28,9 @@ const (
 	ActionStop   = "stop"
 	ActionRemove = "remove"
 	ActionExec   = "exec"
+	// ActionNetworkDeny is a connection or name a sandbox's network
+	// policy refused (Details says which, and why; ExitCode is unset).
+	ActionNetworkDeny = "network_deny"
 )
 
 // Entry is one line of the audit log.
@@ -46,6 +49,9 @@ type Entry struct {
 	Who string `json:"who"`
 	// Error is set when the action failed.
 	Error string `json:"error,omitempty"`
+	// Details describe the action further (a refused connection: what,
+	// why, and how many times).
+	Details string `json:"details,omitempty"`
 }
 
 // maxCommand bounds one entry: longer argv are cut, so that an entry stays

@@ -274,7 +274,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
-	if err := a.ApplyNetworkStopgap(spec, cfg, &o.overrides); err != nil {
+	if err := a.ApplyNetworkStopgap(spec, cfg, &o.overrides, true); err != nil {
 		return err
 	}
 	m, done, err := a.sandboxes()
@@ -513,9 +513,9 @@ func newSandboxListCmd(a *App) *cobra.Command {
 				return enc.Encode(out)
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND\tAGE\tLABELS")
+			fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND\tAGE\tNETWORK\tPORTS\tLABELS")
 			for _, sb := range out {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.Image, sb.Backend, age(sb.CreatedAt), labelString(sb.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.Image, sb.Backend, age(sb.CreatedAt), networkString(sb), portsString(sb.Ports), labelString(sb.Labels))
 			}
 			return tw.Flush()
 		},
@@ -558,6 +558,15 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 		fmt.Fprintf(w, "Created:\t%s\nLast activity:\t%s\n", sb.CreatedAt.Format(time.RFC3339), sb.LastActivityAt.Format(time.RFC3339))
 		if sb.ExpiresAt != nil {
 			fmt.Fprintf(w, "Expires:\t%s\n", sb.ExpiresAt.Format(time.RFC3339))
+		}
+		if sb.Network != "" {
+			fmt.Fprintf(w, "Network:\t%s\n", sb.Network)
+		}
+		if sb.IP != "" {
+			fmt.Fprintf(w, "Address:\t%s\n", sb.IP)
+		}
+		for _, p := range sb.Ports {
+			fmt.Fprintf(w, "Published:\t%s\n", p)
 		}
 		if sb.Status == sandbox.StatusRunning {
 			fmt.Fprintf(w, "Supervisor:\tpid %d\n", sb.SupervisorPID)
@@ -698,4 +707,28 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) err
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil
+}
+
+// networkString is a sandbox's network for 'sandbox list': its mode and,
+// with egress, its address.
+func networkString(sb *sandbox.Info) string {
+	switch {
+	case sb.IP != "":
+		return string(sb.Network) + " " + sb.IP
+	case sb.Network != "":
+		return string(sb.Network)
+	}
+	return "-"
+}
+
+// portsString lists published ports as HOST->SANDBOX.
+func portsString(ps []sandbox.PortMapping) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, ",")
 }

@@ -396,7 +396,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, api.RunSpec) (*sandbox.Spec, error) {
 	home, _ := os.UserHomeDir()
 	return func(_ context.Context, r api.RunSpec) (*sandbox.Spec, error) {
-		o := policy.Overrides{Name: r.Name, Image: r.Image, Profile: r.Profile}
+		o := policy.Overrides{Name: r.Name, Image: r.Image, Profile: r.Profile, Network: r.Network,
+			AllowDomains: r.AllowDomains, BlockDomains: r.BlockDomains, Publish: r.Ports}
 		if r.VCPUs > 0 {
 			o.CPUs = float64(r.VCPUs)
 		}
@@ -413,7 +414,7 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		for _, w := range warnings {
 			a.Logger.Warn(w)
 		}
-		if w, err := policy.NetworkStopgap(spec, cfg.IsSet("security.network")); err != nil {
+		if w, err := policy.NetworkStopgap(spec, r.Network != "" || cfg.IsSet("security.network"), r.Name != ""); err != nil {
 			return nil, err
 		} else if w != "" {
 			a.Logger.Warn(w)

@@ -71,8 +71,9 @@ type Resources struct {
 type Security struct {
 	// Profile is permissive, moderate or restrictive. Default moderate.
 	Profile string `toml:"profile"`
-	// Network forces network access on or off.
-	Network *bool `toml:"network"`
+	// Network is the network mode: true (egress, in the profile's or
+	// mode's way), false ("none"), "none", "filtered" or "full".
+	Network NetworkSetting `toml:"network"`
 	// MountCwd says how the project directory appears at /workspace.
 	MountCwd CwdMount `toml:"mount_cwd"`
 	// MountHome mounts $HOME read-only at /home/user.
@@ -107,8 +108,14 @@ type Commands struct {
 
 // Network is [network].
 type Network struct {
-	// Ports to publish: "8080:80", "3000", "5353:53/udp".
+	// Ports to publish: "8080:80", "3000", "127.0.0.1:8080:80", "5353:53/udp".
 	Ports []string `toml:"ports"`
+	// AllowCIDRs are address ranges the sandbox may reach by address
+	// (including ranges refused by default: private, metadata, host).
+	AllowCIDRs []string `toml:"allow_cidrs"`
+	// AllowUDP are UDP destinations other than DNS: "HOST:PORT" or
+	// "CIDR:PORT".
+	AllowUDP []string `toml:"allow_udp"`
 	// VsockCID is accepted for upstream compatibility and unused.
 	VsockCID int64 `toml:"vsock_cid"`
 }
@@ -288,6 +295,56 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// NetworkSetting is [security].network. "" leaves it to the profile.
+type NetworkSetting string
+
+// NetworkSetting values. A TOML true means NetworkOn, false NetworkOff.
+const (
+	NetworkUnset NetworkSetting = ""
+	// NetworkOn is egress as the profile or mode gives it: filtered when
+	// a mode or allowlist_only lists the allowed names, full otherwise.
+	NetworkOn       NetworkSetting = "on"
+	NetworkOff      NetworkSetting = "none"
+	NetworkFiltered NetworkSetting = "filtered"
+	NetworkAll      NetworkSetting = "full"
+)
+
+// ParseNetworkSetting reads a network mode as --network and the API take
+// it: none, filtered, full, or on/true and off/false.
+func ParseNetworkSetting(s string) (NetworkSetting, error) {
+	switch strings.ToLower(s) {
+	case "none", "off", "false":
+		return NetworkOff, nil
+	case "on", "true":
+		return NetworkOn, nil
+	case "filtered":
+		return NetworkFiltered, nil
+	case "full":
+		return NetworkAll, nil
+	}
+	return NetworkUnset, fmt.Errorf("unknown network mode %q: use none, filtered or full", s)
+}
+
+// UnmarshalTOML implements toml.Unmarshaler.
+func (n *NetworkSetting) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case bool:
+		*n = NetworkOff
+		if x {
+			*n = NetworkOn
+		}
+		return nil
+	case string:
+		m, err := ParseNetworkSetting(x)
+		if err != nil {
+			return err
+		}
+		*n = m
+		return nil
+	}
+	return fmt.Errorf("expected true, false or one of \"none\", \"filtered\", \"full\", got %s", tomlTypeOf(v))
 }
 
 // CwdMount is [security].mount_cwd: how the project directory appears at

@@ -34,7 +34,7 @@ func TestDefaults(t *testing.T) {
 	if c.Security.Profile != ProfileModerate || c.Agent.CompatibilityMode != ModeNative || c.Agent.Preferred != "claude" {
 		t.Errorf("defaults: profile %q mode %q agent %q", c.Security.Profile, c.Agent.CompatibilityMode, c.Agent.Preferred)
 	}
-	if c.Security.Network != nil || c.Security.MountCwd != CwdUnset || c.Resources.MemoryMB != 0 {
+	if c.Security.Network != NetworkUnset || c.Security.MountCwd != CwdUnset || c.Resources.MemoryMB != 0 {
 		t.Error("profile-decided values are set by default")
 	}
 	for _, v := range c.Values() {
@@ -107,7 +107,7 @@ memory_mb = 3000
 	if c.Resources.PIDs != 50 || c.Source("resources.pids") != (Source{SourceUser, user, 4}) {
 		t.Errorf("pids = %d from %v", c.Resources.PIDs, c.Source("resources.pids"))
 	}
-	if c.Security.Profile != ProfilePermissive || c.Security.Network == nil || *c.Security.Network {
+	if c.Security.Profile != ProfilePermissive || c.Security.Network != NetworkOff {
 		t.Errorf("user [security] lost: %+v", c.Security)
 	}
 	// Lists are replaced, not merged.
@@ -239,7 +239,10 @@ func TestTypeErrors(t *testing.T) {
 		{"[resources]\nmemory_mb = 1.5\n", 2, "resources.memory_mb", "expected an integer, got a float"},
 		{"[resources]\nvcpus = \"2\"\n", 2, "resources.vcpus", "expected a number, got a string"},
 		{"\n\n[sandbox]\nname = 5\n", 4, "sandbox.name", "expected a string, got an integer"},
-		{"[security]\nnetwork = \"yes\"\n", 2, "security.network", "expected true or false, got a string"},
+		{"[security]\nnetwork = \"yes\"\n", 2, "security.network", "unknown network mode \"yes\""},
+		{"[security]\nnetwork = 1\n", 2, "security.network", "expected true, false or one of"},
+		{"[network]\nallow_cidrs = [\"10.0.0.0/33\"]\n", 2, "network.allow_cidrs", "invalid address range"},
+		{"[network]\nallow_udp = [\"10.0.0.1\"]\n", 2, "network.allow_udp", "HOST:PORT"},
 		{"[security.domains]\nallow = \"x.example\"\n", 2, "security.domains.allow", "expected a list of strings, got a string"},
 		{"[security.domains]\nallow = [\"a\", 1]\n", 2, "security.domains.allow", "an element has another type"},
 		{"sandbox = 3\n", 1, "sandbox", "expected a table, got an integer"},
@@ -485,6 +488,8 @@ allowlist_only = true
 [network]
 ports = ["8080:80", "3000", "5353:53/udp"]
 vsock_cid = 3
+allow_cidrs = ["10.0.0.0/8"]
+allow_udp = ["10.0.0.1:53"]
 [[files]]
 source = "a.txt"
 dest = "/etc/a.txt"

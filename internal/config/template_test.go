@@ -23,7 +23,7 @@ func TestTemplateLoadsCleanly(t *testing.T) {
 			t.Errorf("template values: %+v", c)
 		}
 		// Detection and the profile stay in charge.
-		if c.Sandbox.Runtime != "" || c.Sandbox.BaseImage != "" || c.IsSet("resources.memory_mb") || c.Security.Network != nil {
+		if c.Sandbox.Runtime != "" || c.Sandbox.BaseImage != "" || c.IsSet("resources.memory_mb") || c.Security.Network != NetworkUnset {
 			t.Errorf("template pins values it should leave unset: %+v", c)
 		}
 		// Every commented-out assignment is valid when uncommented.

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -116,6 +118,16 @@ func (c *Config) validate() error {
 	for _, port := range c.Network.Ports {
 		if err := ValidatePort(port); err != nil {
 			return fail("network.ports", "%v", err)
+		}
+	}
+	for _, c := range c.Network.AllowCIDRs {
+		if _, err := ParseCIDR(c); err != nil {
+			return fail("network.allow_cidrs", "%v", err)
+		}
+	}
+	for _, u := range c.Network.AllowUDP {
+		if err := ValidateUDPRule(u); err != nil {
+			return fail("network.allow_udp", "%v", err)
 		}
 	}
 
@@ -305,23 +317,42 @@ func ValidateDomainPattern(d string) error {
 	return nil
 }
 
-// ValidatePort accepts "8080:80", "3000" and "5353:53/udp".
-func ValidatePort(p string) error {
-	spec, proto, hasProto := strings.Cut(p, "/")
-	if hasProto && proto != "tcp" && proto != "udp" {
-		return fmt.Errorf("port %q: protocol must be tcp or udp", p)
+// ParseCIDR reads an address range as --allow-cidr and
+// [network].allow_cidrs take it: "10.0.0.0/8", "fd00::/8", or one
+// address ("10.0.0.5" is 10.0.0.5/32). The range is returned masked.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Zone() == "" {
+		return p.Masked(), nil
 	}
-	parts := strings.Split(spec, ":")
-	if len(parts) > 2 {
-		return fmt.Errorf("port %q: use HOST:SANDBOX or PORT", p)
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return netip.PrefixFrom(a, a.BitLen()), nil
 	}
-	for _, n := range parts {
-		v, err := strconv.Atoi(n)
-		if err != nil || v < 1 || v > 65535 {
-			return fmt.Errorf("port %q: %q is not a port number (1-65535)", p, n)
-		}
+	return netip.Prefix{}, fmt.Errorf("invalid address range %q: use an address or a CIDR such as 10.0.0.0/8 or fd00::/8", s)
+}
+
+// ValidateUDPRule accepts "HOST:PORT" or "CIDR:PORT" (IPv6 in brackets:
+// "[fd00::1]:53"), the UDP destinations a sandbox may send to.
+func ValidateUDPRule(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("invalid UDP destination %q: use HOST:PORT or CIDR:PORT", s)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("invalid UDP destination %q: %q is not a port number from 1 to 65535", s, port)
+	}
+	if _, err := ParseCIDR(host); err == nil {
+		return nil
+	}
+	if err := ValidateDomainPattern(host); err != nil {
+		return fmt.Errorf("invalid UDP destination %q: %v", s, err)
 	}
 	return nil
+}
+
+// ValidatePort accepts what ParsePortMapping reads.
+func ValidatePort(p string) error {
+	_, err := ParsePortMapping(p)
+	return err
 }
 
 func hasDotDot(p string) bool {

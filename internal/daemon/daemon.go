@@ -114,6 +114,9 @@ type Reply struct {
 	// Served says how the run was served: hit (a warm sandbox) or
 	// prepared (a sandbox prepared for it).
 	Served string `json:"served,omitempty"`
+	// NetworkSummary is the line naming what the sandbox's network policy
+	// refused (sandbox.Result.NetworkSummary).
+	NetworkSummary string `json:"network_summary,omitempty"`
 }
 
 // errorKinds are the kinds of failure a reply names, with the error the

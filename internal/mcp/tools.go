@@ -208,7 +208,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	}
 	if in.Network != nil {
 		if *in.Network {
-			o.Network, o.Set["network"] = true, true
+			o.Network, o.Set["network"] = config.NetworkOn, true
 		} else {
 			o.NoNetwork, o.Set["no-network"] = true, true
 		}
@@ -239,7 +239,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	for _, w := range warnings {
 		t.opts.Warn("%s", w)
 	}
-	if w, err := policy.NetworkStopgap(spec, o.Network || cfg.IsSet("security.network")); err != nil {
+	if w, err := policy.NetworkStopgap(spec, o.Network != "" || cfg.IsSet("security.network"), false); err != nil {
 		return errorResult(err.Error() + "; drop network:true (or pass network:false) to run without it"), nil, nil
 	} else if w != "" {
 		t.opts.Warn("%s", w)
@@ -336,7 +336,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	for _, w := range warnings {
 		t.opts.Warn("%s", w)
 	}
-	if w, err := policy.NetworkStopgap(spec, cfg.IsSet("security.network")); err != nil {
+	if w, err := policy.NetworkStopgap(spec, cfg.IsSet("security.network"), true); err != nil {
 		return errorResult(err.Error()), nil, nil
 	} else if w != "" {
 		t.opts.Warn("%s", w)

@@ -3,32 +3,56 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// ErrNoEgress means a caller asked for network egress, which the native
-// backend cannot give yet (the network policy proxy does not exist).
-var ErrNoEgress = errors.New("network egress is not available yet on the native backend: sandboxes get loopback only")
+// ErrNoEgress means a caller asked for network egress where the native
+// backend cannot give it: on a system other than Linux.
+var ErrNoEgress = errors.New("network egress needs Linux")
 
-// NetworkStopgap keeps sandboxes on loopback until the network policy
-// proxy exists. A profile or mode that would give egress quietly stays on
-// loopback (for a mode, warning says so, since its domain allowlist
-// cannot apply); an explicit request for egress (a --network flag, the
-// MCP tool's network:true, network = true in agentkernel.toml) is refused
-// with ErrNoEgress rather than silently ignored. Every face calls it after
-// Resolve.
-func NetworkStopgap(spec *sandbox.Spec, explicit bool) (warning string, err error) {
-	if spec.Network.Mode != sandbox.NetworkFull {
+// EgressAvailable reports whether the native backend can give a sandbox
+// egress here (persistent or not): on Linux, as root through a TUN device,
+// rootless through a TUN device where /dev/net/tun is open to the user,
+// else through an HTTP proxy.
+func EgressAvailable(persistent bool) bool {
+	return runtime.GOOS == "linux"
+}
+
+// NetworkStopgap keeps the sandboxes that cannot have egress here on
+// loopback: on a system other than Linux (EgressAvailable), and where the
+// network helper, agentkernel-full, is not installed beside agentkernel
+// (then with a warning: the installation is incomplete). A profile or
+// mode that would give egress stays on loopback (for a mode, warning says
+// so, since its domain allowlist cannot apply); an explicit request for
+// egress (a --network flag, the MCP tool's network:true, network = true
+// in agentkernel.toml) is refused rather than silently ignored. Every
+// face calls it after Resolve.
+func NetworkStopgap(spec *sandbox.Spec, explicit, persistent bool) (warning string, err error) {
+	if !spec.Network.Mode.Egress() {
 		return "", nil
+	}
+	if EgressAvailable(persistent) {
+		// The network helper is agentkernel-full.
+		_, err := fullbin.Path()
+		if err == nil {
+			return "", nil
+		}
+		if explicit {
+			return "", fmt.Errorf("network egress needs its helper: %w", err)
+		}
+		spec.Network = sandbox.Network{Mode: sandbox.NetworkNone}
+		return "the sandbox has loopback only: network egress needs agentkernel-full installed beside agentkernel", nil
 	}
 	if explicit {
 		return "", ErrNoEgress
 	}
 	if spec.Mode != "" && spec.Mode != config.ModeNative {
-		warning = fmt.Sprintf("mode %s: the sandbox has loopback only; the %s domain allowlist applies once egress is available", spec.Mode, spec.Mode)
+		warning = fmt.Sprintf("mode %s: the sandbox has loopback only; the %s domain allowlist applies once egress is available here", spec.Mode, spec.Mode)
 	}
-	spec.Network.Mode = sandbox.NetworkNone
+	spec.Network = sandbox.Network{Mode: sandbox.NetworkNone}
 	return warning, nil
 }

@@ -39,8 +39,11 @@ type Overrides struct {
 	PIDs    int64         // --pids
 	Timeout time.Duration // --timeout; 0 with Set["timeout"] means none
 
-	NoNetwork   bool // --no-network: beats everything else
-	Network     bool // --network
+	NoNetwork bool // --no-network: beats everything else
+	// Network is --network: none, filtered, full, or on (egress as the
+	// profile, mode and config give it: filtered where they list the
+	// allowed names, full otherwise); config.ParseNetworkSetting reads it.
+	Network     config.NetworkSetting
 	ReadOnly    bool // --read-only
 	TTY         bool // --tty/-t
 	Interactive bool // --interactive
@@ -51,11 +54,17 @@ type Overrides struct {
 	EnvFiles []string // --env-file, relative to Input.Cwd
 	Volumes  []string // -v/--volume: HOST:SANDBOX[:ro|:cow]
 
+	AllowDomains []string // --allow-domain: names the sandbox may reach
+	BlockDomains []string // --block-domain: names it may not (block wins)
+	AllowCIDRs   []string // --allow-cidr: ranges it may reach by address
+	Publish      []string // -P/--publish: HOST:SANDBOX[/tcp|/udp]
+
 	// Set holds the long names of the flags that were given: "profile",
 	// "mode", "image", "pull", "memory", "user", "workdir", "hostname",
 	// "cpus", "pids", "timeout", "no-network", "network", "read-only",
-	// "tty", "interactive", "keep", "userns", "name". Env, EnvFiles and
-	// Volumes always count.
+	// "tty", "interactive", "keep", "userns", "name". Env, EnvFiles,
+	// Volumes, AllowDomains, BlockDomains, AllowCIDRs and Publish always
+	// count.
 	Set map[string]bool
 }
 
@@ -203,46 +212,101 @@ func resolveImage(spec *sandbox.Spec, cfg *config.Config, o *Overrides, in Input
 }
 
 func resolveNetwork(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Profile, mode Mode, warnf func(string, ...any)) error {
+	d := cfg.Security.Domains
+	// Egress as the profile, mode and config give it: an agent mode
+	// filters by its lists, allowlist_only filters by [security.domains].
+	egress := sandbox.NetworkFull
+	if mode.Agent || d.AllowlistOnly {
+		egress = sandbox.NetworkFiltered
+	}
 	netMode := prof.Network
 	if mode.Agent {
-		netMode = sandbox.NetworkFull
+		netMode = sandbox.NetworkFiltered
 	}
-	if cfg.Security.Network != nil {
-		netMode = sandbox.NetworkNone
-		if *cfg.Security.Network {
+	apply := func(set config.NetworkSetting) {
+		switch set {
+		case config.NetworkOff:
+			netMode = sandbox.NetworkNone
+		case config.NetworkOn:
+			if !netMode.Egress() {
+				netMode = egress
+			}
+		case config.NetworkFiltered:
+			netMode = sandbox.NetworkFiltered
+		case config.NetworkAll:
 			netMode = sandbox.NetworkFull
 		}
 	}
-	wantOn := o.given("network", o.Network) && o.Network
-	wantOff := o.given("no-network", o.NoNetwork) && o.NoNetwork
-	switch {
-	case wantOn && wantOff:
-		return fmt.Errorf("--network and --no-network cannot be used together")
-	case wantOff:
-		netMode = sandbox.NetworkNone
-	case wantOn:
-		netMode = sandbox.NetworkFull
+	apply(cfg.Security.Network)
+	if netMode == sandbox.NetworkFull && d.AllowlistOnly {
+		netMode = sandbox.NetworkFiltered
 	}
-	spec.Network.Mode = netMode
+	wantOff := o.given("no-network", o.NoNetwork) && o.NoNetwork
+	if o.given("network", o.Network != "") && o.Network != "" {
+		if wantOff && o.Network != config.NetworkOff {
+			return fmt.Errorf("--network %s and --no-network cannot be used together", o.Network)
+		}
+		apply(o.Network)
+	}
+	if wantOff {
+		netMode = sandbox.NetworkNone
+	}
+	spec.Network = sandbox.Network{Mode: netMode}
 
-	d := cfg.Security.Domains
+	for _, p := range o.AllowDomains {
+		if err := config.ValidateDomainPattern(p); err != nil {
+			return fmt.Errorf("--allow-domain: %w", err)
+		}
+	}
+	for _, p := range o.BlockDomains {
+		if err := config.ValidateDomainPattern(p); err != nil {
+			return fmt.Errorf("--block-domain: %w", err)
+		}
+	}
+	var cidrs []string
+	for _, c := range append(slices.Clone(cfg.Network.AllowCIDRs), o.AllowCIDRs...) {
+		p, err := config.ParseCIDR(c)
+		if err != nil {
+			return fmt.Errorf("--allow-cidr: %w", err)
+		}
+		cidrs = append(cidrs, p.String())
+	}
+	var ports []sandbox.PortMapping
+	for _, p := range append(slices.Clone(cfg.Network.Ports), o.Publish...) {
+		m, err := config.ParsePortMapping(p)
+		if err != nil {
+			return fmt.Errorf("--publish: %w", err)
+		}
+		for _, q := range ports {
+			if q.HostPort == m.HostPort && q.HostIP == m.HostIP && q.Proto == m.Proto {
+				return fmt.Errorf("--publish: host port %s is published twice", m)
+			}
+		}
+		ports = append(ports, m)
+	}
+
 	if netMode == sandbox.NetworkNone {
 		if len(d.Allow) > 0 || len(d.Block) > 0 || d.AllowlistOnly {
 			warnf("the domain rules in [security.domains] have no effect because network access is off")
 		}
+		if len(o.AllowDomains)+len(o.BlockDomains)+len(o.AllowCIDRs) > 0 {
+			warnf("--allow-domain, --block-domain and --allow-cidr have no effect because network access is off (add --network filtered or --network full)")
+		}
 		if mode.Agent {
 			warnf("mode %s needs network access to reach %s, but network access is off", mode.Name, mode.AllowDomains[0])
 		}
-		if len(cfg.Network.Ports) > 0 {
-			warnf("[network].ports have no effect because network access is off")
+		if len(ports) > 0 {
+			return fmt.Errorf("published ports need network access, which is off (add --network full or --network filtered)")
 		}
 		return nil
 	}
-	spec.Network.AllowDomains = dedupe(append(slices.Clone(mode.AllowDomains), d.Allow...))
-	spec.Network.BlockDomains = dedupe(append(append(MetadataHosts(), mode.BlockDomains...), d.Block...))
+	spec.Network.AllowDomains = dedupe(append(append(slices.Clone(mode.AllowDomains), d.Allow...), o.AllowDomains...))
+	spec.Network.BlockDomains = dedupe(append(append(append(MetadataHosts(), mode.BlockDomains...), d.Block...), o.BlockDomains...))
+	spec.Network.AllowCIDRs = dedupe(cidrs)
+	spec.Network.AllowUDP = dedupe(slices.Clone(cfg.Network.AllowUDP))
 	spec.Network.AllowlistOnly = d.AllowlistOnly
-	spec.Network.Ports = slices.Clone(cfg.Network.Ports)
-	for _, a := range d.Allow {
+	spec.Network.Ports = ports
+	for _, a := range spec.Network.AllowDomains {
 		for _, b := range spec.Network.BlockDomains {
 			if DomainMatches(b, strings.TrimPrefix(a, "*.")) {
 				warnf("domain %q is in the allow list but matched by the block list %q (block takes precedence)", a, b)

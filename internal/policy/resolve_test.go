@@ -222,8 +222,8 @@ func TestModes(t *testing.T) {
 				if spec.Mode != tt.mode || spec.Profile != tt.profile {
 					t.Errorf("mode/profile = %s/%s, want %s/%s", spec.Mode, spec.Profile, tt.mode, tt.profile)
 				}
-				if spec.Network.Mode != sandbox.NetworkFull {
-					t.Errorf("network = %s", spec.Network.Mode)
+				if want := map[bool]sandbox.NetworkMode{true: sandbox.NetworkFiltered, false: sandbox.NetworkFull}[len(tt.allow) > 0]; spec.Network.Mode != want {
+					t.Errorf("network = %s, want %s", spec.Network.Mode, want)
 				}
 				if !slices.Equal(spec.Network.AllowDomains, tt.allow) || !slices.Equal(spec.Network.BlockDomains, tt.block) {
 					t.Errorf("domains = %v / %v", spec.Network.AllowDomains, spec.Network.BlockDomains)
@@ -291,7 +291,18 @@ func TestOverrides(t *testing.T) {
 			eq(t, s.Network.Mode, sandbox.NetworkNone)
 			eq(t, len(s.Network.BlockDomains), 0)
 		}},
-		{"--network on restrictive", Overrides{Profile: "restrictive", Network: true}, func(t *testing.T, s *sandbox.Spec) { eq(t, s.Network.Mode, sandbox.NetworkFull) }},
+		{"--network on restrictive", Overrides{Profile: "restrictive", Network: config.NetworkOn}, func(t *testing.T, s *sandbox.Spec) { eq(t, s.Network.Mode, sandbox.NetworkFull) }},
+		{"--network filtered", Overrides{Network: config.NetworkFiltered, AllowDomains: []string{"*.example.com"}}, func(t *testing.T, s *sandbox.Spec) {
+			eq(t, s.Network.Mode, sandbox.NetworkFiltered)
+			eq(t, s.Network.AllowDomains, []string{"*.example.com"})
+		}},
+		{"--network full beats a mode's filter", Overrides{Mode: "claude", Network: config.NetworkAll}, func(t *testing.T, s *sandbox.Spec) { eq(t, s.Network.Mode, sandbox.NetworkFull) }},
+		{"--network on keeps a mode's filter", Overrides{Mode: "claude", Network: config.NetworkOn}, func(t *testing.T, s *sandbox.Spec) { eq(t, s.Network.Mode, sandbox.NetworkFiltered) }},
+		{"--network none", Overrides{Network: config.NetworkOff}, func(t *testing.T, s *sandbox.Spec) { eq(t, s.Network.Mode, sandbox.NetworkNone) }},
+		{"--allow-cidr and --publish", Overrides{AllowCIDRs: []string{"10.1.2.3", "fd00::/8"}, Publish: []string{"8080:80"}}, func(t *testing.T, s *sandbox.Spec) {
+			eq(t, s.Network.AllowCIDRs, []string{"10.1.2.3/32", "fd00::/8"})
+			eq(t, s.Network.Ports, []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}})
+		}},
 		{"--read-only", Overrides{ReadOnly: true}, func(t *testing.T, s *sandbox.Spec) {
 			eq(t, s.ReadOnlyRoot, true)
 			eq(t, mountAt(s, "/tmp") != nil, true)
@@ -362,6 +373,16 @@ func TestConfigLayer(t *testing.T) {
 		{"--no-network beats network=true", "[security]\nnetwork = true\n", Overrides{NoNetwork: true}, func(t *testing.T, s *sandbox.Spec, _ []string) {
 			eq(t, s.Network.Mode, sandbox.NetworkNone)
 		}},
+		{"network = \"filtered\"", "[security]\nnetwork = \"filtered\"\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
+			eq(t, s.Network.Mode, sandbox.NetworkFiltered)
+		}},
+		{"allowlist_only filters", "[security.domains]\nallow = [\"x.example\"]\nallowlist_only = true\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
+			eq(t, s.Network.Mode, sandbox.NetworkFiltered)
+		}},
+		{"allow_cidrs", "[network]\nallow_cidrs = [\"10.0.0.0/8\"]\nallow_udp = [\"10.0.0.1:53\"]\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
+			eq(t, s.Network.AllowCIDRs, []string{"10.0.0.0/8"})
+			eq(t, s.Network.AllowUDP, []string{"10.0.0.1:53"})
+		}},
 		{"mount_cwd rw", "[security]\nmount_cwd = \"rw\"\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
 			eq(t, *mountAt(s, "/workspace"), sandbox.Mount{Kind: sandbox.MountBind, Source: f.cwd, Dest: "/workspace"})
 		}},
@@ -422,7 +443,7 @@ func TestConfigLayer(t *testing.T) {
 			eq(t, len(s.Network.AllowDomains), 0)
 		}},
 		{"ports", "[network]\nports = [\"8080:80\"]\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
-			eq(t, strings.Join(s.Network.Ports, ","), "8080:80")
+			eq(t, s.Network.Ports, []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}})
 		}},
 		{"image from config", "[sandbox]\nruntime = \"go\"\n", Overrides{}, func(t *testing.T, s *sandbox.Spec, _ []string) {
 			eq(t, s.Image, "golang:1.23-alpine")
@@ -489,7 +510,12 @@ func TestBadInputs(t *testing.T) {
 		{"cpus given zero", "", Overrides{Set: map[string]bool{"cpus": true}}, nil, "--cpus"},
 		{"pids given zero", "", Overrides{Set: map[string]bool{"pids": true}}, nil, "--pids"},
 		{"timeout negative", "", Overrides{Timeout: -time.Second}, nil, "--timeout"},
-		{"network and no-network", "", Overrides{Network: true, NoNetwork: true}, nil, "cannot be used together"},
+		{"network and no-network", "", Overrides{Network: config.NetworkAll, NoNetwork: true}, nil, "cannot be used together"},
+		{"bad --allow-cidr", "", Overrides{AllowCIDRs: []string{"10.0.0.0/40"}}, nil, "invalid address range"},
+		{"bad --allow-domain", "", Overrides{AllowDomains: []string{"a b"}}, nil, "invalid domain pattern"},
+		{"bad --publish", "", Overrides{Publish: []string{"0:80"}}, nil, "invalid port mapping"},
+		{"--publish twice", "", Overrides{Publish: []string{"8080:80", "8080:81"}}, nil, "published twice"},
+		{"--publish without network", "", Overrides{NoNetwork: true, Publish: []string{"8080:80"}}, nil, "need network access"},
 		{"pull", "", Overrides{Pull: "sometimes"}, nil, "--pull"},
 		{"relative workdir", "", Overrides{Workdir: "src"}, nil, "--workdir"},
 		{"user with spaces", "", Overrides{User: "a b"}, nil, "--user"},

@@ -25,6 +25,29 @@ type Result struct {
 	TimedOut bool
 	// KeptAt is the path of the kept writable layer when Spec.Keep is set.
 	KeptAt string
+	// NetworkDenials are the connections and names the network policy
+	// refused during the run, deduplicated.
+	NetworkDenials []NetworkDenial
+	// NetworkSummary is one line naming what the network policy refused
+	// and the flags that would allow it; "" when nothing was.
+	NetworkSummary string
+}
+
+// NetworkDenial is a connection or name a sandbox's network policy
+// refused.
+type NetworkDenial struct {
+	// Kind is what was refused: "dns", "tcp", "udp", "sni" or "host".
+	Kind string `json:"kind"`
+	// Name is the host name involved, if any.
+	Name string `json:"name,omitempty"`
+	// Addr is the address (and port) involved, if any.
+	Addr string `json:"addr,omitempty"`
+	// Reason says why, in words.
+	Reason string `json:"reason"`
+	// Hint is the flag that would allow it ("--allow-domain example.com").
+	Hint string `json:"hint,omitempty"`
+	// Count is how many times it was refused.
+	Count int `json:"count,omitempty"`
 }
 
 // Backend turns a Spec into a running sandbox.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/agentkernel/agentkernel/internal/audit"
 	image "github.com/agentkernel/agentkernel/internal/image/cache"
@@ -148,7 +149,28 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 			return Result{}, err
 		}
 	}
-	return b.Run(ctx, spec, stdio)
+	start := time.Now()
+	res, err := b.Run(ctx, spec, stdio)
+	m.AuditDenials(spec, res.NetworkDenials, start)
+	return res, err
+}
+
+// AuditDenials records what a run's network policy refused, one entry
+// per distinct refusal (Run does it for its runs; a Prepared's runner
+// does it for its).
+func (m *Manager) AuditDenials(spec *Spec, ds []NetworkDenial, start time.Time) {
+	name := spec.Name
+	if name == "" {
+		name = "ephemeral"
+	}
+	for _, d := range ds {
+		what := d.Name
+		if d.Addr != "" {
+			what = strings.TrimSpace(what + " " + d.Addr)
+		}
+		m.audit(audit.Entry{Sandbox: name, Action: audit.ActionNetworkDeny, Command: spec.Args,
+			Details: fmt.Sprintf("%s %s: %s (%d×)", d.Kind, what, d.Reason, max(d.Count, 1))}, start, nil)
+	}
 }
 
 // Prepare builds a sandbox for spec on the named backend up to the start

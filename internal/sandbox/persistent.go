@@ -37,6 +37,11 @@ type Info struct {
 	SupervisorPID int `json:"supervisor_pid,omitempty"`
 	// Dir is where the sandbox's files live on the host.
 	Dir string `json:"dir,omitempty"`
+	// Network is the sandbox's network mode; IP its address inside (with
+	// egress); Ports the ports published from the host.
+	Network NetworkMode   `json:"network,omitempty"`
+	IP      string        `json:"ip,omitempty"`
+	Ports   []PortMapping `json:"ports,omitempty"`
 }
 
 // ExecRequest is a command to run in a running sandbox. Empty fields take

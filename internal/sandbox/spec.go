@@ -3,6 +3,8 @@ package sandbox
 import (
 	"time"
 
+	"github.com/agentkernel/agentkernel/internal/config"
+
 	image "github.com/agentkernel/agentkernel/internal/image/cache"
 )
 
@@ -90,18 +92,43 @@ const (
 	// NetworkNone gives the sandbox its own network namespace with only
 	// loopback up.
 	NetworkNone NetworkMode = "none"
-	// NetworkFull asks for egress (subject to Allow/Block domain rules).
+	// NetworkFiltered gives egress only to the names in AllowDomains (and
+	// the ranges in AllowCIDRs): the sandbox's resolver answers NXDOMAIN
+	// for every other name, and a connection is refused unless its address
+	// came from resolving an allowed name. Private ranges (RFC 1918, ULA,
+	// CGNAT) are refused unless AllowCIDRs lists them.
+	NetworkFiltered NetworkMode = "filtered"
+	// NetworkFull gives egress to every name and address except those in
+	// BlockDomains and the ranges refused in every mode.
 	NetworkFull NetworkMode = "full"
 )
 
-// Network is the resolved network policy.
+// Egress reports whether the mode lets traffic leave the sandbox.
+func (m NetworkMode) Egress() bool { return m == NetworkFiltered || m == NetworkFull }
+
+// Network is the resolved network policy. In every mode with egress,
+// cloud metadata endpoints, link-local addresses and the host's own
+// addresses are refused unless AllowCIDRs names them.
 type Network struct {
-	Mode          NetworkMode `json:"mode"`
-	AllowDomains  []string    `json:"allow_domains,omitempty"`
-	BlockDomains  []string    `json:"block_domains,omitempty"`
-	AllowlistOnly bool        `json:"allowlist_only,omitempty"`
-	Ports         []string    `json:"ports,omitempty"`
+	Mode         NetworkMode `json:"mode"`
+	AllowDomains []string    `json:"allow_domains,omitempty"`
+	BlockDomains []string    `json:"block_domains,omitempty"`
+	// AllowCIDRs are address ranges a sandbox may reach by address, without
+	// a name (and, in filtered mode, the private ranges it may reach).
+	AllowCIDRs []string `json:"allow_cidrs,omitempty"`
+	// AllowUDP lists "HOST:PORT" or "CIDR:PORT" UDP destinations other
+	// than DNS that the sandbox may send to; UDP is otherwise refused.
+	AllowUDP []string `json:"allow_udp,omitempty"`
+	// AllowlistOnly is [security.domains].allowlist_only as configured; it
+	// selects NetworkFiltered.
+	AllowlistOnly bool `json:"allowlist_only,omitempty"`
+	// Ports are the ports published from the host into the sandbox.
+	Ports []PortMapping `json:"ports,omitempty"`
 }
+
+// PortMapping publishes a sandbox port on the host
+// (config.ParsePortMapping reads it).
+type PortMapping = config.PortMapping
 
 // Resources are the limits of a sandbox. Zero means unlimited.
 type Resources struct {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/atomicfile"
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/sandboxdir"
 	"github.com/agentkernel/agentkernel/internal/store"
@@ -135,6 +136,15 @@ func (m *Manager) info(sb *store.Sandbox) *sandbox.Info {
 	}
 	if sb.Status == store.StatusRunning {
 		i.SupervisorPID = sb.SupervisorPID
+	}
+	var sp struct {
+		Network sandbox.Network `json:"network"`
+	}
+	if len(sb.Spec) > 0 && json.Unmarshal(sb.Spec, &sp) == nil {
+		i.Network, i.Ports = sp.Network.Mode, sp.Network.Ports
+		if sp.Network.Mode.Egress() {
+			i.IP = tundev.DefaultLayout().Addr4.Addr().String()
+		}
 	}
 	return i
 }

@@ -167,8 +167,8 @@ func TestRunIsolation(t *testing.T) {
 
 // TestRunPrestartedThread: as root, run builds its sandbox on the thread
 // whose namespaces were made while agentkernel started up, and that
-// sandbox is as isolated as any: its own network (lo only), hostname and
-// PID namespace.
+// sandbox is as isolated as any: its own network (lo, and eth0 to its
+// network helper), hostname and PID namespace.
 func TestRunPrestartedThread(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the thread is prestarted on amd64 only")
@@ -183,7 +183,7 @@ func TestRunPrestartedThread(t *testing.T) {
 	if !strings.Contains(r.stderr, "thread: prestarted") {
 		t.Errorf("the sandbox was not built on the prestarted thread; stages:\n%s", r.stderr)
 	}
-	if want := "agentkernel\nlo\nagentkernel:init\n2\n"; r.stdout != want {
+	if want := "agentkernel\nlo\neth0\nagentkernel:init\n2\n"; r.stdout != want {
 		t.Errorf("inside: %q, want %q", r.stdout, want)
 	}
 
@@ -256,6 +256,10 @@ func TestRunBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"run", "--image", ref, "--network", "--", "true"}, "network"},
+		{[]string{"run", "--image", ref, "--network", "open", "--", "true"}, "unknown network mode"},
+		{[]string{"run", "--image", ref, "--allow-cidr", "10.0.0.0/99", "--", "true"}, "invalid address range"},
+		{[]string{"run", "--image", ref, "-P", "0:80", "--", "true"}, "invalid port mapping"},
+		{[]string{"run", "--image", ref, "--network", "none", "-P", "8080:80", "--", "true"}, "need network access"},
 		{[]string{"run", "--image", ref, "-p", "nope", "--", "true"}, "profile"},
 		{[]string{"run", "--image", ref, "--memory", "lots", "--", "true"}, "memory"},
 		{[]string{"run", "--image", ref, "-B", "gvisor", "--", "true"}, "not built yet"},

@@ -33,6 +33,10 @@ const subIDSize = idrange.Size
 type initConfig struct {
 	ID       string `json:"id"`
 	Hostname string `json:"hostname,omitempty"`
+	// Network: the sandbox has egress, through a TUN device the network
+	// stage creates (its other end is the owner's network helper, package
+	// netproc) and the resolver resolv.conf names.
+	Network bool `json:"network,omitempty"`
 	// Rootless: the init already runs in a user namespace of its own (the
 	// caller's uid is root there) and execs the command without another one.
 	Rootless bool `json:"rootless,omitempty"`

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/netproc"
+	"github.com/agentkernel/agentkernel/internal/netproc/helper"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
@@ -29,6 +31,9 @@ var testImage string
 func TestMain(m *testing.M) {
 	if IsInit() {
 		os.Exit(InitMain())
+	}
+	if filepath.Base(os.Args[0]) == netproc.Argv0 {
+		os.Exit(helper.Main()) // the network helper (TestNetworkEgress)
 	}
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())

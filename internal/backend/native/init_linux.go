@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/idletrim"
+	"github.com/agentkernel/agentkernel/internal/netproc"
 )
 
 // IsInit reports whether this process is agentkernel re-executed as a
@@ -91,6 +92,12 @@ type initState struct {
 	// ownerNsFd is the user namespace writable host directories are
 	// idmapped through (ownerUserns), or -1.
 	ownerNsFd int
+
+	// netDev is a persistent sandbox's TUN device or proxy socket
+	// (netMode says which), made by the network stage and sent to the
+	// supervisor with the ready message.
+	netDev  *os.File
+	netMode netproc.Mode
 
 	// executor is how this sandbox is built, which decides where each
 	// stage runs (stages_linux.go); ran is the set of stages run.

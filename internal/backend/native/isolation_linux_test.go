@@ -277,10 +277,61 @@ func TestHostImage(t *testing.T) {
 	}
 }
 
-func TestNetworkFullRefused(t *testing.T) {
-	spec := newSpec("true")
-	spec.Network.Mode = sandbox.NetworkFull
-	if o := runSpec(t, spec, nil); o.err == nil || !strings.Contains(o.err.Error(), "not supported") {
-		t.Fatalf("%v", o.err)
+// TestNetworkEgress: with egress, the sandbox gets eth0 and a resolv.conf
+// naming its resolver, on every executor (thread, re-executed init,
+// prepared); the cloud metadata endpoint is refused at once, and the run's
+// result says so. The network helper is this test binary (TestMain).
+func TestNetworkEgress(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const script = "grep -c 10.0.2.3 /etc/resolv.conf; grep -c eth0: /proc/net/dev; " +
+		"nc -w 5 169.254.169.254 80 </dev/null 2>/dev/null; echo nc=$?"
+	for _, ex := range []string{"thread", "reexec", "prepared"} {
+		t.Run(ex, func(t *testing.T) {
+			if ex == "reexec" {
+				t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+			}
+			spec := newSpec("sh", "-c", script)
+			spec.Network = sandbox.Network{Mode: sandbox.NetworkFull}
+			b := New(Options{DataDir: t.TempDir(), NetHelper: self})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			stdio := sandbox.Stdio{Stdout: &out, Stderr: &errb}
+			start := time.Now()
+			var res sandbox.Result
+			if ex == "prepared" {
+				p, err := b.Prepare(ctx, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err = p.Run(ctx, spec.Args, stdio, nil)
+			} else {
+				res, err = b.Run(ctx, spec, stdio)
+			}
+			if err != nil {
+				t.Fatalf("%v (stderr %q)", err, errb.String())
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("the refused connection took %v: a refusal must be at once", took)
+			}
+			if got := out.String(); got != "1\n1\nnc=1\n" {
+				t.Errorf("inside: %q, want resolv.conf, eth0 and a refused nc (stderr %q)", got, errb.String())
+			}
+			found := false
+			for _, d := range res.NetworkDenials {
+				found = found || d.Kind == "tcp" && strings.HasPrefix(d.Addr, "169.254.169.254")
+			}
+			if !found || !strings.Contains(res.NetworkSummary, "169.254.169.254") {
+				t.Errorf("result: denials %+v, summary %q", res.NetworkDenials, res.NetworkSummary)
+			}
+		})
+	}
+	// No egress: loopback only, and no helper.
+	o := mustRun(t, newSpec("sh", "-c", "grep -c eth0: /proc/net/dev"), 1)
+	if o.stdout != "0\n" {
+		t.Errorf("network none: %q", o.stdout)
 	}
 }

@@ -16,6 +16,9 @@ type Options struct {
 	// Warn prints one line to the user (e.g. "cgroup limits unavailable
 	// ...; running without limits"); nil discards warnings.
 	Warn func(string)
+	// NetHelper is the agentkernel-full binary that serves a sandbox's
+	// network (package netproc); empty: the one fullbin.Path finds.
+	NetHelper string
 }
 
 // Backend is the embedded Linux backend: namespaces, an overlay root,

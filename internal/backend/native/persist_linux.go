@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -83,7 +84,11 @@ type Instance struct {
 	rootless bool
 	sock     *os.File // the config socket, which PID 1 waits on
 	endOnce  sync.Once
-	start    time.Time
+	// netDev is the sandbox's TUN device or proxy socket (netMode) until
+	// its network helper has it.
+	netDev  *os.File
+	netMode netproc.Mode
+	start   time.Time
 
 	done    chan struct{}
 	ws      syscall.WaitStatus
@@ -95,15 +100,14 @@ type Instance struct {
 type persistReady struct {
 	Exec      execConfig `json:"exec"`
 	HomeAdded bool       `json:"home_added,omitempty"`
+	// NetMode says what the third descriptor is, when there is one.
+	NetMode netproc.Mode `json:"net_mode,omitempty"`
 }
 
 // Boot boots a persistent sandbox for spec whose writable layer lives in
 // dir (upper/, work/, created when missing). stderr receives the init's
 // own diagnostics. The Instance is an *Instance.
 func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, stderr *os.File) (sandbox.Instance, error) {
-	if spec.Network.Mode == sandbox.NetworkFull {
-		return nil, fmt.Errorf("network egress is %w yet by the native backend", sandbox.ErrUnsupported)
-	}
 	if execStub == "" {
 		return nil, fmt.Errorf("persistent sandboxes need the exec stub, which is built for amd64 only: %w", sandbox.ErrUnsupported)
 	}
@@ -170,6 +174,11 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		if msg := <-l.errCh; len(msg) > 0 {
 			inst.initErr = parseInitError(msg)
 		}
+		// The sandbox's network goes with it.
+		_, _ = r.stopNetwork()
+		if inst.netDev != nil {
+			inst.netDev.Close()
+		}
 		close(inst.done)
 	}()
 	ready := make(chan error, 1)
@@ -204,6 +213,16 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	if inst.pidfd, err = unix.PidfdOpen(l.pid, 0); err != nil {
 		return fail(fmt.Errorf("pidfd of the sandbox's PID 1: %w", err))
 	}
+	if inst.netDev != nil {
+		dev := inst.netDev
+		inst.netDev = nil
+		if err := r.startNetwork(dev, inst.netMode); err != nil {
+			return fail(err)
+		}
+		if err := r.networkReady(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	// The stub that starts a command forks it into the sandbox's PID
 	// namespace and exits: the command is then ours to reap.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -216,7 +235,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 // descriptor and a memfd holding the JSON.
 func (i *Instance) readReady() error {
 	var b [8]byte
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := unix.Recvmsg(int(i.sock.Fd()), b[:], oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return err
@@ -227,13 +246,16 @@ func (i *Instance) readReady() error {
 			fds, _ = unix.ParseUnixRights(&msgs[0])
 		}
 	}
-	if n != 1 || b[0] != 'R' || len(fds) != 2 {
+	if n != 1 || b[0] != 'R' || len(fds) != 2+btoi(i.r.spec.Network.Mode.Egress()) {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
 		return errors.New("unexpected message from the sandbox init")
 	}
 	i.rootFd = fds[0]
+	if len(fds) == 3 {
+		i.netDev = os.NewFile(uintptr(fds[2]), "network")
+	}
 	f := os.NewFile(uintptr(fds[1]), "ready")
 	defer f.Close()
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -243,7 +265,10 @@ func (i *Instance) readReady() error {
 	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&m); err != nil {
 		return fmt.Errorf("the sandbox init's exec template: %w", err)
 	}
-	i.exec, i.homeAdded = m.Exec, m.HomeAdded
+	i.exec, i.homeAdded, i.netMode = m.Exec, m.HomeAdded, m.NetMode
+	if i.netDev != nil && i.netMode == "" {
+		return errors.New("the sandbox init sent a network device without saying what it is")
+	}
 	return nil
 }
 
@@ -688,7 +713,7 @@ func (s *initState) becomeIdle() int {
 	if err != nil {
 		return fail(err)
 	}
-	payload, err := json.Marshal(persistReady{Exec: s.cfg.Exec, HomeAdded: s.homeAdded})
+	payload, err := json.Marshal(persistReady{Exec: s.cfg.Exec, HomeAdded: s.homeAdded, NetMode: s.netMode})
 	if err != nil {
 		return fail(err)
 	}
@@ -703,9 +728,16 @@ func (s *initState) becomeIdle() int {
 		}
 		b = b[n:]
 	}
-	err = unix.Sendmsg(int(s.sock.Fd()), []byte{'R'}, unix.UnixRights(root, mem), nil, 0)
+	fds := []int{root, mem}
+	if s.netDev != nil {
+		fds = append(fds, int(s.netDev.Fd()))
+	}
+	err = unix.Sendmsg(int(s.sock.Fd()), []byte{'R'}, unix.UnixRights(fds...), nil, 0)
 	unix.Close(root)
 	unix.Close(mem)
+	if s.netDev != nil {
+		s.netDev.Close()
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -797,4 +829,11 @@ func (b *Backend) RemoveCgroups(id string) []string {
 func (b *Backend) Measure(id string) (sandbox.Usage, bool) {
 	mem, cpu, pids, ok := CgroupUsage(id)
 	return sandbox.Usage{MemoryBytes: mem, CPUSeconds: cpu, Pids: pids}, ok
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -48,9 +48,6 @@ type Prepared struct {
 // Prepare builds a sandbox for spec (its Args are ignored) and returns
 // once it is ready for its command. The caller must Run or Close it.
 func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prepared, error) {
-	if spec.Network.Mode == sandbox.NetworkFull {
-		return nil, fmt.Errorf("network egress is %w yet by the native backend", sandbox.ErrUnsupported)
-	}
 	if spec.TTY || spec.Keep {
 		return nil, fmt.Errorf("a prepared sandbox has no terminal and keeps nothing: %w", sandbox.ErrUnsupported)
 	}
@@ -61,6 +58,7 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 	ok := false
 	defer func() {
 		if !ok {
+			_, _ = r.stopNetwork()
 			r.cleanup()
 		}
 	}()
@@ -105,6 +103,11 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 	go func() {
 		defer close(l.result)
 		var b [32]byte
+		if cfg.Network {
+			// The network stage's message comes first (awaitNetwork).
+			done := make(chan struct{})
+			r.awaitNetwork(l.sock, done)
+		}
 		n, err := l.sock.Read(b[:])
 		if err != nil || n != 1 || b[0] != 'R' {
 			ready <- errors.New("the sandbox init ended before it was ready")
@@ -185,7 +188,14 @@ func (p *Prepared) Run(ctx context.Context, args []string, stdio sandbox.Stdio, 
 	if sigs == nil {
 		sigs = make(chan os.Signal)
 	}
-	return p.r.wait(ctx, p.l, sigs, nil, io3.wait)
+	res, err := p.r.wait(ctx, p.l, sigs, nil, io3.wait)
+	if rep, nerr := p.r.stopNetwork(); err == nil {
+		res.NetworkDenials, res.NetworkSummary = rep.Denials, rep.Summary
+		if nerr != nil {
+			p.r.warn("network: " + nerr.Error())
+		}
+	}
+	return res, err
 }
 
 // Warnings are what a direct run of the same spec would have warned
@@ -222,6 +232,7 @@ func (p *Prepared) Close() {
 }
 
 func (p *Prepared) discard() {
+	_, _ = p.r.stopNetwork()
 	p.kill()
 	<-p.l.waitCh
 	<-p.l.errCh

@@ -11,7 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
-
+	"github.com/agentkernel/agentkernel/internal/netproc"
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -55,15 +56,124 @@ func (s *initState) mountFreshProc() error {
 	return mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
 }
 
-// setupNetwork brings up loopback (the only interface of the new network
-// namespace) and sets the hostname.
+// setupNetwork brings up loopback and sets the hostname. A sandbox with
+// egress also gets its TUN device, eth0, addressed and routed as
+// tundev.DefaultLayout says; the device goes to the sandbox's owner, whose
+// network helper serves its other end (netproc, startNetwork). Where the
+// device cannot be opened (a rootless sandbox where /dev/net/tun is not
+// open to the caller), the sandbox gets a listening socket on
+// 127.0.0.1:proxyPort instead, and its programs the proxy variables that
+// name it: the helper serves it as an HTTP proxy under the same policy.
 func (s *initState) setupNetwork() error {
 	if !s.loUp {
 		if err := prestart.LoopbackUp(); err != nil {
 			return fmt.Errorf("lo up: %w", err)
 		}
 	}
+	if s.cfg.Network {
+		mode := netproc.ModeTUN
+		dev, err := tundev.Open(tunName)
+		if err == nil {
+			err = tundev.Persist(dev)
+			if err == nil {
+				err = tundev.Quiet(tunName)
+			}
+			if err == nil {
+				err = tundev.Configure(tunName, tundev.DefaultLayout())
+			}
+			if err != nil {
+				dev.Close()
+				return err
+			}
+		} else {
+			if !s.cfg.Rootless {
+				return err
+			}
+			mode = netproc.ModeProxy
+			if dev, err = proxyListener(); err != nil {
+				return fmt.Errorf("the network proxy's socket: %w", err)
+			}
+			s.cfg.Exec.Env = append(s.cfg.Exec.Env, proxyEnv()...)
+		}
+		switch {
+		case s.thread != nil:
+			if err := s.thread.r.startNetwork(dev, mode); err != nil {
+				return err
+			}
+		case s.cfg.Persistent:
+			s.netDev, s.netMode = dev, mode // for the supervisor (becomeIdle)
+		default:
+			// The parent starts the helper (awaitNetwork).
+			err := unix.Sendmsg(int(s.sock.Fd()), []byte{'N', mode[0]}, unix.UnixRights(int(dev.Fd())), nil, 0)
+			dev.Close()
+			if err != nil {
+				return fmt.Errorf("handing the network device to agentkernel: %w", err)
+			}
+		}
+	}
 	return unix.Sethostname([]byte(s.cfg.Hostname))
+}
+
+// proxyPort is where a sandbox in proxy mode finds its HTTP proxy.
+const proxyPort = 3128
+
+// proxyListener listens on 127.0.0.1:proxyPort in the sandbox's network
+// namespace (the caller's).
+func proxyListener() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: proxyPort, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Listen(fd, 256); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "proxy"), nil
+}
+
+// proxyEnv are the variables that send a sandbox's programs to its proxy.
+func proxyEnv() []string {
+	url := "http://127.0.0.1:" + strconv.Itoa(proxyPort)
+	var env []string
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"} {
+		env = append(env, k+"="+url, strings.ToLower(k)+"="+url)
+	}
+	return append(env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
+}
+
+// tunName is the sandbox's network device.
+const tunName = "eth0"
+
+// writeResolvConf points the sandbox's /etc/resolv.conf at the network
+// helper's resolver: a read-only file bound over the image's (which
+// names servers the sandbox cannot reach).
+func (s *initState) writeResolvConf() error {
+	if !s.cfg.Network {
+		return nil
+	}
+	l := tundev.DefaultLayout()
+	body := "# written by agentkernel: the sandbox's resolver applies its network policy\nnameserver " + l.DNS4.String() + "\n"
+	if l.HasIPv6() {
+		body += "nameserver " + l.DNS6.String() + "\n"
+	}
+	src := filepath.Join(s.scratch, "resolv.conf")
+	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+		return err
+	}
+	dst, err := s.inRoot("/etc/resolv.conf")
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(dst); err != nil || !fi.Mode().IsRegular() {
+		if err := makeMountPoint(src, dst); err != nil {
+			return fmt.Errorf("the image has no /etc/resolv.conf to replace and it cannot be created: %w", err)
+		}
+	}
+	return bindMount(src, dst, true, false)
 }
 
 // prepareScratch mounts the per-run tmpfs (sized by DiskMB) that holds the

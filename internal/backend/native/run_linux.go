@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
+	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -45,9 +47,6 @@ var forwarded = []os.Signal{unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT
 // Run runs spec.Args in a fresh sandbox and tears it down afterwards. See
 // doc.go for the stages.
 func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
-	if spec.Network.Mode == sandbox.NetworkFull {
-		return sandbox.Result{}, fmt.Errorf("network egress is %w yet by the native backend: it needs the upcoming network proxy; use --no-network or -p restrictive", sandbox.ErrUnsupported)
-	}
 	r := &runState{b: b, spec: spec, id: spec.ID}
 	if v, ok := b.early.LoadAndDelete(spec); ok {
 		r.early = v.(*earlyCgroup)
@@ -70,7 +69,14 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	if cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s parent: config ready\n", monotonic())
 	}
-	return r.start(ctx, cfg, stdio)
+	res, err := r.start(ctx, cfg, stdio)
+	if rep, nerr := r.stopNetwork(); err == nil {
+		res.NetworkDenials, res.NetworkSummary = rep.Denials, rep.Summary
+		if nerr != nil {
+			r.warn("network: " + nerr.Error())
+		}
+	}
+	return res, err
 }
 
 // runState is one Run's host-side bookkeeping.
@@ -101,6 +107,12 @@ type runState struct {
 	idBase uint32
 	// subs are a rootless caller's subordinate ids, when cfg.SubIDs.
 	subs subIDs
+	// net is the sandbox's network helper, once the network stage has
+	// started it (startNetwork).
+	netMu sync.Mutex
+	net   netproc.Helper
+	// netHelper is agentkernel-full's path (findNetHelper).
+	netHelper string
 }
 
 // earlyCgroup is a cgroup being made for a Run that has not started yet.
@@ -184,6 +196,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	cfg := &initConfig{
 		ID:           r.id,
 		Hostname:     spec.Hostname,
+		Network:      spec.Network.Mode.Egress(),
 		Rootless:     rootless,
 		Layers:       spec.Rootfs.Layers,
 		Host:         spec.Rootfs.Host,
@@ -192,6 +205,9 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		Mounts:       spec.Mounts,
 	}
 	cfg.GoExecStage = r.b.goExecStage
+	if cfg.Network {
+		r.findNetHelper()
+	}
 	if os.Getenv("AGENTKERNEL_TRACE_STAGES") != "" {
 		cfg.Trace, r.trace = true, true
 		fmt.Fprintf(os.Stderr, "%s parent: building config\n", monotonic())
@@ -471,6 +487,9 @@ type launched struct {
 	// initPid, the sandbox's PID 1, is gone too.
 	direct  bool
 	initPid int
+	// netDone, when set, is closed once the init's network stage has
+	// handed over the sandbox's network device (awaitNetwork).
+	netDone chan struct{}
 }
 
 type initExit struct {
@@ -641,6 +660,10 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 		_, _ = parentSock.Write(m)
 	}()
 	go func() { b, _ := io.ReadAll(errR); errR.Close(); l.errCh <- b }()
+	if cfg.Network && !r.persistent && !r.prepared {
+		l.netDone = make(chan struct{})
+		go r.awaitNetwork(parentSock, l.netDone)
+	}
 	return l, nil
 }
 
@@ -748,6 +771,9 @@ wait:
 		case l.result != nil:
 			st, ok = <-l.result
 		default:
+			if l.netDone != nil {
+				<-l.netDone // the network stage's message comes before the result
+			}
 			st, ok = readResult(l.sock)
 		}
 	}

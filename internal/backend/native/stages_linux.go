@@ -54,6 +54,7 @@ const (
 	stageSys
 	stageTmp
 	stageVolumes
+	stageResolv
 	stageProcess
 	stagePivot
 	stageCommand
@@ -160,6 +161,8 @@ func stageList() [stageLast + 1]stage {
 		stageTmp: {name: "mounting /tmp and /run", run: (*initState).mountTmp, pid1: stageTmpScript, moveIn: (*initState).moveStagedTmp,
 			where: [numExecutors]where{builder, staged, staged}},
 		stageVolumes: {name: "mounting volumes", run: (*initState).mountVolumes,
+			where: [numExecutors]where{builder, builder, builder}},
+		stageResolv: {name: "writing resolv.conf", run: (*initState).writeResolvConf,
 			where: [numExecutors]where{builder, builder, builder}},
 		stageProcess: {name: "preparing process", run: (*initState).prepareProcess,
 			where: [numExecutors]where{builder, builder, builder}},

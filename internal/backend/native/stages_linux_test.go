@@ -147,7 +147,7 @@ func TestStageOrder(t *testing.T) {
 	}
 	// The thread forks PID 1 into the cgroup: the cgroup comes first.
 	want := []int{int(stageNamespaces), int(stageScratch), int(stageCgroup), int(stagePID1), -int(stageProcMount), int(stageExecStart), int(stageNetwork),
-		int(stageRootfs), -int(stageProc), -int(stageDev), -int(stageSys), -int(stageTmp), int(stageVolumes), int(stageProcess), int(stagePivot), int(stageCommand)}
+		int(stageRootfs), -int(stageProc), -int(stageDev), -int(stageSys), -int(stageTmp), int(stageVolumes), int(stageResolv), int(stageProcess), int(stagePivot), int(stageCommand)}
 	if !slices.Equal(order, want) {
 		t.Errorf("thread order %v, want %v", order, want)
 	}

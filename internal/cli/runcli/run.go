@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
@@ -77,9 +78,6 @@ func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
-	if f := fs.Lookup("network"); f != nil {
-		f.Usage = "ask for network egress: refused on the native backend until the network policy proxy exists"
-	}
 }
 
 // ChangedFlags is the set of fs's flags given on the command line, by
@@ -124,11 +122,17 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		return err
 	}
 	if res, err, ok := a.runViaDaemon(ctx, mgr, o.daemon, spec); ok {
+		if res.NetworkSummary != "" {
+			a.Warnf("%s", res.NetworkSummary)
+		}
 		return finishRun(res, err, spec)
 	}
 	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
 	if err == nil && res.KeptAt != "" {
 		a.Infof("agentkernel: kept the sandbox's writable layer at %s", res.KeptAt)
+	}
+	if res.NetworkSummary != "" {
+		a.Warnf("%s", res.NetworkSummary)
 	}
 	return finishRun(res, err, spec)
 }
@@ -170,7 +174,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 		a.Warnf("%s", w)
 	}
 	TraceStage("policy resolved")
-	if err := a.ApplyNetworkStopgap(spec, cfg, ov); err != nil {
+	if err := a.ApplyNetworkStopgap(spec, cfg, ov, false); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -219,19 +223,24 @@ func (a *App) Manager() (*sandbox.Manager, error) {
 		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
 		Default:  "native",
 		Warn:     a.Warnf,
+		// Runs write to the audit log only what their network policy
+		// refused.
+		Audit: audit.New(a.DataDir),
+		Who:   Who("cli"),
 	}), nil
 }
 
-// ApplyNetworkStopgap keeps sandboxes on loopback until the network policy
-// proxy exists. A profile or mode that would give egress quietly stays on
-// loopback (a mode says so once, since its domain allowlist cannot apply);
-// an explicit request for egress (--network, or network = true in
+// ApplyNetworkStopgap keeps the sandboxes that cannot have egress yet
+// (persistent ones, a caller who is not root: policy.EgressAvailable) on
+// loopback. A profile or mode that would give egress quietly stays on
+// loopback (a mode says so once, since its domain allowlist cannot
+// apply); an explicit request for egress (--network, or network = true in
 // agentkernel.toml) is refused rather than silently ignored.
-func (a *App) ApplyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides) error {
-	warn, err := policy.NetworkStopgap(spec, o.Set["network"] || cfg.IsSet("security.network"))
+func (a *App) ApplyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides, persistent bool) error {
+	warn, err := policy.NetworkStopgap(spec, o.Set["network"] || cfg.IsSet("security.network"), persistent)
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err,
-			Hint: "drop --network (and network = true in agentkernel.toml); --no-network makes the loopback-only choice explicit"}
+			Hint: "use --network none (and drop network = true from agentkernel.toml), or run as root"}
 	}
 	if warn != "" {
 		a.Warnf("%s", warn)

@@ -30,13 +30,38 @@ func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.Int64Var(&o.PIDs, "pids", 0, "limit on processes (default: the profile's)")
 	fs.Var(&durationValue{&o.Timeout}, "timeout", "stop the command after this long: 30s, 5m, or a number of seconds")
 	fs.BoolVar(&o.NoNetwork, "no-network", false, "no network access (loopback only); beats everything else")
-	fs.BoolVar(&o.Network, "network", false, "network access even where the profile has none")
+	fs.Var(&networkValue{&o.Network}, "network", "network mode: none, filtered (only --allow-domain names) or full (all but --block-domain names); default: the profile's and mode's")
+	fs.StringArrayVar(&o.AllowDomains, "allow-domain", nil, "let the sandbox reach this host name, or *.example.com for a domain and its subdomains (repeatable)")
+	fs.StringArrayVar(&o.BlockDomains, "block-domain", nil, "refuse this host name or *.example.com (repeatable; block wins over allow)")
+	fs.StringArrayVar(&o.AllowCIDRs, "allow-cidr", nil, "let the sandbox reach this address or range by address, such as 10.0.0.0/8 (repeatable; needed for private, host and metadata addresses)")
+	fs.StringArrayVarP(&o.Publish, "publish", "P", nil, "publish a sandbox port on the host: HOST_PORT:SANDBOX_PORT[/tcp|/udp], IP:HOST_PORT:SANDBOX_PORT (default IP 127.0.0.1; repeatable)")
 	fs.BoolVar(&o.ReadOnly, "read-only", false, "read-only root filesystem, with a tmpfs /tmp")
 	fs.StringVarP(&o.User, "user", "u", "", "run as NAME, UID or UID:GID (default: the image's user)")
 	fs.StringVar(&o.Hostname, "hostname", "", "the sandbox's hostname (default \""+policy.DefaultHostname+"\")")
 	fs.BoolVarP(&o.Keep, "keep", "k", false, "keep the sandbox's writable layer after the run")
 	fs.Var(&usernsValue{&o.HostUserNS}, "userns", "user namespace: private or host")
 }
+
+// networkValue is a pflag.Value for --network MODE.
+type networkValue struct{ m *config.NetworkSetting }
+
+func (v *networkValue) Set(s string) error {
+	m, err := config.ParseNetworkSetting(s)
+	if err != nil {
+		return err
+	}
+	*v.m = m
+	return nil
+}
+
+func (v *networkValue) String() string {
+	if v.m == nil {
+		return ""
+	}
+	return string(*v.m)
+}
+
+func (v *networkValue) Type() string { return "mode" }
 
 // durationValue is a pflag.Value for --timeout: a duration ("30s", "5m")
 // or a bare number of seconds.

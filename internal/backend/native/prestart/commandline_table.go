@@ -5,7 +5,10 @@ package prestart
 
 // The long names of the global flags and run's.
 const (
+	flagAllowCidr   = "allow-cidr"
+	flagAllowDomain = "allow-domain"
 	flagBackend     = "backend"
+	flagBlockDomain = "block-domain"
 	flagConfig      = "config"
 	flagCpus        = "cpus"
 	flagDataDir     = "data-dir"
@@ -25,6 +28,7 @@ const (
 	flagNoNetwork   = "no-network"
 	flagPids        = "pids"
 	flagProfile     = "profile"
+	flagPublish     = "publish"
 	flagPull        = "pull"
 	flagQuiet       = "quiet"
 	flagReadOnly    = "read-only"
@@ -40,7 +44,7 @@ const (
 // or a global one, takes a value; the others are switches.
 func FlagTakesValue(name string) bool {
 	switch name {
-	case flagBackend, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagPids, flagProfile, flagPull, flagTimeout, flagUser, flagUserns, flagVolume, flagWorkdir:
+	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagTimeout, flagUser, flagUserns, flagVolume, flagWorkdir:
 		return true
 	}
 	return false
@@ -52,6 +56,8 @@ func FlagForShorthand(c byte) string {
 	switch c {
 	case 'B':
 		return flagBackend
+	case 'P':
+		return flagPublish
 	case 'c':
 		return flagConfig
 	case 'e':

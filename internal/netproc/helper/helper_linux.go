@@ -1,0 +1,218 @@
+package helper
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/netpolicy"
+	"github.com/agentkernel/agentkernel/internal/netproc"
+	"github.com/agentkernel/agentkernel/internal/netstack"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// The descriptors the owner hands over (netproc.Start).
+const (
+	tunFD  = 3
+	sockFD = 4
+)
+
+// maxMessage bounds one message from the owner.
+const maxMessage = 1 << 20
+
+// message mirrors netproc's wire message.
+type message struct {
+	Config *netproc.Config `json:"config,omitempty"`
+	Stop   bool            `json:"stop,omitempty"`
+	Ready  bool            `json:"ready,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Deny   *netproc.Denial `json:"deny,omitempty"`
+	Report *netproc.Report `json:"report,omitempty"`
+}
+
+// Main serves one sandbox until its owner stops it or goes away, and
+// returns the process's exit status.
+func Main() int {
+	sock := os.NewFile(sockFD, "owner")
+	if sock == nil {
+		fmt.Fprintln(os.Stderr, "agentkernel network helper: started without its owner's socket; it is not a command to run by hand")
+		return 2
+	}
+	send := func(m message) {
+		b, err := json.Marshal(m)
+		if err == nil {
+			_, _ = sock.Write(b)
+		}
+	}
+	fail := func(err error) int {
+		send(message{Error: err.Error()})
+		return 1
+	}
+	buf := make([]byte, maxMessage)
+	n, err := sock.Read(buf)
+	if err != nil {
+		return fail(fmt.Errorf("network helper: reading its configuration: %w", err))
+	}
+	var m message
+	if err := json.Unmarshal(buf[:n], &m); err != nil || m.Config == nil {
+		return fail(fmt.Errorf("network helper: bad configuration"))
+	}
+	cfg := m.Config
+	unix.CloseOnExec(tunFD)
+	unix.CloseOnExec(sockFD)
+	tun := os.NewFile(tunFD, "tun")
+
+	engine, err := netpolicy.Compile(cfg.Network, netpolicy.Options{
+		OnDeny: func(d netpolicy.Denial) {
+			w := wire(netpolicy.DenialCount{Denial: d, Count: 1})
+			send(message{Deny: &w})
+		},
+	})
+	if err != nil {
+		tun.Close()
+		return fail(err)
+	}
+	defer engine.Close()
+	var st *netstack.Stack
+	switch cfg.Mode {
+	case netproc.ModeProxy:
+		// No TUN: the sandbox's programs reach the network through the
+		// proxy listening inside it.
+		if len(cfg.Network.Ports) > 0 {
+			tun.Close()
+			return fail(fmt.Errorf("ports cannot be published without a TUN device (this user cannot open /dev/net/tun)"))
+		}
+		ln, err := net.FileListener(tun)
+		tun.Close()
+		if err != nil {
+			return fail(fmt.Errorf("network helper: the proxy's socket: %w", err))
+		}
+		go func() { _ = engine.ServeProxy(ln) }()
+	default:
+		st, err = netstack.New(netstack.Config{TUN: tun, Handler: engine})
+		if err != nil {
+			return fail(fmt.Errorf("network stack: %w", err))
+		}
+		defer st.Close()
+		for _, p := range cfg.Network.Ports {
+			c, err := st.Publish(p)
+			if err != nil {
+				return fail(fmt.Errorf("publishing %s: %w", p, err))
+			}
+			defer c.Close()
+		}
+	}
+	// From here on the helper reads what the sandbox sends: it keeps no
+	// privilege to lose.
+	if err := dropPrivileges(); err != nil {
+		return fail(fmt.Errorf("network helper: dropping privileges: %w", err))
+	}
+	send(message{Ready: true})
+
+	for {
+		n, err := sock.Read(buf)
+		if err != nil || n == 0 {
+			return 0 // the owner is gone
+		}
+		var m message
+		if json.Unmarshal(buf[:n], &m) == nil && m.Stop {
+			break
+		}
+	}
+	rep := report(engine, st)
+	send(message{Report: &rep})
+	return 0
+}
+
+// report is the helper's last word: the refusals and the counters.
+func report(e *netpolicy.Engine, st *netstack.Stack) netproc.Report {
+	var rep netproc.Report
+	for _, d := range e.Denials() {
+		rep.Denials = append(rep.Denials, wire(d))
+	}
+	rep.Summary = e.Summary()
+	s := e.Stats()
+	var m netstack.Metrics
+	if st != nil {
+		m = st.Metrics()
+	}
+	rep.Counters = map[string]uint64{
+		"dns_queries":   s.DNSQueries,
+		"dns_errors":    s.DNSErrors,
+		"dial_errors":   s.DialErrors,
+		"tcp_accepted":  m.TCPAccepted,
+		"tcp_rejected":  m.TCPRejected,
+		"udp_flows":     m.UDPFlows,
+		"udp_refused":   m.UDPRefused,
+		"rx_bytes":      m.RxBytes,
+		"tx_bytes":      m.TxBytes,
+		"published":     m.Published,
+		"rx_packets":    m.RxPackets,
+		"tx_packets":    m.TxPackets,
+		"dns_dropped":   s.DNSDroppedRecords,
+		"names_tracked": uint64(s.Names),
+	}
+	for k, v := range s.Allowed {
+		rep.Counters["allowed_"+k] = v
+	}
+	for k, v := range s.Denied {
+		rep.Counters["denied_"+k] = v
+	}
+	return rep
+}
+
+// wire is a refusal as the owner gets it.
+func wire(d netpolicy.DenialCount) netproc.Denial {
+	w := sandbox.NetworkDenial{Kind: d.Kind, Name: d.Name, Reason: d.Reason, Hint: d.Allow, Count: int(min(d.Count, 1<<31-1))}
+	if d.Addr.IsValid() {
+		w.Addr = d.Addr.String()
+		if d.Addr.Port() == 0 {
+			w.Addr = d.Addr.Addr().String()
+		}
+	}
+	return w
+}
+
+// dropPrivileges leaves every thread of the helper with no capability
+// (bounding, effective, permitted, inheritable, ambient) and no way to
+// gain one. Capabilities and no_new_privs belong to threads, so each step
+// runs on all of them (syscall.AllThreadsSyscall).
+func dropPrivileges() error {
+	all := func(trap, a1, a2 uintptr) error {
+		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, 0); e != 0 {
+			return e
+		}
+		return nil
+	}
+	if err := all(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
+		return err
+	}
+	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 && e != unix.EINVAL {
+		return e
+	}
+	for c := uintptr(0); c <= 63; c++ {
+		if err := all(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c); err != nil {
+			if err == unix.EINVAL {
+				break // past the last capability the kernel knows
+			}
+			if err == unix.EPERM && os.Geteuid() != 0 {
+				// Not root: without CAP_SETPCAP the bounding set stays,
+				// but nothing can be gained through it (no_new_privs, and
+				// the other sets are cleared below).
+				break
+			}
+			return err
+		}
+	}
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := new([2]unix.CapUserData)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return e
+	}
+	return nil
+}

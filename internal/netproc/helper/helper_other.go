@@ -1,0 +1,14 @@
+//go:build !linux
+
+package helper
+
+import (
+	"fmt"
+	"os"
+)
+
+// Main is Linux only.
+func Main() int {
+	fmt.Fprintln(os.Stderr, "agentkernel network helper: sandbox networking needs Linux")
+	return 2
+}

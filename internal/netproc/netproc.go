@@ -1,0 +1,81 @@
+// Package netproc runs a sandbox's user-space network stack in a process
+// of its own, and is how the process that owns a sandbox (a run, the
+// supervisor of a persistent sandbox, the daemon's pool) talks to it.
+//
+// The stack (package netstack) parses every packet the sandbox sends, so
+// it runs where a flaw in it reaches the least: in a helper process
+// (agentkernel-full started as Argv0) that holds the sandbox's TUN device
+// and its published ports' listeners, drops every capability before it
+// reads a packet, and can take down nothing but that one sandbox's
+// network. It also keeps gVisor's network stack out of the agentkernel
+// binary, whose start-up every run pays, and out of a run without
+// network.
+//
+// The helper gets the TUN device (or, in proxy mode, a socket listening
+// inside the sandbox) as descriptor 3 and a SOCK_SEQPACKET
+// socket as descriptor 4. On the socket, the owner sends one Config; the
+// helper answers with one message saying it is ready (or why not),
+// then sends a message for each refused connection or name as it happens
+// (Denial), and a final Report once the owner asks it to stop or closes
+// its end. The helper ends when the owner's end closes, so it never
+// outlives the process that owns the sandbox.
+package netproc
+
+import (
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Argv0 is the helper's argv[0]: agentkernel-full started under this name
+// runs Main of package netproc/helper and nothing else.
+const Argv0 = "agentkernel-netstack"
+
+// Mode is what the helper's descriptor 3 is.
+type Mode string
+
+const (
+	// ModeTUN: the sandbox's TUN device, served by the user-space stack.
+	ModeTUN Mode = "tun"
+	// ModeProxy: a socket listening in the sandbox's network namespace,
+	// served as an HTTP proxy (where the sandbox could not open a TUN
+	// device: a rootless sandbox on a machine whose /dev/net/tun is not
+	// open to its user).
+	ModeProxy Mode = "proxy"
+)
+
+// Config is what the helper needs to serve one sandbox.
+type Config struct {
+	// SandboxID names the sandbox in the helper's diagnostics.
+	SandboxID string `json:"sandbox_id"`
+	// Mode is what the helper's descriptor 3 is.
+	Mode Mode `json:"mode"`
+	// Network is the sandbox's resolved network policy, published ports
+	// included.
+	Network sandbox.Network `json:"network"`
+}
+
+// Denial is a connection or name the policy refused.
+type Denial = sandbox.NetworkDenial
+
+// Report is what the helper says when it stops.
+type Report struct {
+	// Denials are the refusals, deduplicated.
+	Denials []Denial `json:"denials,omitempty"`
+	// Summary is one line naming what was refused and the flags that
+	// would allow it; "" when nothing was.
+	Summary string `json:"summary,omitempty"`
+	// Counters are the stack's and policy's counters by name (flows
+	// allowed and refused by kind, DNS queries, bytes).
+	Counters map[string]uint64 `json:"counters,omitempty"`
+}
+
+// message is one message on the helper's socket, in either direction.
+type message struct {
+	// Owner to helper.
+	Config *Config `json:"config,omitempty"`
+	Stop   bool    `json:"stop,omitempty"`
+	// Helper to owner.
+	Ready  bool    `json:"ready,omitempty"`
+	Error  string  `json:"error,omitempty"`
+	Deny   *Denial `json:"deny,omitempty"`
+	Report *Report `json:"report,omitempty"`
+}

@@ -1,0 +1,189 @@
+package netproc_test
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/agentkernel/agentkernel/internal/netproc"
+	"github.com/agentkernel/agentkernel/internal/netproc/helper"
+	"github.com/agentkernel/agentkernel/internal/netstack/netnstest"
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// The test binary is the helper too, as agentkernel-full is: started
+// as netproc.Argv0 it runs the real helper.Main.
+func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == netproc.Argv0 {
+		os.Exit(helper.Main())
+	}
+	os.Exit(m.Run())
+}
+
+// sandboxNet is a network namespace with a configured TUN device, as the
+// network stage leaves it.
+func sandboxNet(t *testing.T) (*netnstest.Netns, *os.File) {
+	t.Helper()
+	ns := netnstest.New(t)
+	var tun *os.File
+	var err error
+	ns.Do(func() {
+		if tun, err = tundev.Open("eth0"); err == nil {
+			err = tundev.Configure("eth0", tundev.DefaultLayout())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, tun
+}
+
+func start(t *testing.T, tun *os.File, n sandbox.Network, onDeny func(netproc.Denial)) *netproc.Proc {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := netproc.Start(self, tun, netproc.Config{SandboxID: "test", Network: n}, onDeny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.Close() })
+	if err := p.Ready(); err != nil {
+		t.Fatalf("ready: %v", err)
+	}
+	return p
+}
+
+// query asks the sandbox's resolver for name from inside the namespace.
+func query(t *testing.T, ns *netnstest.Netns, name string) int {
+	t.Helper()
+	var rcode int = -1
+	ns.Do(func() {
+		c := &dns.Client{Timeout: 3 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		r, _, err := c.Exchange(m, net.JoinHostPort(tundev.DefaultLayout().DNS4.String(), "53"))
+		if err != nil {
+			t.Errorf("query %s: %v", name, err)
+			return
+		}
+		rcode = r.Rcode
+	})
+	return rcode
+}
+
+// TestHelperRefusesAndReports: a refused name reaches the owner at once
+// (onDeny) and in the final report, with the flag that would allow it.
+func TestHelperRefusesAndReports(t *testing.T) {
+	ns, tun := sandboxNet(t)
+	denied := make(chan netproc.Denial, 8)
+	p := start(t, tun, sandbox.Network{Mode: sandbox.NetworkFiltered, AllowDomains: []string{"allowed.test"}},
+		func(d netproc.Denial) { denied <- d })
+	if rc := query(t, ns, "blocked.example"); rc != dns.RcodeNameError {
+		t.Fatalf("blocked.example: rcode %d, want NXDOMAIN", rc)
+	}
+	select {
+	case d := <-denied:
+		if d.Kind != "dns" || d.Name != "blocked.example" || !strings.Contains(d.Hint, "--allow-domain blocked.example") {
+			t.Errorf("denial %+v", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no denial reached the owner")
+	}
+	rep, err := p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Denials) != 1 || rep.Denials[0].Name != "blocked.example" || !strings.Contains(rep.Summary, "blocked.example") {
+		t.Errorf("report %+v", rep)
+	}
+	if rep.Counters["dns_queries"] == 0 {
+		t.Errorf("counters %v", rep.Counters)
+	}
+}
+
+// TestHelperHoldsNoCapability: every thread of a serving helper has no
+// capability in any set, and no_new_privs.
+func TestHelperHoldsNoCapability(t *testing.T) {
+	_, tun := sandboxNet(t)
+	p := start(t, tun, sandbox.Network{Mode: sandbox.NetworkFull}, nil)
+	tasks, err := os.ReadDir("/proc/" + itoa(p.Pid()) + "/task")
+	if err != nil || len(tasks) < 2 {
+		t.Fatalf("tasks of the helper: %v (%d)", err, len(tasks))
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + itoa(p.Pid()) + "/task/" + task.Name() + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			v = strings.TrimSpace(v)
+			switch k {
+			case "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb":
+				if strings.Trim(v, "0") != "" {
+					t.Errorf("thread %s: %s %s", task.Name(), k, v)
+				}
+			case "NoNewPrivs":
+				if v != "1" {
+					t.Errorf("thread %s: NoNewPrivs %s", task.Name(), v)
+				}
+			}
+		}
+	}
+}
+
+// TestHelperEndsWithItsOwner: a helper whose owner's socket closes
+// without a word (the owner was killed) ends.
+func TestHelperEndsWithItsOwner(t *testing.T) {
+	_, tun := sandboxNet(t)
+	p := start(t, tun, sandbox.Network{Mode: sandbox.NetworkFull}, nil)
+	pid := p.Pid()
+	p.Abandon()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + itoa(pid) + "/stat")
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+			time.Sleep(500 * time.Millisecond)
+			t.Fatal("the helper outlived its owner's socket")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestHelperRefusesBadPublish: a published port that cannot be bound is
+// an error the owner gets from Ready.
+func TestHelperRefusesBadPublish(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	_, tun := sandboxNet(t)
+	self, _ := os.Executable()
+	p, err := netproc.Start(self, tun, netproc.Config{Network: sandbox.Network{Mode: sandbox.NetworkFull,
+		Ports: []sandbox.PortMapping{{HostPort: port, SandboxPort: 80}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Ready(); err == nil || !strings.Contains(err.Error(), "publishing") {
+		t.Fatalf("Ready = %v, want a publishing error", err)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,182 @@
+package netproc
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxMessage bounds one message on the helper's socket.
+const maxMessage = 1 << 20
+
+// stopWait is how long Close waits for the helper's report.
+const stopWait = 2 * time.Second
+
+// Proc is a running helper, seen from the sandbox's owner.
+type Proc struct {
+	cmd    *exec.Cmd
+	sock   *os.File
+	onDeny func(Denial)
+
+	ready    chan error // the helper's first answer
+	report   chan Report
+	exited   chan struct{}
+	closeOne sync.Once
+	result   Report
+	err      error
+}
+
+// proxyEnv are the host's variables the helper honours for its own dials
+// (upstream proxy chaining); nothing else of the owner's environment
+// reaches it.
+var proxyEnv = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"}
+
+// Start starts the helper exe (agentkernel-full) for one sandbox: tun is
+// the sandbox's TUN device (or proxy socket, cfg.Mode), which the helper
+// takes over (Start closes this copy). onDeny, when not nil, is called for each refusal as it
+// happens, from a goroutine of Proc's. Start does not wait for the helper
+// to be ready: packets the sandbox sends meanwhile wait in the device.
+func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, error) {
+	defer tun.Close()
+	if cfg.Mode == "" {
+		cfg.Mode = ModeTUN
+	}
+	cfgMsg, err := json.Marshal(message{Config: &cfg})
+	if err != nil {
+		return nil, err
+	}
+	if len(cfgMsg) > maxMessage {
+		return nil, errors.New("the network policy is too large")
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("network helper: %w", err)
+	}
+	// Our end is non-blocking, so that the runtime polls it and closing
+	// it wakes the goroutine reading it.
+	if err := unix.SetNonblock(sp[0], true); err != nil {
+		unix.Close(sp[0])
+		unix.Close(sp[1])
+		return nil, fmt.Errorf("network helper: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(sp[0]), "netstack"), os.NewFile(uintptr(sp[1]), "netstack-helper")
+	defer theirs.Close()
+	if _, err := ours.Write(cfgMsg); err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("network helper: %w", err)
+	}
+	var env []string
+	for _, k := range proxyEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	cmd := &exec.Cmd{
+		Path:       exe,
+		Args:       []string{Argv0, cfg.SandboxID},
+		Env:        env,
+		Stderr:     os.Stderr,
+		ExtraFiles: []*os.File{tun, theirs},
+		// Its own process group: a terminal's ^C is the sandbox's
+		// business, not the helper's; it ends when our end closes.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		ours.Close()
+		return nil, fmt.Errorf("starting the network helper %s: %w", exe, err)
+	}
+	p := &Proc{cmd: cmd, sock: ours, onDeny: onDeny, ready: make(chan error, 1), report: make(chan Report, 1), exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	go p.read()
+	return p, nil
+}
+
+// read takes the helper's messages until its end closes.
+func (p *Proc) read() {
+	buf := make([]byte, maxMessage)
+	readied := false
+	defer func() {
+		if !readied {
+			p.ready <- errors.New("the network helper ended before it was ready")
+		}
+		close(p.report)
+	}()
+	for {
+		n, err := p.sock.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var m message
+		if json.Unmarshal(buf[:n], &m) != nil {
+			continue
+		}
+		switch {
+		case m.Ready || m.Error != "":
+			if !readied {
+				readied = true
+				if m.Error != "" {
+					p.ready <- errors.New(m.Error)
+				} else {
+					p.ready <- nil
+				}
+			}
+		case m.Deny != nil:
+			if p.onDeny != nil {
+				p.onDeny(*m.Deny)
+			}
+		case m.Report != nil:
+			p.report <- *m.Report
+			return
+		}
+	}
+}
+
+// Ready waits until the helper serves the sandbox (its published ports
+// listen) and returns why not if it cannot.
+func (p *Proc) Ready() error {
+	err, ok := <-p.ready
+	if !ok {
+		return errors.New("the network helper ended before it was ready")
+	}
+	p.ready <- err // for the next caller
+	return err
+}
+
+// Close stops the helper and returns its report. It is safe to call more
+// than once.
+func (p *Proc) Close() (Report, error) {
+	p.closeOne.Do(func() {
+		stop, _ := json.Marshal(message{Stop: true})
+		_, _ = p.sock.Write(stop)
+		select {
+		case r, ok := <-p.report:
+			if ok {
+				p.result = r
+			}
+		case <-time.After(stopWait):
+			p.err = errors.New("the network helper did not report")
+		}
+		p.sock.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(stopWait):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p.result, p.err
+}
+
+// Pid is the helper's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Abandon closes the owner's end of the socket without a word, as the
+// owner's death would; the helper ends on its own.
+func (p *Proc) Abandon() { p.sock.Close() }

@@ -1,0 +1,43 @@
+package netstack
+
+import (
+	"context"
+	"net"
+	"net/netip"
+)
+
+// Flow is one TCP connection or UDP flow that a sandbox starts.
+type Flow struct {
+	Proto string         // "tcp" or "udp"
+	Src   netip.AddrPort // the sandbox's end
+	Dst   netip.AddrPort // where the sandbox sent it
+}
+
+// TCPRequest is a connection attempt from inside the sandbox, held at its
+// SYN until the Handler answers. Exactly one of Reject or Accept must be
+// called.
+type TCPRequest interface {
+	Flow() Flow
+	// Reject answers the SYN with a RST: the client sees "connection
+	// refused" at once.
+	Reject()
+	// Accept completes the handshake and returns the sandbox's end of the
+	// connection.
+	Accept() (net.Conn, error)
+}
+
+// Handler decides and serves every flow that leaves the sandbox. The
+// stack calls it from its own goroutines; it must be safe for concurrent
+// use.
+type Handler interface {
+	// TCP is called on a goroutine of its own for each new connection.
+	TCP(req TCPRequest)
+	// UDP is called once for each new UDP flow other than DNS to the
+	// stack's resolver address. It returns the connection the stack
+	// relays the flow's datagrams through, or an error to refuse the
+	// flow (the sandbox gets ICMP port unreachable).
+	UDP(ctx context.Context, flow Flow) (net.Conn, error)
+	// DNS answers one DNS message (wire format) that the sandbox sent to
+	// the stack's resolver address over UDP or TCP.
+	DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]byte, error)
+}

@@ -1,0 +1,318 @@
+package tundev
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"os"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open creates the TUN device name (IFF_TUN|IFF_NO_PI: each read and
+// write is one whole IP packet without a header of its own) in the
+// network namespace of the calling thread, and returns its descriptor
+// in blocking mode, close-on-exec. The device lives as long as the
+// descriptor (and its duplicates) stay open. The caller needs
+// CAP_NET_ADMIN in that namespace's user namespace.
+//
+// The caller must keep its goroutine on the thread whose namespace it
+// means (runtime.LockOSThread) for the whole call.
+func Open(name string) (*os.File, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errorf("opening /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, errorf("device name %q: %w", name, err)
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, errorf("creating TUN device %q: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
+}
+
+func checkName(name string) error {
+	if name == "" || len(name) >= unix.IFNAMSIZ {
+		return errorf("device name %q must have 1 to %d characters", name, unix.IFNAMSIZ-1)
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c == '/' || c == ':' || c >= 0x7f {
+			return errorf("device name %q has a character not allowed in interface names", name)
+		}
+	}
+	if name == "." || name == ".." {
+		return errorf("device name %q is not allowed", name)
+	}
+	return nil
+}
+
+// Configure sets the MTU of the device name, brings it up, gives it the
+// layout's addresses (IPv6 without duplicate address detection, so that
+// it is usable at once: nothing else is on the link) and adds the default
+// routes through the gateways, in the calling thread's network namespace.
+func Configure(name string, l Layout) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	index, err := ifIndex(name)
+	if err != nil {
+		return err
+	}
+	nl, err := dialNetlink()
+	if err != nil {
+		return err
+	}
+	defer nl.close()
+
+	if err := nl.setLink(index, uint32(l.MTU)); err != nil {
+		return errorf("setting MTU %d and bringing %s up: %w", l.MTU, name, err)
+	}
+	// IPv6 first: the kernel completes the address in the background
+	// (see waitLocal below) while the rest is set up.
+	if l.HasIPv6() {
+		if err := nl.addAddr(index, l.Addr6); err != nil {
+			return errorf("adding %s to %s: %w", l.Addr6, name, err)
+		}
+	}
+	if err := nl.addAddr(index, l.Addr4); err != nil {
+		return errorf("adding %s to %s: %w", l.Addr4, name, err)
+	}
+	if err := nl.addDefaultRoute(index, l.Gateway4); err != nil {
+		return errorf("adding the default route via %s: %w", l.Gateway4, err)
+	}
+	if l.HasIPv6() {
+		if err := nl.addDefaultRoute(index, l.Gateway6); err != nil {
+			return errorf("adding the default route via %s: %w", l.Gateway6, err)
+		}
+		// The kernel finishes a new IPv6 address (inserts its local
+		// route) on a work queue even without duplicate address
+		// detection; until then packets sent to it are dropped.
+		if err := nl.waitLocal(l.Addr6.Addr()); err != nil {
+			return errorf("waiting for %s to become usable: %w", l.Addr6.Addr(), err)
+		}
+	}
+	return nil
+}
+
+func ifIndex(name string) (int32, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return 0, errorf("device name %q: %w", name, err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return 0, errorf("no device %q in this network namespace: %w", name, err)
+	}
+	return int32(ifr.Uint32()), nil
+}
+
+// netlink is a NETLINK_ROUTE socket that sends one request at a time and
+// waits for its acknowledgement.
+type netlink struct {
+	fd  int
+	seq uint32
+}
+
+func dialNetlink() (*netlink, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, errorf("netlink socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, errorf("netlink bind: %w", err)
+	}
+	return &netlink{fd: fd}, nil
+}
+
+func (n *netlink) close() { unix.Close(n.fd) }
+
+// message builds one netlink request: header, fixed part, attributes.
+type message struct{ b []byte }
+
+func newMessage(typ, flags uint16, fixed []byte) *message {
+	m := &message{b: make([]byte, unix.SizeofNlMsghdr, 128)}
+	binary.NativeEndian.PutUint16(m.b[4:], typ)
+	binary.NativeEndian.PutUint16(m.b[6:], flags|unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	m.b = append(m.b, fixed...)
+	m.pad()
+	return m
+}
+
+func (m *message) pad() {
+	for len(m.b)%4 != 0 {
+		m.b = append(m.b, 0)
+	}
+}
+
+func (m *message) attr(typ uint16, data []byte) {
+	var h [unix.SizeofRtAttr]byte
+	binary.NativeEndian.PutUint16(h[0:], uint16(unix.SizeofRtAttr+len(data)))
+	binary.NativeEndian.PutUint16(h[2:], typ)
+	m.b = append(m.b, h[:]...)
+	m.b = append(m.b, data...)
+	m.pad()
+}
+
+func u32(v uint32) []byte {
+	b := make([]byte, 4)
+	binary.NativeEndian.PutUint32(b, v)
+	return b
+}
+
+// do sends m and waits for the kernel's acknowledgement of it.
+func (n *netlink) do(m *message) error {
+	return n.exchange(m, nil)
+}
+
+// exchange sends m and waits for the kernel's acknowledgement of it,
+// passing every other message of the reply to f.
+func (n *netlink) exchange(m *message, f func(typ uint16, data []byte)) error {
+	n.seq++
+	binary.NativeEndian.PutUint32(m.b[0:], uint32(len(m.b)))
+	binary.NativeEndian.PutUint32(m.b[8:], n.seq)
+	if err := unix.Sendto(n.fd, m.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return err
+	}
+	buf := make([]byte, 8192)
+	for {
+		k, from, err := unix.Recvfrom(n.fd, buf, 0)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return err
+		}
+		if sa, ok := from.(*unix.SockaddrNetlink); !ok || sa.Pid != 0 {
+			continue // not from the kernel
+		}
+		for b := buf[:k]; len(b) >= unix.SizeofNlMsghdr; {
+			size := int(binary.NativeEndian.Uint32(b[0:]))
+			if size < unix.SizeofNlMsghdr || size > len(b) {
+				return errorf("malformed netlink reply")
+			}
+			typ := binary.NativeEndian.Uint16(b[4:])
+			seq := binary.NativeEndian.Uint32(b[8:])
+			data := b[unix.SizeofNlMsghdr:size]
+			if next := (size + 3) &^ 3; next < len(b) {
+				b = b[next:]
+			} else {
+				b = nil
+			}
+			if seq != n.seq {
+				continue
+			}
+			if typ != unix.NLMSG_ERROR {
+				if f != nil {
+					f(typ, data)
+				}
+				continue
+			}
+			if len(data) < 4 {
+				return errorf("short netlink acknowledgement")
+			}
+			if code := int32(binary.NativeEndian.Uint32(data)); code != 0 {
+				return unix.Errno(-code)
+			}
+			return nil
+		}
+	}
+}
+
+func (n *netlink) setLink(index int32, mtu uint32) error {
+	var ifi unix.IfInfomsg
+	ifi.Family = unix.AF_UNSPEC
+	ifi.Index = index
+	ifi.Flags = unix.IFF_UP
+	ifi.Change = unix.IFF_UP
+	m := newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg))
+	m.attr(unix.IFLA_MTU, u32(mtu))
+	return n.do(m)
+}
+
+func (n *netlink) addAddr(index int32, p netip.Prefix) error {
+	var ifa unix.IfAddrmsg
+	ifa.Family = family(p.Addr())
+	ifa.Prefixlen = uint8(p.Bits())
+	ifa.Scope = unix.RT_SCOPE_UNIVERSE
+	ifa.Index = uint32(index)
+	flags := uint32(0)
+	if p.Addr().Is6() {
+		flags = unix.IFA_F_NODAD
+	}
+	ifa.Flags = uint8(flags)
+	m := newMessage(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, structBytes(&ifa, unix.SizeofIfAddrmsg))
+	addr := p.Addr().AsSlice()
+	m.attr(unix.IFA_LOCAL, addr)
+	m.attr(unix.IFA_ADDRESS, addr)
+	m.attr(unix.IFA_FLAGS, u32(flags))
+	return n.do(m)
+}
+
+func (n *netlink) addDefaultRoute(index int32, gw netip.Addr) error {
+	rt := unix.RtMsg{
+		Family:   family(gw),
+		Table:    unix.RT_TABLE_MAIN,
+		Protocol: unix.RTPROT_BOOT,
+		Scope:    unix.RT_SCOPE_UNIVERSE,
+		Type:     unix.RTN_UNICAST,
+	}
+	m := newMessage(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, structBytes(&rt, unix.SizeofRtMsg))
+	m.attr(unix.RTA_GATEWAY, gw.AsSlice())
+	m.attr(unix.RTA_OIF, u32(uint32(index)))
+	return n.do(m)
+}
+
+// waitLocal waits until the kernel routes a to this host (a local
+// route), for at most two seconds.
+func (n *netlink) waitLocal(a netip.Addr) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rt := unix.RtMsg{Family: family(a), Dst_len: uint8(a.BitLen())}
+		m := newMessage(unix.RTM_GETROUTE, 0, structBytes(&rt, unix.SizeofRtMsg))
+		m.attr(unix.RTA_DST, a.AsSlice())
+		local := false
+		err := n.exchange(m, func(typ uint16, data []byte) {
+			if typ == unix.RTM_NEWROUTE && len(data) >= unix.SizeofRtMsg {
+				local = data[7] == unix.RTN_LOCAL
+			}
+		})
+		if err != nil && err != unix.ENETUNREACH {
+			return err
+		}
+		if local {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errorf("no local route yet")
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func family(a netip.Addr) uint8 {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+func structBytes[T any](v *T, size int) []byte {
+	return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(v)), size)...)
+}
