@@ -202,7 +202,9 @@ const maxPooledArgs = 32 << 10
 // poolable reports whether a pooled sandbox can run spec exactly as an
 // ephemeral run would.
 func poolable(spec *sandbox.Spec) bool {
-	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 {
+	// Published ports are bound by one sandbox at a time: two warm
+	// sandboxes of the spec could not both hold them.
+	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 || len(spec.Network.Ports) > 0 {
 		return false
 	}
 	n := 0
@@ -366,6 +368,9 @@ func (p *pools) create(ctx context.Context, wp *warmPool) (sandbox.Prepared, err
 func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
 	if spec.TTY || spec.Interactive || spec.Keep {
 		return fmt.Errorf("a spec with a terminal or a kept layer cannot be pooled")
+	}
+	if len(spec.Network.Ports) > 0 {
+		return fmt.Errorf("a spec with published ports cannot be pooled: one sandbox at a time can hold them")
 	}
 	c := *spec
 	if len(c.Args) == 0 {
