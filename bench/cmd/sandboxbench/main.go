@@ -169,8 +169,14 @@ func bench(n int, ak, img string) error {
 	if ak != "" {
 		// The whole CLI: config, detection, policy (moderate: copy-on-write
 		// workspace, memory/pids/cpu limits, so a cgroup), host image.
+		// With --network none, as bwrap --unshare-all and crun have no
+		// network either; the one "network full" case shows what a
+		// network that the command does not use costs (bench/cmd/netbench
+		// measures the network itself).
 		akData := filepath.Join(work, "akdata")
-		cases = append(cases, harness.Case{Name: "agentkernel run --image host (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--image", "host", "--", "/bin/true"}})
+		cases = append(cases,
+			harness.Case{Name: "agentkernel run --image host (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--network", "none", "--image", "host", "--", "/bin/true"}},
+			harness.Case{Name: "agentkernel run --image host --network full (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--network", "full", "--image", "host", "--", "/bin/true"}})
 		// The same through a running daemon (warm pool of prepared
 		// sandboxes of that spec).
 		if out, err := exec.Command(ak, "--data-dir", akData, "daemon", "start").CombinedOutput(); err != nil {
@@ -180,15 +186,15 @@ func bench(n int, ak, img string) error {
 		// After each daemon run the daemon refills its pool in the
 		// background: let it finish before the next case is timed.
 		const refill = 30 * time.Millisecond
-		cases = append(cases, harness.Case{Name: "agentkernel run (CLI, daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--image", "host", "--", "/bin/true"}, Settle: refill})
+		cases = append(cases, harness.Case{Name: "agentkernel run (CLI, daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--network", "none", "--image", "host", "--", "/bin/true"}, Settle: refill})
 		// The same busybox root filesystem bwrap gets, as an image of the
 		// CLI's store (imported from a tarball, as a user would).
 		if ref, err := importBusybox(ak, akData, work); err != nil {
 			fmt.Fprintln(os.Stderr, "no busybox image for the CLI:", err)
 		} else {
 			cases = append(cases,
-				harness.Case{Name: "agentkernel run --image busybox (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--image", ref, "--", "/bin/true"}},
-				harness.Case{Name: "agentkernel run --image busybox (daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--image", ref, "--", "/bin/true"}, Settle: refill})
+				harness.Case{Name: "agentkernel run --image busybox (CLI)", Argv: []string{ak, "--data-dir", akData, "run", "--no-daemon", "--network", "none", "--image", ref, "--", "/bin/true"}},
+				harness.Case{Name: "agentkernel run --image busybox (daemon)", Argv: []string{ak, "--data-dir", akData, "run", "--network", "none", "--image", ref, "--", "/bin/true"}, Settle: refill})
 		}
 	}
 	if p, err := exec.LookPath("bwrap"); err == nil {
