@@ -74,7 +74,7 @@ func printProfiles(a *App) {
 		if p.Network == sandbox.NetworkNone {
 			return "none (loopback only)"
 		}
-		return "full (domain rules apply)"
+		return "full (all but blocked names)"
 	})
 	row("project dir at "+policy.WorkspaceDir, func(p policy.Profile) string {
 		switch p.Cwd {
@@ -134,8 +134,8 @@ func printProfiles(a *App) {
 	row("pids", func(p policy.Profile) string { return limit(p.PIDs, "%d") })
 	row("cpu", func(p policy.Profile) string { return limit(p.CPUPercent, "%d%% of one core") })
 	tw.Flush()
-	fmt.Fprintln(a.Stdout, "\nOn the native backend every sandbox has loopback only for now: egress (and with it the")
-	fmt.Fprintln(a.Stdout, "domain rules) arrives with the network policy proxy; asking for it with --network is refused.")
+	fmt.Fprintln(a.Stdout, "\nNetwork modes: none (loopback only), filtered (only allowed names), full (all but blocked")
+	fmt.Fprintln(a.Stdout, "names). Cloud metadata, link-local and the host's own addresses are refused in every mode.")
 
 	fmt.Fprintln(a.Stdout)
 	tw = tabwriter.NewWriter(a.Stdout, 0, 4, 3, ' ', 0)
@@ -143,7 +143,7 @@ func printProfiles(a *App) {
 	for _, m := range policy.Modes() {
 		project, network, key, domains := "(profile's)", "(profile's)", "-", "-"
 		if m.Agent {
-			project, network = "read-write", "on"
+			project, network = "read-write", "filtered"
 		}
 		if m.APIKeyEnv != "" {
 			key = m.APIKeyEnv
@@ -161,8 +161,9 @@ func printProfiles(a *App) {
 		}
 	}
 	fmt.Fprintln(a.Stdout, ".")
-	fmt.Fprintln(a.Stdout, "Override with --profile, --mode, --no-network, --network, --read-only, --memory, --cpus, --pids,")
-	fmt.Fprintln(a.Stdout, "--timeout, -e KEY=VAL, -w DIR and -v HOST:SANDBOX[:ro]; or in agentkernel.toml [security] and [resources].")
+	fmt.Fprintln(a.Stdout, "Override with --profile, --mode, --network MODE, --allow-domain, --block-domain, --allow-cidr,")
+	fmt.Fprintln(a.Stdout, "--read-only, --memory, --cpus, --pids, --timeout, -e KEY=VAL, -w DIR and -v HOST:SANDBOX[:ro];")
+	fmt.Fprintln(a.Stdout, "or in agentkernel.toml [security], [security.domains], [network] and [resources].")
 }
 
 func limit(v int64, format string) string {

@@ -43,7 +43,7 @@ type runInput struct {
 	Env               map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, as an object of strings"`
 	TimeoutMS         int64             `json:"timeout_ms,omitempty" jsonschema:"stop the command after this many milliseconds (default 30000, or resources.timeout of agentkernel.toml)"`
 	Profile           string            `json:"profile,omitempty" jsonschema:"security profile (default moderate)"`
-	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true is refused until the native backend can filter egress"`
+	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true turns egress on as the profile and compatibility mode give it (filtered by the mode's allow list; cloud metadata and host addresses always refused)"`
 	CompatibilityMode string            `json:"compatibility_mode,omitempty" jsonschema:"agent compatibility mode (default native)"`
 }
 
@@ -255,6 +255,13 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	res, err := t.opts.Manager.Run(ctx, "", spec, sandbox.Stdio{Stdout: w, Stderr: w})
 	finish()
 	text := out.text()
+	if res.NetworkSummary != "" {
+		// What the network policy refused, where the agent reads it.
+		if text != "" && !strings.HasSuffix(text, "\n") {
+			text += "\n"
+		}
+		text += "agentkernel: " + res.NetworkSummary + "\n"
+	}
 	switch {
 	case err != nil:
 		code := 125

@@ -10,9 +10,10 @@ description: Run commands in isolated agentkernel sandboxes instead of on the ho
 # Sandboxed execution with agentkernel
 
 agentkernel runs a command in a throwaway sandbox: its own namespaces, a
-copy-on-write view of the project, seccomp, dropped capabilities and no
-network egress. Nothing the command does reaches the host unless you copy
-it out.
+copy-on-write view of the project, seccomp, dropped capabilities and a
+network that reaches only what its policy allows (never cloud metadata or
+the host's own services). Nothing the command does reaches the host unless
+you copy it out.
 
 ## When to use the sandbox
 
@@ -43,8 +44,10 @@ nothing.
   ` + "`sandbox_file_write`" + ` / ` + "`sandbox_file_read`" + `, and ` + "`sandbox_remove`" + ` when done.
 - A non-zero exit comes back as an error result with the output: read it,
   fix, run again.
-- There is no network egress yet: vendor dependencies or use images that
-  already hold them.
+- The network is on (` + "`moderate`" + ` and ` + "`permissive`" + `) or off (` + "`restrictive`" + `,
+  or ` + "`network: false`" + `): package installs (` + "`npm ci`, `pip install`, `go mod download`" + `)
+  work. A refused name fails at once (NXDOMAIN or connection refused): the
+  output's last line names it; ask the user before widening the policy.
 
 ## Suggested permissions (.claude/settings.json)
 
@@ -101,7 +104,7 @@ export const AgentkernelPlugin: Plugin = async ({ directory }) => {
     tool: {
       sandbox_run: tool({
         description:
-          "Run a command in an isolated agentkernel sandbox (own namespaces, copy-on-write project at /workspace, no network egress) instead of on the host. Use it for tests, builds and untrusted code.",
+          "Run a command in an isolated agentkernel sandbox (own namespaces, copy-on-write project at /workspace, policy-checked network) instead of on the host. Use it for tests, builds and untrusted code.",
         args: {
           command: tool.schema.array(tool.schema.string()).describe('the command and its arguments, e.g. ["sh","-c","npm test"]'),
           image: tool.schema.string().optional().describe("OCI image (default: detected)"),

@@ -34,9 +34,14 @@ The security profile decides what the sandbox sees (see 'agentkernel
 profiles'): moderate (default) shows the current directory at /workspace
 copy-on-write, permissive binds it read-write, restrictive hides it and makes
 the root read-only. Every profile runs in its own user, PID, mount, IPC, UTS,
-cgroup and network namespace; the network has only loopback. Egress through
-the network policy proxy is not built yet: --network is refused rather than
-silently ignored.
+cgroup and network namespace. Its network is none (loopback only), filtered
+(only the names --allow-domain gives) or full (all but the names
+--block-domain gives): restrictive has none, moderate and permissive full, the
+agent modes filtered with their lists. Cloud metadata, link-local and the
+host's own addresses are refused in every mode unless --allow-cidr names
+them. Programs inside need no proxy settings: DNS and every connection end in
+agentkernel's own network stack, which checks them; a refusal is immediate,
+and the run ends with one line saying what was blocked and how to allow it.
 
 When 'agentkernel daemon start' runs a daemon for the same data directory,
 run hands the command to it (unless --no-daemon or AGENTKERNEL_NO_DAEMON=1):
@@ -58,7 +63,9 @@ const RunExample = `  agentkernel run python3 -c 'print(1)'
   agentkernel run --memory 64m --pids 64 --timeout 30s -- make test
   agentkernel run -t -- sh                       # interactive shell
   echo hi | agentkernel run -- cat               # stdin is passed through
-  agentkernel run --dry-run -- npm test          # print the resolved spec`
+  agentkernel run --dry-run -- npm test          # print the resolved spec
+  agentkernel run --network filtered --allow-domain '*.pypi.org' --allow-domain files.pythonhosted.org -- pip install requests
+  agentkernel run -P 8080:8000 -- python3 -m http.server 8000   # on http://127.0.0.1:8080`
 
 // RunOptions are run's own flags (see BindRunFlags).
 type RunOptions struct {
