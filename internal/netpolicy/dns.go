@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/agentkernel/agentkernel/internal/netstack"
 )
 
 // ErrNotDNS is DNS's error for input that gets no answer at all: too
@@ -33,27 +35,27 @@ func (e *Engine) DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]b
 		return formErr(query), nil
 	}
 	if req.Opcode != dns.OpcodeQuery {
-		return e.pack(req, new(dns.Msg).SetRcode(req, dns.RcodeNotImplemented))
+		return e.pack(ctx, req, new(dns.Msg).SetRcode(req, dns.RcodeNotImplemented))
 	}
 	if len(req.Question) != 1 || len(req.Answer) != 0 || len(req.Ns) != 0 {
-		return e.pack(req, new(dns.Msg).SetRcodeFormatError(req))
+		return e.pack(ctx, req, new(dns.Msg).SetRcodeFormatError(req))
 	}
 	q := req.Question[0]
 	name, ok := normalName(q.Name)
 	if !ok {
 		if q.Name == "." {
 			// The root: nothing to allow or block, never forwarded.
-			return e.pack(req, e.refusal(req, dns.RcodeRefused, ""))
+			return e.pack(ctx, req, e.refusal(req, dns.RcodeRefused, ""))
 		}
 		e.deny(Denial{Kind: KindDNS, Name: strings.TrimSuffix(q.Name, "."), Reason: "not a valid host name"})
-		return e.pack(req, e.refusal(req, dns.RcodeNameError, "not a valid host name"))
+		return e.pack(ctx, req, e.refusal(req, dns.RcodeNameError, "not a valid host name"))
 	}
 	if q.Qclass != dns.ClassINET {
-		return e.pack(req, e.refusal(req, dns.RcodeNotImplemented, ""))
+		return e.pack(ctx, req, e.refusal(req, dns.RcodeNotImplemented, ""))
 	}
 	switch q.Qtype {
 	case dns.TypeANY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeMAILA, dns.TypeMAILB:
-		return e.pack(req, e.refusal(req, dns.RcodeRefused, "query type refused"))
+		return e.pack(ctx, req, e.refusal(req, dns.RcodeRefused, "query type refused"))
 	}
 	if !e.resolvable(name) {
 		d := Denial{Kind: KindDNS, Name: name}
@@ -66,7 +68,7 @@ func (e *Engine) DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]b
 			d.Allow = allowDomainHint(name)
 		}
 		e.deny(d)
-		return e.pack(req, e.refusal(req, dns.RcodeNameError, "blocked by the sandbox's network policy: "+d.Reason))
+		return e.pack(ctx, req, e.refusal(req, dns.RcodeNameError, "blocked by the sandbox's network policy: "+d.Reason))
 	}
 
 	select {
@@ -74,16 +76,16 @@ func (e *Engine) DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]b
 		defer func() { <-e.dnsFlight }()
 	default:
 		e.stats.dnsErrors.Add(1)
-		return e.pack(req, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
+		return e.pack(ctx, req, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 	}
 	resp, err := e.exchange(ctx, req, q)
 	if err != nil {
 		e.stats.dnsErrors.Add(1)
-		return e.pack(req, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
+		return e.pack(ctx, req, new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 	}
 	e.allowed(KindDNS)
 	m, _ := e.filterAnswer(req, resp, name)
-	return e.pack(req, m)
+	return e.pack(ctx, req, m)
 }
 
 // formErr is a FORMERR answer to a message that did not parse: its id,
@@ -109,13 +111,17 @@ func (e *Engine) refusal(req *dns.Msg, rcode int, why string) *dns.Msg {
 }
 
 // pack writes m as the answer to req, truncated to what the client can
-// take over UDP (512 bytes without EDNS).
-func (e *Engine) pack(req, m *dns.Msg) ([]byte, error) {
+// take over UDP (512 bytes without EDNS); over TCP (netstack.DNSOverTCP)
+// to what a DNS message can hold.
+func (e *Engine) pack(ctx context.Context, req, m *dns.Msg) ([]byte, error) {
 	m.Id = req.Id
 	m.Response = true
 	size := dns.MinMsgSize
+	if netstack.DNSOverTCP(ctx) {
+		size = dns.MaxMsgSize
+	}
 	if opt := req.IsEdns0(); opt != nil {
-		size = max(int(opt.UDPSize()), dns.MinMsgSize)
+		size = max(int(opt.UDPSize()), size)
 		if m.IsEdns0() == nil {
 			m.SetEdns0(uint16(min(size, 1232)), opt.Do())
 		}

@@ -500,6 +500,13 @@ func TestDNSTruncationAndTCPRetry(t *testing.T) {
 	if !r.Truncated {
 		t.Fatalf("big TXT without EDNS: %d records and no TC", len(r.Answer))
 	}
+	// The client's retry over TCP (netstack.DNSOverTCP): everything, no TC.
+	m := new(dns.Msg).SetQuestion("big.allowed.test.", dns.TypeTXT)
+	b, _ := m.Pack()
+	out, err := e.DNS(netstack.WithDNSOverTCP(context.Background()), sandboxSrc, b)
+	if err != nil || r.Unpack(out) != nil || len(r.Answer) != 40 || r.Truncated {
+		t.Fatalf("big TXT over TCP without EDNS: %v, %d records, truncated %v", err, len(r.Answer), r.Truncated)
+	}
 	// No upstream answering: SERVFAIL, soon.
 	e2, _ := w.newEngine(t, filtered("*.allowed.test"), Options{Resolvers: []netip.AddrPort{netip.MustParseAddrPort("198.18.0.53:5999")}, DNSTimeout: 500 * time.Millisecond})
 	if r := query(t, e2, "api.allowed.test", dns.TypeA, false); r.Rcode != dns.RcodeServerFailure {

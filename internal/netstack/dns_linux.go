@@ -71,7 +71,7 @@ func (st *Stack) serveDNSUDP(uc *gonet.UDPConn, sem chan struct{}) {
 		query := append([]byte(nil), buf[:n]...)
 		if !st.goTracked(func() {
 			defer func() { <-sem }()
-			if reply := st.dns(src, query); reply != nil {
+			if reply := st.dns(src, query, false); reply != nil {
 				uc.WriteTo(reply, from)
 			}
 		}) {
@@ -126,7 +126,7 @@ func (st *Stack) serveDNSConn(c net.Conn) {
 		if _, err := io.ReadFull(c, msg[:n]); err != nil {
 			return
 		}
-		reply := st.dns(src, append([]byte(nil), msg[:n]...))
+		reply := st.dns(src, append([]byte(nil), msg[:n]...), true)
 		if reply == nil || len(reply) > 65535 {
 			return
 		}
@@ -142,10 +142,13 @@ func (st *Stack) serveDNSConn(c net.Conn) {
 
 // dns asks the Handler; nil means no answer (the client times out or
 // retries).
-func (st *Stack) dns(src netip.AddrPort, query []byte) []byte {
+func (st *Stack) dns(src netip.AddrPort, query []byte, overTCP bool) []byte {
 	st.dnsQueries.Add(1)
 	ctx, cancel := context.WithTimeout(st.ctx, dnsTimeout)
 	defer cancel()
+	if overTCP {
+		ctx = WithDNSOverTCP(ctx)
+	}
 	reply, err := st.cfg.Handler.DNS(ctx, src, query)
 	if err != nil || len(reply) == 0 {
 		st.dnsFailed.Add(1)

@@ -41,3 +41,20 @@ type Handler interface {
 	// the stack's resolver address over UDP or TCP.
 	DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]byte, error)
 }
+
+// transportKey is the context key of a DNS message's transport.
+type transportKey struct{}
+
+// WithDNSOverTCP marks ctx as that of a DNS message that came over TCP
+// (the stack does it before Handler.DNS): its answer may be as large as
+// a DNS message can be, where a UDP answer is truncated to what the
+// client said it takes.
+func WithDNSOverTCP(ctx context.Context) context.Context {
+	return context.WithValue(ctx, transportKey{}, true)
+}
+
+// DNSOverTCP reports whether a Handler.DNS call's message came over TCP.
+func DNSOverTCP(ctx context.Context) bool {
+	v, _ := ctx.Value(transportKey{}).(bool)
+	return v
+}
