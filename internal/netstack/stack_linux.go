@@ -178,6 +178,9 @@ func New(cfg Config) (st *Stack, err error) {
 		st.Close()
 		return nil, fmt.Errorf("netstack: DNS: %w", err)
 	}
+	// Only now, with every handler in place, does the stack read what the
+	// sandbox sent.
+	st.link.open()
 	return st, nil
 }
 

@@ -22,6 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
 	"github.com/agentkernel/agentkernel/internal/netstack"
 	"github.com/agentkernel/agentkernel/internal/netstack/netnstest"
 	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
@@ -695,5 +698,87 @@ func TestCloseUnderLoad(t *testing.T) {
 			t.Fatalf("Close under load has not returned after 15s\n%s", buf[:runtime.Stack(buf, true)])
 		}
 		c.Close()
+	}
+}
+
+// TestPacketsBeforeStart: what the sandbox sent before the stack started
+// (a connection, a DNS query, waiting in the device: the helper starts on
+// the sandbox's first packet) is answered as soon as it starts, not
+// reset, dropped or left to a retransmission.
+func TestPacketsBeforeStart(t *testing.T) {
+	ns := netnstest.New(t)
+	var f *os.File
+	var err error
+	ns.Do(func() {
+		f, err = tundev.Open("eth0")
+		if err == nil {
+			err = tundev.Configure("eth0", tundev.DefaultLayout())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listenHost(t, "tcp", "127.0.0.1:0")
+	serve(ln, func(c net.Conn) { c.Write([]byte("hi")); c.Close() })
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	dialed, resolved := make(chan result, 1), make(chan result, 1)
+	// Sockets made in the namespace keep it: made there, used from here,
+	// so that the connection and the DNS query both leave before the
+	// stack exists.
+	var tcpFd int
+	var udp net.Conn
+	ns.Do(func() {
+		if tcpFd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+			udp, err = net.Dial("udp", "10.0.2.3:53")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	go func() {
+		start := time.Now()
+		err := unix.Connect(tcpFd, &unix.SockaddrInet4{Port: portOf(ln.Addr()), Addr: [4]byte{198, 18, 7, 7}})
+		if err == nil {
+			c, _ := net.FileConn(os.NewFile(uintptr(tcpFd), "tcp"))
+			if c != nil {
+				_, err = io.ReadAll(c)
+				c.Close()
+			}
+		}
+		dialed <- result{err, time.Since(start)}
+	}()
+	go func() {
+		q := new(dns.Msg).SetQuestion("x.test.", dns.TypeA)
+		b, _ := q.Pack()
+		start := time.Now()
+		_, err := udp.Write(b)
+		if err == nil {
+			udp.SetReadDeadline(time.Now().Add(5 * time.Second))
+			buf := make([]byte, 512)
+			var n int
+			if n, err = udp.Read(buf); err == nil {
+				r := new(dns.Msg)
+				if err = r.Unpack(buf[:n]); err == nil && len(r.Answer) != 1 {
+					err = fmt.Errorf("answer %v", r)
+				}
+			}
+		}
+		resolved <- result{err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond) // both wait in the device
+	st, err := netstack.New(netstack.Config{TUN: f, Handler: &testHandler{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for what, ch := range map[string]chan result{"connection": dialed, "DNS query": resolved} {
+		r := <-ch
+		if r.err != nil || r.took > 900*time.Millisecond {
+			t.Errorf("the %s sent before the stack started: %v after %v (a retransmission, or a reset)", what, r.err, r.took)
+		}
 	}
 }

@@ -32,6 +32,12 @@ type tunLink struct {
 	dispatcher stack.NetworkDispatcher
 	stopped    bool
 	wg         sync.WaitGroup
+	// opened is closed by open: the reader reads nothing before, so
+	// that packets already waiting in the device (a sandbox that sent
+	// before its stack started) meet a stack that is whole (forwarders
+	// set, DNS bound), not a NIC that answers them with resets.
+	opened   chan struct{}
+	openOnce sync.Once
 }
 
 // Inbound packets are read into a small view and a large one: a small
@@ -64,8 +70,11 @@ func newTUNLink(tun *os.File, mtu uint32) (*tunLink, error) {
 		f.Close()
 		return nil, fmt.Errorf("TUN descriptor: %w", err)
 	}
-	return &tunLink{f: f, rc: rc, mtu: mtu}, nil
+	return &tunLink{f: f, rc: rc, mtu: mtu, opened: make(chan struct{})}, nil
 }
+
+// open lets the reader start reading.
+func (l *tunLink) open() { l.openOnce.Do(func() { close(l.opened) }) }
 
 func (l *tunLink) MTU() uint32 {
 	l.mu.RLock()
@@ -110,6 +119,7 @@ func (l *tunLink) Attach(d stack.NetworkDispatcher) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		<-l.opened
 		l.readLoop(d)
 	}()
 }
@@ -134,6 +144,7 @@ func (l *tunLink) Close() {
 	l.dispatcher = nil
 	l.mu.Unlock()
 	l.f.Close()
+	l.open() // a reader still waiting to start reads the closed descriptor and ends
 }
 
 func (l *tunLink) readLoop(d stack.NetworkDispatcher) {

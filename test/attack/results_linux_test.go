@@ -26,8 +26,9 @@ const legend = "`blocked`: the defence held, and the probe's positive control sh
 	"that kind of user and the control shows the declared reason (`NA` in probeTable). A control that should reach its target and does not is a\n" +
 	"**FAIL** (the probe is broken). The control columns say what each control found, as root (the root and\n" +
 	"root-pool columns) and as the unprivileged test user (rootless); what each proves is listed under\n" +
-	"\"Positive controls\". Network: every profile runs loopback-only (the native backend refuses egress until\n" +
-	"the network proxy exists). `root-pool`: the root variant through prepared sandboxes, as a warm pool (the\n" +
+	"\"Positive controls\". Network: every profile runs loopback-only here; TestAttackEgress runs the network\n" +
+	"probes again with `--network full` (as root, in a test namespace) and holds them to the same table.\n" +
+	"`root-pool`: the root variant through prepared sandboxes, as a warm pool (the\n" +
 	"daemon, fast API runs) builds them: the sandbox first, the command and its stdio later.\n\n"
 
 // writeResults renders RESULTS.md: the probe × profile × (root,

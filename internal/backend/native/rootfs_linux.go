@@ -149,31 +149,39 @@ func proxyEnv() []string {
 const tunName = "eth0"
 
 // writeResolvConf points the sandbox's /etc/resolv.conf at the network
-// helper's resolver: a read-only file bound over the image's (which
-// names servers the sandbox cannot reach).
+// helper's resolver, and gives it an /etc/hosts naming its own hostname
+// (programs look it up, and the resolver would be asked otherwise): both
+// read-only files bound over the image's, as a container runtime does.
 func (s *initState) writeResolvConf() error {
 	if !s.cfg.Network {
 		return nil
 	}
 	l := tundev.DefaultLayout()
-	body := "# written by agentkernel: the sandbox's resolver applies its network policy\nnameserver " + l.DNS4.String() + "\n"
+	resolv := "# written by agentkernel: the sandbox's resolver applies its network policy\nnameserver " + l.DNS4.String() + "\n"
+	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + l.Addr4.Addr().String() + "\t" + s.cfg.Hostname + "\n"
 	if l.HasIPv6() {
-		body += "nameserver " + l.DNS6.String() + "\n"
+		resolv += "nameserver " + l.DNS6.String() + "\n"
+		hosts += l.Addr6.Addr().String() + "\t" + s.cfg.Hostname + "\n"
 	}
-	src := filepath.Join(s.scratch, "resolv.conf")
-	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
-		return err
-	}
-	dst, err := s.inRoot("/etc/resolv.conf")
-	if err != nil {
-		return err
-	}
-	if fi, err := os.Stat(dst); err != nil || !fi.Mode().IsRegular() {
-		if err := makeMountPoint(src, dst); err != nil {
-			return fmt.Errorf("the image has no /etc/resolv.conf to replace and it cannot be created: %w", err)
+	for _, f := range []struct{ name, body string }{{"resolv.conf", resolv}, {"hosts", hosts}} {
+		src := filepath.Join(s.scratch, f.name)
+		if err := os.WriteFile(src, []byte(f.body), 0o644); err != nil {
+			return err
+		}
+		dst, err := s.inRoot("/etc/" + f.name)
+		if err != nil {
+			return err
+		}
+		if fi, err := os.Stat(dst); err != nil || !fi.Mode().IsRegular() {
+			if err := makeMountPoint(src, dst); err != nil {
+				return fmt.Errorf("the image has no /etc/%s to replace and it cannot be created: %w", f.name, err)
+			}
+		}
+		if err := bindMount(src, dst, true, false); err != nil {
+			return err
 		}
 	}
-	return bindMount(src, dst, true, false)
+	return nil
 }
 
 // prepareScratch mounts the per-run tmpfs (sized by DiskMB) that holds the

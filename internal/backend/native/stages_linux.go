@@ -162,7 +162,7 @@ func stageList() [stageLast + 1]stage {
 			where: [numExecutors]where{builder, staged, staged}},
 		stageVolumes: {name: "mounting volumes", run: (*initState).mountVolumes,
 			where: [numExecutors]where{builder, builder, builder}},
-		stageResolv: {name: "writing resolv.conf", run: (*initState).writeResolvConf,
+		stageResolv: {name: "writing resolv.conf and hosts", run: (*initState).writeResolvConf,
 			where: [numExecutors]where{builder, builder, builder}},
 		stageProcess: {name: "preparing process", run: (*initState).prepareProcess,
 			where: [numExecutors]where{builder, builder, builder}},
