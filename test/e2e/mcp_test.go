@@ -183,11 +183,14 @@ func TestMCPRun(t *testing.T) {
 	if !isErr || !strings.Contains(text, "124") || time.Since(start) > 10*time.Second {
 		t.Errorf("timeout: %q %v after %s", text, isErr, time.Since(start))
 	}
-	text, isErr = call(t, s, "sandbox_run", map[string]any{"command": []string{"true"}, "image": ref, "network": true})
-	if !isErr || !strings.Contains(text, "network") {
-		t.Errorf("network:true must be refused: %q %v", text, isErr)
+	// network:true gives the sandbox its network device; false, loopback
+	// only (even for an agent mode, whose network is on by default).
+	if out := mustCall(t, s, "sandbox_run", map[string]any{"command": []string{"sh", "-c", "grep -c eth0: /proc/net/dev"}, "image": ref, "network": true, "profile": "restrictive"}); out != "1\n" {
+		t.Errorf("network:true: %q", out)
 	}
-	mustCall(t, s, "sandbox_run", map[string]any{"command": []string{"true"}, "image": ref, "network": false, "compatibility_mode": "claude"})
+	if out := mustCall(t, s, "sandbox_run", map[string]any{"command": []string{"sh", "-c", "grep -c eth0: /proc/net/dev; true"}, "image": ref, "network": false, "compatibility_mode": "claude"}); out != "0\n" {
+		t.Errorf("network:false: %q", out)
+	}
 	text, isErr = call(t, s, "sandbox_run", map[string]any{"command": []string{"no-such-command"}, "image": ref})
 	if !isErr || !strings.Contains(text, "127") {
 		t.Errorf("missing command: %q %v", text, isErr)

@@ -49,8 +49,9 @@ func stateOpens(t *testing.T, dir string) func() int {
 	}
 }
 
-// figures are what changes from one 'stats' to the next: every number.
-var figures = regexp.MustCompile(`[0-9]+(\.[0-9]+)?`)
+// figures are what changes from one 'stats' to the next: every number,
+// with its unit (880.8MiB one time, 1.2GiB the next).
+var figures = regexp.MustCompile(`[0-9]+(\.[0-9]+)?([KMGT]iB|B)?`)
 
 // statsShape is a stats table with its figures masked and its columns
 // single-spaced (their widths follow the figures).
