@@ -702,7 +702,13 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) err
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fail(fmt.Errorf("spec.json: %w", err))
 	}
-	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn})
+	// What the sandbox's network policy refuses goes to the audit log as
+	// it happens, as a run's refusals do when it ends.
+	auditor := sandbox.NewManager(sandbox.ManagerOptions{Audit: audit.New(dataDir), Who: runcli.Who("supervisor"), Warn: func(string, ...any) {}})
+	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn,
+		OnNetworkDeny: func(spec *sandbox.Spec, d sandbox.NetworkDenial) {
+			auditor.AuditDenials(spec, []sandbox.NetworkDenial{d}, time.Now())
+		}})
 	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +38,19 @@ func TestNetworkPersistent(t *testing.T) {
 	if n.lab.Reached(netlab.Metadata4) {
 		t.Error("the metadata server was reached")
 	}
+	// Each refusal is in the audit log as it happens, named by sandbox.
+	deadline := time.Now().Add(5 * time.Second)
+	var log []byte
+	for time.Now().Before(deadline) {
+		log, _ = os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl"))
+		if bytes.Contains(log, []byte(`"sandbox":"web","action":"network_deny"`)) && bytes.Contains(log, []byte("other.test")) && bytes.Contains(log, []byte(netlab.Metadata4)) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !bytes.Contains(log, []byte(`"sandbox":"web","action":"network_deny"`)) || !bytes.Contains(log, []byte("other.test")) || !bytes.Contains(log, []byte(netlab.Metadata4)) {
+		t.Errorf("the audit log lacks the sandbox's refusals:\n%s", log)
+	}
 	// The published port, from the host (the client namespace).
 	if r := a.run("exec", "web", "--", "sh", "-c", "cd /tmp && echo published > p.txt && (python3 -m http.server 8000 >/dev/null 2>&1 &) && sleep 1"); r.code != 0 {
 		t.Fatalf("server: %v", r)
@@ -56,7 +72,7 @@ func TestNetworkPersistent(t *testing.T) {
 	if r := a.run("sandbox", "stop", "web"); r.code != 0 {
 		t.Fatalf("stop: %v", r)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for len(helperProcesses(t)) != 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -4,6 +4,8 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Options configure a Backend.
@@ -19,6 +21,10 @@ type Options struct {
 	// NetHelper is the agentkernel-full binary that serves a sandbox's
 	// network (package netproc); empty: the one fullbin.Path finds.
 	NetHelper string
+	// OnNetworkDeny, when set, is told each distinct refusal of a
+	// persistent sandbox's network policy as it happens (a run's come
+	// back in its Result instead).
+	OnNetworkDeny func(spec *sandbox.Spec, d sandbox.NetworkDenial)
 }
 
 // Backend is the embedded Linux backend: namespaces, an overlay root,

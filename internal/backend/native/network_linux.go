@@ -42,12 +42,16 @@ func (r *runState) startNetwork(tun *os.File, mode netproc.Mode) error {
 		}
 		return err
 	}
+	var onDeny func(netproc.Denial)
+	if f := r.b.opts.OnNetworkDeny; f != nil && r.persistent {
+		onDeny = func(d netproc.Denial) { f(r.spec, d) }
+	}
 	// Published ports must listen from the start. Not forked on the
 	// sandbox's thread: the helper must start in agentkernel's own
 	// namespaces.
 	started := make(chan error, 1)
 	go func() {
-		p, err := netproc.Start(exe, tun, cfg, nil)
+		p, err := netproc.Start(exe, tun, cfg, onDeny)
 		if err == nil {
 			set(p)
 		}
