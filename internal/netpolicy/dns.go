@@ -58,15 +58,7 @@ func (e *Engine) DNS(ctx context.Context, src netip.AddrPort, query []byte) ([]b
 		return e.pack(ctx, req, e.refusal(req, dns.RcodeRefused, "query type refused"))
 	}
 	if !e.resolvable(name) {
-		d := Denial{Kind: KindDNS, Name: name}
-		if b := e.blockedBy(name); b != "" {
-			d.Reason = fmt.Sprintf("matches the block list (%s)", b)
-		} else if !e.mode.Egress() {
-			d.Reason = "network access is off"
-		} else {
-			d.Reason = "not in the allow list"
-			d.Allow = allowDomainHint(name)
-		}
+		d := e.nameDenial(name)
 		e.deny(d)
 		return e.pack(ctx, req, e.refusal(req, dns.RcodeNameError, "blocked by the sandbox's network policy: "+d.Reason))
 	}

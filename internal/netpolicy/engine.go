@@ -399,3 +399,20 @@ func (e *Engine) active() int {
 	defer e.mu.Unlock()
 	return len(e.conns)
 }
+
+// nameDenial is the refusal of a name the policy does not let through
+// (the resolver's NXDOMAIN, the proxy's 403): why, and the flag that
+// would allow it.
+func (e *Engine) nameDenial(name string) Denial {
+	d := Denial{Kind: KindDNS, Name: name}
+	switch b := e.blockedBy(name); {
+	case b != "":
+		d.Reason = fmt.Sprintf("matches the block list (%s)", b)
+	case !e.mode.Egress():
+		d.Reason = "network access is off"
+	default:
+		d.Reason = "not in the allow list"
+		d.Allow = allowDomainHint(name)
+	}
+	return d
+}

@@ -501,16 +501,7 @@ func (e *Engine) proxyDial(ctx context.Context, req *proxyRequest) (net.Conn, ne
 	} else {
 		name := req.host
 		if !e.allowedName(name) {
-			d := Denial{Kind: KindDNS, Name: name}
-			if b := e.blockedBy(name); b != "" {
-				d.Reason = fmt.Sprintf("matches the block list (%s)", b)
-			} else if !e.mode.Egress() {
-				d.Reason = "network access is off"
-			} else {
-				d.Reason = "not in the allow list"
-				d.Allow = allowDomainHint(name)
-			}
-			return nil, dst, nil, e.refuseDenial(d)
+			return nil, dst, nil, e.refuseDenial(e.nameDenial(name))
 		}
 		addrs, d, err := e.resolveForProxy(ctx, name)
 		if len(addrs) == 0 {
@@ -677,18 +668,28 @@ func containsAddr(l []netip.Addr, a netip.Addr) bool {
 	return false
 }
 
-// proxyConnect serves CONNECT: a tunnel whose first bytes are inspected
-// like a TCP connection's.
-func (e *Engine) proxyConnect(ctx context.Context, c *bufConn, req *proxyRequest) {
+// proxyOpen dials req's destination and tracks the client's connection
+// with it; a refusal or failure is answered to the client (false).
+func (e *Engine) proxyOpen(ctx context.Context, c *bufConn, req *proxyRequest) (net.Conn, netip.AddrPort, nameCheck, bool) {
 	up, dst, check, pe := e.proxyDial(ctx, req)
 	if pe != nil {
 		e.refuseProxy(c, c.br, pe.status, pe.msg)
-		return
+		return nil, dst, nil, false
 	}
 	tracked := e.track(c, up)
 	e.unreserve()
 	if !tracked {
 		up.Close()
+		return nil, dst, nil, false
+	}
+	return up, dst, check, true
+}
+
+// proxyConnect serves CONNECT: a tunnel whose first bytes are inspected
+// like a TCP connection's.
+func (e *Engine) proxyConnect(ctx context.Context, c *bufConn, req *proxyRequest) {
+	up, dst, check, ok := e.proxyOpen(ctx, c, req)
+	if !ok {
 		return
 	}
 	defer e.untrack(c, up)
@@ -743,15 +744,8 @@ func (e *Engine) proxyForward(ctx context.Context, c *bufConn, req *proxyRequest
 		e.refuseProxy(c, c.br, pe.status, pe.msg)
 		return
 	}
-	up, dst, check, pe := e.proxyDial(ctx, req)
-	if pe != nil {
-		e.refuseProxy(c, c.br, pe.status, pe.msg)
-		return
-	}
-	tracked := e.track(c, up)
-	e.unreserve()
-	if !tracked {
-		up.Close()
+	up, dst, check, ok := e.proxyOpen(ctx, c, req)
+	if !ok {
 		return
 	}
 	defer e.untrack(c, up)
