@@ -68,8 +68,18 @@ type Report struct {
 	Counters map[string]uint64 `json:"counters,omitempty"`
 }
 
-// message is one message on the helper's socket, in either direction.
-type message struct {
+// The helper's descriptors (Start passes them in this order), and the
+// largest message on its socket.
+const (
+	DeviceFD   = 3 // the TUN device, or the proxy's listening socket
+	SocketFD   = 4 // the SEQPACKET socket to the owner
+	MaxMessage = 1 << 20
+)
+
+// Message is one message on the helper's socket, in either direction
+// (one JSON object per datagram): the owner's side is Proc, the helper's
+// package netproc/helper.
+type Message struct {
 	// Owner to helper.
 	Config *Config `json:"config,omitempty"`
 	Stop   bool    `json:"stop,omitempty"`

@@ -13,9 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxMessage bounds one message on the helper's socket.
-const maxMessage = 1 << 20
-
 // stopWait is how long Close waits for the helper's report.
 const stopWait = 2 * time.Second
 
@@ -48,11 +45,11 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 	if cfg.Mode == "" {
 		cfg.Mode = ModeTUN
 	}
-	cfgMsg, err := json.Marshal(message{Config: &cfg})
+	cfgMsg, err := json.Marshal(Message{Config: &cfg})
 	if err != nil {
 		return nil, err
 	}
-	if len(cfgMsg) > maxMessage {
+	if len(cfgMsg) > MaxMessage {
 		return nil, errors.New("the network policy is too large")
 	}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
@@ -100,7 +97,7 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 
 // read takes the helper's messages until its end closes.
 func (p *Proc) read() {
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, MaxMessage)
 	readied := false
 	defer func() {
 		if !readied {
@@ -113,7 +110,7 @@ func (p *Proc) read() {
 		if err != nil || n == 0 {
 			return
 		}
-		var m message
+		var m Message
 		if json.Unmarshal(buf[:n], &m) != nil {
 			continue
 		}
@@ -153,7 +150,7 @@ func (p *Proc) Ready() error {
 // than once.
 func (p *Proc) Close() (Report, error) {
 	p.closeOne.Do(func() {
-		stop, _ := json.Marshal(message{Stop: true})
+		stop, _ := json.Marshal(Message{Stop: true})
 		_, _ = p.sock.Write(stop)
 		select {
 		case r, ok := <-p.report:
