@@ -112,7 +112,7 @@ func TestHelperRefusesAndReports(t *testing.T) {
 }
 
 // TestHelperHoldsNoCapability: every thread of a serving helper has no
-// capability in any set, and no_new_privs.
+// capability in any set, no_new_privs, and (started by root) nobody's ids.
 func TestHelperHoldsNoCapability(t *testing.T) {
 	_, tun := sandboxNet(t)
 	p := start(t, tun, sandbox.Network{Mode: sandbox.NetworkFull}, nil)
@@ -136,6 +136,16 @@ func TestHelperHoldsNoCapability(t *testing.T) {
 			case "NoNewPrivs":
 				if v != "1" {
 					t.Errorf("thread %s: NoNewPrivs %s", task.Name(), v)
+				}
+			case "Uid", "Gid":
+				// Started by root, it runs as nobody: root without
+				// capabilities would still own the host's files.
+				if f := strings.Fields(v); os.Geteuid() == 0 && (len(f) != 4 || f[0] != "65534" || f[1] != "65534" || f[2] != "65534" || f[3] != "65534") {
+					t.Errorf("thread %s: %s %s, want nobody's", task.Name(), k, v)
+				}
+			case "Groups":
+				if os.Geteuid() == 0 && v != "" {
+					t.Errorf("thread %s: supplementary groups %q", task.Name(), v)
 				}
 			}
 		}

@@ -16,61 +16,42 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// The descriptors the owner hands over (netproc.Start).
-const (
-	tunFD  = 3
-	sockFD = 4
-)
-
-// maxMessage bounds one message from the owner.
-const maxMessage = 1 << 20
-
-// message mirrors netproc's wire message.
-type message struct {
-	Config *netproc.Config `json:"config,omitempty"`
-	Stop   bool            `json:"stop,omitempty"`
-	Ready  bool            `json:"ready,omitempty"`
-	Error  string          `json:"error,omitempty"`
-	Deny   *netproc.Denial `json:"deny,omitempty"`
-	Report *netproc.Report `json:"report,omitempty"`
-}
-
 // Main serves one sandbox until its owner stops it or goes away, and
 // returns the process's exit status.
 func Main() int {
-	sock := os.NewFile(sockFD, "owner")
+	sock := os.NewFile(netproc.SocketFD, "owner")
 	if sock == nil {
 		fmt.Fprintln(os.Stderr, "agentkernel network helper: started without its owner's socket; it is not a command to run by hand")
 		return 2
 	}
-	send := func(m message) {
+	send := func(m netproc.Message) {
 		b, err := json.Marshal(m)
 		if err == nil {
 			_, _ = sock.Write(b)
 		}
 	}
 	fail := func(err error) int {
-		send(message{Error: err.Error()})
+		send(netproc.Message{Error: err.Error()})
 		return 1
 	}
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, netproc.MaxMessage)
 	n, err := sock.Read(buf)
 	if err != nil {
 		return fail(fmt.Errorf("network helper: reading its configuration: %w", err))
 	}
-	var m message
+	var m netproc.Message
 	if err := json.Unmarshal(buf[:n], &m); err != nil || m.Config == nil {
 		return fail(fmt.Errorf("network helper: bad configuration"))
 	}
 	cfg := m.Config
-	unix.CloseOnExec(tunFD)
-	unix.CloseOnExec(sockFD)
-	tun := os.NewFile(tunFD, "tun")
+	unix.CloseOnExec(netproc.DeviceFD)
+	unix.CloseOnExec(netproc.SocketFD)
+	tun := os.NewFile(netproc.DeviceFD, "tun")
 
 	engine, err := netpolicy.Compile(cfg.Network, netpolicy.Options{
 		OnDeny: func(d netpolicy.Denial) {
 			w := wire(netpolicy.DenialCount{Denial: d, Count: 1})
-			send(message{Deny: &w})
+			send(netproc.Message{Deny: &w})
 		},
 	})
 	if err != nil {
@@ -112,20 +93,20 @@ func Main() int {
 	if err := dropPrivileges(); err != nil {
 		return fail(fmt.Errorf("network helper: dropping privileges: %w", err))
 	}
-	send(message{Ready: true})
+	send(netproc.Message{Ready: true})
 
 	for {
 		n, err := sock.Read(buf)
 		if err != nil || n == 0 {
 			return 0 // the owner is gone
 		}
-		var m message
+		var m netproc.Message
 		if json.Unmarshal(buf[:n], &m) == nil && m.Stop {
 			break
 		}
 	}
 	rep := report(engine, st)
-	send(message{Report: &rep})
+	send(netproc.Message{Report: &rep})
 	return 0
 }
 
@@ -178,9 +159,13 @@ func wire(d netpolicy.DenialCount) netproc.Denial {
 	return w
 }
 
+// nobody is the uid and gid a helper started by root runs as once it
+// serves the sandbox.
+const nobody = 65534
+
 // dropPrivileges leaves every thread of the helper with no capability
-// (bounding, effective, permitted, inheritable, ambient) and no way to
-// gain one. Capabilities and no_new_privs belong to threads, so each step
+// (bounding, effective, permitted, inheritable, ambient), no way to gain
+// one and, started by root, the ids of nobody. Capabilities and no_new_privs belong to threads, so each step
 // runs on all of them (syscall.AllThreadsSyscall).
 func dropPrivileges() error {
 	all := func(trap, a1, a2 uintptr) error {
@@ -206,6 +191,20 @@ func dropPrivileges() error {
 				// the other sets are cleared below).
 				break
 			}
+			return err
+		}
+	}
+	if os.Geteuid() == 0 {
+		// Root without capabilities still owns most of the host's files:
+		// the helper becomes nobody (every thread: Go's Setres*id and
+		// Setgroups apply to all of them), which owns none.
+		if err := syscall.Setgroups(nil); err != nil {
+			return err
+		}
+		if err := syscall.Setresgid(nobody, nobody, nobody); err != nil {
+			return err
+		}
+		if err := syscall.Setresuid(nobody, nobody, nobody); err != nil {
 			return err
 		}
 	}
