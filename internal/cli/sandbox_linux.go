@@ -274,7 +274,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
-	if err := a.ApplyNetworkStopgap(spec, cfg, &o.overrides, true); err != nil {
+	if err := a.CheckEgress(spec, cfg, &o.overrides); err != nil {
 		return err
 	}
 	m, done, err := a.sandboxes()

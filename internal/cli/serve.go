@@ -414,7 +414,7 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		for _, w := range warnings {
 			a.Logger.Warn(w)
 		}
-		if w, err := policy.NetworkStopgap(spec, r.Network != "" || cfg.IsSet("security.network"), r.Name != ""); err != nil {
+		if w, err := policy.CheckEgress(spec, r.Network != "" || cfg.IsSet("security.network")); err != nil {
 			return nil, err
 		} else if w != "" {
 			a.Logger.Warn(w)

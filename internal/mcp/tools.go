@@ -239,7 +239,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	for _, w := range warnings {
 		t.opts.Warn("%s", w)
 	}
-	if w, err := policy.NetworkStopgap(spec, o.Network != "" || cfg.IsSet("security.network"), false); err != nil {
+	if w, err := policy.CheckEgress(spec, o.Network != "" || cfg.IsSet("security.network")); err != nil {
 		return errorResult(err.Error() + "; drop network:true (or pass network:false) to run without it"), nil, nil
 	} else if w != "" {
 		t.opts.Warn("%s", w)
@@ -343,7 +343,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	for _, w := range warnings {
 		t.opts.Warn("%s", w)
 	}
-	if w, err := policy.NetworkStopgap(spec, cfg.IsSet("security.network"), true); err != nil {
+	if w, err := policy.CheckEgress(spec, cfg.IsSet("security.network")); err != nil {
 		return errorResult(err.Error()), nil, nil
 	} else if w != "" {
 		t.opts.Warn("%s", w)

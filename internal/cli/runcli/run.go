@@ -145,7 +145,7 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 }
 
 // ResolveRunSpec resolves the spec 'run' would run for args in the
-// current directory: configuration, detection, policy, network stopgap.
+// current directory: configuration, detection, policy, the egress check.
 func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -181,7 +181,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 		a.Warnf("%s", w)
 	}
 	TraceStage("policy resolved")
-	if err := a.ApplyNetworkStopgap(spec, cfg, ov, false); err != nil {
+	if err := a.CheckEgress(spec, cfg, ov); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -237,14 +237,11 @@ func (a *App) Manager() (*sandbox.Manager, error) {
 	}), nil
 }
 
-// ApplyNetworkStopgap keeps the sandboxes that cannot have egress yet
-// (persistent ones, a caller who is not root: policy.EgressAvailable) on
-// loopback. A profile or mode that would give egress quietly stays on
-// loopback (a mode says so once, since its domain allowlist cannot
-// apply); an explicit request for egress (--network, or network = true in
-// agentkernel.toml) is refused rather than silently ignored.
-func (a *App) ApplyNetworkStopgap(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides, persistent bool) error {
-	warn, err := policy.NetworkStopgap(spec, o.Set["network"] || cfg.IsSet("security.network"), persistent)
+// CheckEgress is policy.CheckEgress for a run's or a create's flags and
+// configuration: an explicit request for egress that cannot be met here
+// is an error, any other falls back to loopback with a warning.
+func (a *App) CheckEgress(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides) error {
+	warn, err := policy.CheckEgress(spec, o.Set["network"] || cfg.IsSet("security.network"))
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err,
 			Hint: "use --network none (and drop network = true from agentkernel.toml), or run as root"}

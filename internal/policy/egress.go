@@ -14,16 +14,10 @@ import (
 // backend cannot give it: on a system other than Linux.
 var ErrNoEgress = errors.New("network egress needs Linux")
 
-// EgressAvailable reports whether the native backend can give a sandbox
-// egress here (persistent or not): on Linux, as root through a TUN device,
-// rootless through a TUN device where /dev/net/tun is open to the user,
-// else through an HTTP proxy.
-func EgressAvailable(persistent bool) bool {
-	return runtime.GOOS == "linux"
-}
-
-// NetworkStopgap keeps the sandboxes that cannot have egress here on
-// loopback: on a system other than Linux (EgressAvailable), and where the
+// CheckEgress keeps the sandboxes that cannot have egress here on
+// loopback: on a system other than Linux (the native backend gives egress
+// on Linux, as root and rootless: through a TUN device, else an HTTP
+// proxy), and where the
 // network helper, agentkernel-full, is not installed beside agentkernel
 // (then with a warning: the installation is incomplete). A profile or
 // mode that would give egress stays on loopback (for a mode, warning says
@@ -31,11 +25,11 @@ func EgressAvailable(persistent bool) bool {
 // egress (a --network flag, the MCP tool's network:true, network = true
 // in agentkernel.toml) is refused rather than silently ignored. Every
 // face calls it after Resolve.
-func NetworkStopgap(spec *sandbox.Spec, explicit, persistent bool) (warning string, err error) {
+func CheckEgress(spec *sandbox.Spec, explicit bool) (warning string, err error) {
 	if !spec.Network.Mode.Egress() {
 		return "", nil
 	}
-	if EgressAvailable(persistent) {
+	if runtime.GOOS == "linux" {
 		// The network helper is agentkernel-full.
 		_, err := fullbin.Path()
 		if err == nil {
