@@ -30,21 +30,7 @@ func TestMain(m *testing.M) {
 
 // sandboxNet is a network namespace with a configured TUN device, as the
 // network stage leaves it.
-func sandboxNet(t *testing.T) (*netnstest.Netns, *os.File) {
-	t.Helper()
-	ns := netnstest.New(t)
-	var tun *os.File
-	var err error
-	ns.Do(func() {
-		if tun, err = tundev.Open("eth0"); err == nil {
-			err = tundev.Configure("eth0", tundev.DefaultLayout())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns, tun
-}
+func sandboxNet(t *testing.T) (*netnstest.Netns, *os.File) { return netnstest.NewTUN(t) }
 
 func start(t *testing.T, tun *os.File, n sandbox.Network, onDeny func(netproc.Denial)) *netproc.Proc {
 	t.Helper()

@@ -27,7 +27,6 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/netstack"
 	"github.com/agentkernel/agentkernel/internal/netstack/netnstest"
-	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
@@ -133,18 +132,7 @@ func start(t testing.TB) *env { return startWith(t, nil) }
 // startWith starts a stack whose Config edit may change first.
 func startWith(t testing.TB, edit func(*netstack.Config)) *env {
 	t.Helper()
-	ns := netnstest.New(t)
-	var f *os.File
-	var err error
-	ns.Do(func() {
-		f, err = tundev.Open("eth0")
-		if err == nil {
-			err = tundev.Configure("eth0", tundev.DefaultLayout())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, f := netnstest.NewTUN(t)
 	h := &testHandler{}
 	cfg := netstack.Config{TUN: f, Handler: h, UDPIdleTimeout: 2 * time.Second}
 	if edit != nil {
@@ -585,18 +573,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 
-	ns := netnstest.New(t)
-	var f *os.File
-	var err error
-	ns.Do(func() {
-		f, err = tundev.Open("eth0")
-		if err == nil {
-			err = tundev.Configure("eth0", tundev.DefaultLayout())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, f := netnstest.NewTUN(t)
 	st, err := netstack.New(netstack.Config{TUN: f, Handler: &testHandler{}})
 	if err != nil {
 		t.Fatal(err)
@@ -706,18 +683,7 @@ func TestCloseUnderLoad(t *testing.T) {
 // the sandbox's first packet) is answered as soon as it starts, not
 // reset, dropped or left to a retransmission.
 func TestPacketsBeforeStart(t *testing.T) {
-	ns := netnstest.New(t)
-	var f *os.File
-	var err error
-	ns.Do(func() {
-		f, err = tundev.Open("eth0")
-		if err == nil {
-			err = tundev.Configure("eth0", tundev.DefaultLayout())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, f := netnstest.NewTUN(t)
 	ln := listenHost(t, "tcp", "127.0.0.1:0")
 	serve(ln, func(c net.Conn) { c.Write([]byte("hi")); c.Close() })
 	type result struct {
@@ -730,6 +696,7 @@ func TestPacketsBeforeStart(t *testing.T) {
 	// stack exists.
 	var tcpFd int
 	var udp net.Conn
+	var err error
 	ns.Do(func() {
 		if tcpFd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
 			udp, err = net.Dial("udp", "10.0.2.3:53")

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
@@ -79,4 +80,23 @@ func (n *Netns) Path() string {
 func (n *Netns) close() {
 	close(n.ch)
 	<-n.done
+}
+
+// NewTUN makes a namespace as New does with a sandbox's TUN device in
+// it, eth0, configured as the network stage leaves it
+// (tundev.DefaultLayout); the caller owns the device.
+func NewTUN(t testing.TB) (*Netns, *os.File) {
+	t.Helper()
+	n := New(t)
+	var f *os.File
+	var err error
+	n.Do(func() {
+		if f, err = tundev.Open("eth0"); err == nil {
+			err = tundev.Configure("eth0", tundev.DefaultLayout())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, f
 }
