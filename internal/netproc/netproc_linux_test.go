@@ -1,6 +1,7 @@
 package netproc_test
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,9 @@ import (
 // as netproc.Argv0 it runs the real helper.Main.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == netproc.Argv0 {
+		if len(os.Args) > 1 && os.Args[1] == "hostile" {
+			os.Exit(hostileHelper())
+		}
 		os.Exit(helper.Main())
 	}
 	os.Exit(m.Run())
@@ -183,3 +187,59 @@ func TestHelperRefusesBadPublish(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// hostileHelper is a helper the sandbox took over: it floods its owner
+// with refusals, long texts and an oversized report.
+func hostileHelper() int {
+	sock := os.NewFile(netproc.SocketFD, "owner")
+	buf := make([]byte, netproc.MaxMessage)
+	if _, err := sock.Read(buf); err != nil {
+		return 1
+	}
+	send := func(m netproc.Message) {
+		b, _ := json.Marshal(m)
+		sock.Write(b)
+	}
+	send(netproc.Message{Ready: true})
+	long := strings.Repeat("x", 4<<10)
+	for i := 0; i < 5000; i++ {
+		send(netproc.Message{Deny: &netproc.Denial{Kind: "dns", Name: long + strconv.Itoa(i), Reason: long}})
+	}
+	if _, err := sock.Read(buf); err != nil { // stop
+		return 1
+	}
+	rep := netproc.Report{Summary: long}
+	for i := 0; i < 5000; i++ {
+		rep.Denials = append(rep.Denials, netproc.Denial{Kind: "tcp", Addr: strconv.Itoa(i), Reason: "r"})
+	}
+	send(netproc.Message{Report: &rep})
+	return 0
+}
+
+// TestHostileHelperIsBounded: what a helper says reaches its owner
+// bounded (a sandbox that took its helper over cannot fill the audit log
+// through it).
+func TestHostileHelperIsBounded(t *testing.T) {
+	_, tun := sandboxNet(t)
+	self, _ := os.Executable()
+	var denials, bytes int
+	p, err := netproc.Start(self, tun, netproc.Config{SandboxID: "hostile", Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+		func(d netproc.Denial) { denials++; bytes += len(d.Name) + len(d.Reason) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // let the flood come
+	rep, err := p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if denials == 0 || denials > 1024 || bytes > 1024*(255+1024+8) {
+		t.Errorf("%d refusals (%d bytes of text) reached the owner", denials, bytes)
+	}
+	if len(rep.Denials) > 1024 || len(rep.Summary) > 1100 {
+		t.Errorf("report: %d refusals, a %d-byte summary", len(rep.Denials), len(rep.Summary))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -99,6 +100,7 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 func (p *Proc) read() {
 	buf := make([]byte, MaxMessage)
 	readied := false
+	denied := 0
 	defer func() {
 		if !readied {
 			p.ready <- errors.New("the network helper ended before it was ready")
@@ -125,11 +127,23 @@ func (p *Proc) read() {
 				}
 			}
 		case m.Deny != nil:
-			if p.onDeny != nil {
-				p.onDeny(*m.Deny)
+			// The helper reads what the sandbox sends: what it says is
+			// bounded here, so that no sandbox (nor a helper it took
+			// over) can fill the audit log.
+			if p.onDeny != nil && denied < maxDenials {
+				denied++
+				p.onDeny(clip(*m.Deny))
 			}
 		case m.Report != nil:
-			p.report <- *m.Report
+			r := *m.Report
+			if len(r.Denials) > maxDenials {
+				r.Denials = r.Denials[:maxDenials]
+			}
+			for i := range r.Denials {
+				r.Denials[i] = clip(r.Denials[i])
+			}
+			r.Summary = clipString(r.Summary, maxText)
+			p.report <- r
 			return
 		}
 	}
@@ -177,3 +191,24 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 // Abandon closes the owner's end of the socket without a word, as the
 // owner's death would; the helper ends on its own.
 func (p *Proc) Abandon() { p.sock.Close() }
+
+// Bounds on what a helper reports: refusals told as they happen (each
+// distinct one once) and in the report, and each text's length.
+const (
+	maxDenials = 1024
+	maxText    = 1024
+)
+
+// clip bounds a refusal's texts.
+func clip(d Denial) Denial {
+	d.Kind, d.Name, d.Addr = clipString(d.Kind, 16), clipString(d.Name, 255), clipString(d.Addr, 64)
+	d.Reason, d.Hint = clipString(d.Reason, maxText), clipString(d.Hint, maxText)
+	return d
+}
+
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
