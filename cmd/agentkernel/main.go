@@ -35,6 +35,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 )
 
 // Set with -ldflags "-X main.version=… -X main.commit=…".
@@ -81,7 +82,7 @@ func run() int {
 	if errors.Is(err, runcli.ErrNeedsFull) {
 		app.DropWarnings()
 		if errors.Is(err, runcli.ErrRunHelp) {
-			if _, ferr := runcli.FullPath(); ferr != nil {
+			if _, ferr := fullbin.Path(); ferr != nil {
 				app.PrintRunHelp(os.Stdout) // the same help agentkernel-full prints
 				return 0
 			}
@@ -96,7 +97,7 @@ func run() int {
 // environment and descriptors. It returns only when that fails.
 func handOff() int {
 	prestart.Abandon()
-	full, err := runcli.FullPath()
+	full, err := fullbin.Path()
 	if err == nil && isSelf(full) {
 		// A copy of this binary installed as agentkernel-full would hand
 		// the command line to itself for ever.

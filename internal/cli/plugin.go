@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/plugin"
 )
 
@@ -80,7 +80,7 @@ func agentCommand() string {
 	}
 	// This is agentkernel-full; agents are given the agentkernel beside
 	// it, the command users know.
-	if front := filepath.Join(filepath.Dir(self), "agentkernel"); filepath.Base(self) == runcli.FullName {
+	if front := filepath.Join(filepath.Dir(self), "agentkernel"); filepath.Base(self) == fullbin.Name {
 		if st, err := os.Stat(front); err == nil && st.Mode().IsRegular() {
 			self = front
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentkernel/agentkernel/internal/daemon"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -31,7 +32,7 @@ func (a *App) startDaemonRun(o *RunOptions) *daemonClient {
 	c.Quiet = a.Quiet
 	// The daemon is agentkernel-full: it serves the runs of the
 	// agentkernel it was installed with.
-	if full, err := FullPath(); err == nil {
+	if full, err := fullbin.Path(); err == nil {
 		c.Build = daemon.BuildIDOf(full)
 	}
 	return c
