@@ -48,19 +48,11 @@ func attack() {
 	var errs []string
 	for _, h := range hosts() {
 		addr := net.JoinHostPort(h, port)
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		buf := make([]byte, 128)
-		n, _ := c.Read(buf)
-		c.Close()
-		if strings.Contains(string(buf[:n]), token) {
+		reached, detail := probe.HostToken(addr, token)
+		if reached {
 			report("allowed", "reached the host's TCP listener at "+addr)
 		}
-		errs = append(errs, addr+": connected, no host token")
+		errs = append(errs, detail)
 	}
 	udp := append(hosts(), "255.255.255.255", "10.0.2.255")
 	for _, h := range udp {

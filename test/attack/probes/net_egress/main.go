@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
@@ -27,19 +26,11 @@ func attack() {
 	var errs []string
 	for _, h := range strings.Fields(os.Getenv("ATTACK_HOST_IPS")) {
 		addr := net.JoinHostPort(h, port)
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		buf := make([]byte, 128)
-		n, _ := c.Read(buf)
-		c.Close()
-		if strings.Contains(string(buf[:n]), token) {
+		reached, detail := probe.HostToken(addr, token)
+		if reached {
 			report("allowed", "reached the host listener at "+addr)
 		}
-		errs = append(errs, addr+": connected but no host token")
+		errs = append(errs, detail)
 	}
 	ifs, _ := net.Interfaces()
 	var names []string

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/agentkernel/agentkernel/test/attack/probes/internal/probe"
 )
@@ -26,19 +25,11 @@ func attack() {
 	var errs []string
 	for _, h := range []string{"127.0.0.1", "::1", "localhost"} {
 		addr := net.JoinHostPort(h, port)
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			errs = append(errs, err.Error())
-			continue
-		}
-		c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		buf := make([]byte, 128)
-		n, _ := c.Read(buf)
-		c.Close()
-		if strings.Contains(string(buf[:n]), token) {
+		reached, detail := probe.HostToken(addr, token)
+		if reached {
 			report("allowed", "reached the host's loopback service at "+addr)
 		}
-		errs = append(errs, addr+": connected to something that is not the host listener")
+		errs = append(errs, detail)
 	}
 	report("blocked", strings.Join(errs, "; "))
 }

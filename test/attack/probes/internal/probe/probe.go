@@ -23,8 +23,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"time"
 )
 
 // Results a probe reports.
@@ -129,4 +131,22 @@ func Sysctl(name string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// HostToken dials addr over TCP and reports whether what answers is the
+// host's test listener: its first bytes carry token. Otherwise detail
+// says what happened instead (the dial's error, or another service).
+func HostToken(addr, token string) (reached bool, detail string) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 128)
+	n, _ := c.Read(buf)
+	if strings.Contains(string(buf[:n]), token) {
+		return true, ""
+	}
+	return false, addr + ": connected to something that is not the host listener"
 }
