@@ -70,7 +70,13 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 		ours.Close()
 		return nil, fmt.Errorf("network helper: %w", err)
 	}
-	var env []string
+	// One P: the helper's goroutines (the device's reader, the stack's
+	// processor, a connection's handler and copies) hand work to each
+	// other on every packet, and with more Ps each hand-off wakes another
+	// thread, which costs more than the work on a small VM. A sandbox's
+	// network is then bounded to about one core of the host, which is
+	// also the fair share of one sandbox's stack.
+	env := []string{"GOMAXPROCS=1"}
 	for _, k := range proxyEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
