@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,10 +13,13 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 )
 
 // tunLink is the stack's link endpoint on the TUN device: one whole IP
-// packet per read and per write, no link header.
+// packet per read and per write, after a virtio-net header
+// (tundev.VnetHdrLen) that carries the checksum offload both ways.
 //
 // It is written here rather than taken from gVisor's fdbased package
 // because fdbased leaves a descriptor (its stop eventfd) open for every
@@ -96,11 +100,13 @@ func (*tunLink) AddHeader(*stack.PacketBuffer)           {}
 func (*tunLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
 func (*tunLink) SetOnCloseAction(func())                 {}
 
-// Capabilities: the packets come from the sandbox's kernel, which has
-// computed their checksums; checking them again would cost a pass over
-// every byte.
+// Capabilities: checksums are offloaded both ways. The packets come
+// from the sandbox's kernel, which is trusted for them (and leaves TCP
+// and UDP ones partial); the stack's own TCP and UDP packets leave with
+// only the pseudo-header's sum, which the virtio-net header tells the
+// sandbox's kernel to take as valid (vnetHeader).
 func (*tunLink) Capabilities() stack.LinkEndpointCapabilities {
-	return stack.CapabilityRXChecksumOffload
+	return stack.CapabilityRXChecksumOffload | stack.CapabilityTXChecksumOffload
 }
 
 // Attach starts delivering packets to d; nil (the NIC's removal) stops
@@ -149,6 +155,7 @@ func (l *tunLink) Close() {
 
 func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 	var small, large *buffer.View
+	var vnet [tundev.VnetHdrLen]byte
 	defer func() {
 		if small != nil {
 			small.Release()
@@ -164,7 +171,7 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 		if large == nil {
 			large = buffer.NewViewSize(largeView)
 		}
-		iov := [][]byte{small.AsSlice(), large.AsSlice()}
+		iov := [][]byte{vnet[:], small.AsSlice(), large.AsSlice()}
 		var n int
 		var rerr error
 		err := l.rc.Read(func(fd uintptr) bool {
@@ -183,7 +190,9 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 			}
 			continue
 		}
-		if n < 1 {
+		// No segmentation offload is turned on, so every packet is whole
+		// (gso_type is VIRTIO_NET_HDR_GSO_NONE).
+		if n -= tundev.VnetHdrLen; n < 1 || vnet[1] != 0 {
 			continue
 		}
 		var proto tcpip.NetworkProtocolNumber
@@ -216,8 +225,12 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 // WritePackets writes each packet to the device with one writev.
 func (l *tunLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	sent := 0
+	var vnet [tundev.VnetHdrLen]byte
+	parts := make([][]byte, 0, 8)
 	for _, pkt := range pkts.AsSlice() {
-		if err := l.write(pkt.AsSlices()); err != nil {
+		vnetHeader(&vnet, pkt)
+		parts = append(append(parts[:0], vnet[:]), pkt.AsSlices()...)
+		if err := l.write(parts); err != nil {
 			if sent == 0 {
 				return 0, &tcpip.ErrClosedForSend{}
 			}
@@ -245,3 +258,53 @@ func (l *tunLink) write(parts [][]byte) error {
 	}
 	return werr
 }
+
+// vnetHeader fills h for pkt. The stack leaves TCP and UDP checksums to
+// the device (CapabilityTXChecksumOffload); this puts the pseudo-header's
+// sum in the checksum field and marks the packet partial (as a kernel
+// does for a device with checksum offload), which the sandbox's kernel
+// takes as verified. Every other packet (ICMP, which the stack sums
+// itself) gets an empty header.
+func vnetHeader(h *[tundev.VnetHdrLen]byte, pkt *stack.PacketBuffer) {
+	*h = [tundev.VnetHdrLen]byte{}
+	var field int
+	switch pkt.TransportProtocolNumber {
+	case header.TCPProtocolNumber:
+		field = header.TCPChecksumOffset
+	case header.UDPProtocolNumber:
+		field = udpChecksumOffset
+	default:
+		return
+	}
+	nh := pkt.NetworkHeader().Slice()
+	th := pkt.TransportHeader().Slice()
+	if len(th) < field+2 {
+		return
+	}
+	var src, dst tcpip.Address
+	switch pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(nh)
+		if len(nh) < header.IPv4MinimumSize || ip.More() || ip.FragmentOffset() != 0 {
+			return // a fragment cannot be summed here; the stack never sends one (udpMaxDatagram)
+		}
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		if len(nh) != header.IPv6MinimumSize {
+			return // extension headers (a fragment's among them): not offloaded
+		}
+		ip := header.IPv6(nh)
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	default:
+		return
+	}
+	length := pkt.Size() - len(nh)
+	sum := header.PseudoHeaderChecksum(pkt.TransportProtocolNumber, src, dst, uint16(length))
+	binary.BigEndian.PutUint16(th[field:], sum)
+	h[0] = tundev.VnetNeedsCsum
+	binary.NativeEndian.PutUint16(h[6:], uint16(len(nh)))
+	binary.NativeEndian.PutUint16(h[8:], uint16(field))
+}
+
+// udpChecksumOffset is where a UDP header's checksum is.
+const udpChecksumOffset = 6

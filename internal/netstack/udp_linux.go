@@ -12,8 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 )
 
 // handleUDP runs on the stack's packet-processing goroutine for the
@@ -77,7 +80,10 @@ func (st *Stack) relayUDP(sb *gonet.UDPConn, up net.Conn) {
 	idle := st.cfg.UDPIdleTimeout
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
-	copyDatagrams := func(dst, src net.Conn) {
+	// The largest datagram that reaches the sandbox unfragmented over
+	// IPv4 and IPv6 alike.
+	maxToSandbox := st.layout.MTU - header.IPv6MinimumSize - header.UDPMinimumSize
+	copyDatagrams := func(dst, src net.Conn, limit int) {
 		buf := make([]byte, 65535)
 		for {
 			src.SetReadDeadline(time.Now().Add(idle))
@@ -89,6 +95,13 @@ func (st *Stack) relayUDP(sb *gonet.UDPConn, up net.Conn) {
 				break
 			}
 			last.Store(time.Now().UnixNano())
+			if n > limit {
+				// It would leave the stack in fragments, whose checksum
+				// the device cannot offload (vnetHeader): dropped, as
+				// a datagram too large for a path is.
+				st.log.Debug("netstack: UDP datagram too large for the sandbox's link", "flow", sb.RemoteAddr(), "bytes", n)
+				continue
+			}
 			if _, err := dst.Write(buf[:n]); err != nil && !isRefused(err) {
 				break
 			}
@@ -100,9 +113,9 @@ func (st *Stack) relayUDP(sb *gonet.UDPConn, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		copyDatagrams(sb, up)
+		copyDatagrams(sb, up, maxToSandbox)
 	}()
-	copyDatagrams(up, sb)
+	copyDatagrams(up, sb, 65535)
 	<-done
 }
 
@@ -121,7 +134,8 @@ func (st *Stack) portUnreachable(f Flow) {
 	} else {
 		pkt = icmp6Unreachable(f)
 	}
-	if err := st.link.write([][]byte{pkt}); err != nil {
+	var vnet [tundev.VnetHdrLen]byte // no offload: the ICMP packet is summed
+	if err := st.link.write([][]byte{vnet[:], pkt}); err != nil {
 		st.log.Debug("netstack: writing port unreachable", "err", err)
 	}
 }

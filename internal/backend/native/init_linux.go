@@ -98,6 +98,9 @@ type initState struct {
 	// supervisor with the ready message.
 	netDev  *os.File
 	netMode netproc.Mode
+	// tunUp: the network stage made a TUN device, whose IPv6 address
+	// the resolver stage waits for (tundev.AwaitLocal).
+	tunUp bool
 
 	// executor is how this sandbox is built, which decides where each
 	// stage runs (stages_linux.go); ran is the set of stages run.

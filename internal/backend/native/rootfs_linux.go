@@ -76,15 +76,13 @@ func (s *initState) setupNetwork() error {
 		if err == nil {
 			err = tundev.Persist(dev)
 			if err == nil {
-				err = tundev.Quiet(tunName)
-			}
-			if err == nil {
 				err = tundev.Configure(tunName, tundev.DefaultLayout())
 			}
 			if err != nil {
 				dev.Close()
 				return err
 			}
+			s.tunUp = true
 		} else {
 			if !s.cfg.Rootless {
 				return err
@@ -152,11 +150,19 @@ const tunName = "eth0"
 // helper's resolver, and gives it an /etc/hosts naming its own hostname
 // (programs look it up, and the resolver would be asked otherwise): both
 // read-only files bound over the image's, as a container runtime does.
+// It also waits until the kernel has finished the TUN device's IPv6
+// address (tundev.AwaitLocal), which it did while the stages between the
+// network's and this one ran.
 func (s *initState) writeResolvConf() error {
 	if !s.cfg.Network {
 		return nil
 	}
 	l := tundev.DefaultLayout()
+	if s.tunUp {
+		if err := tundev.AwaitLocal(l); err != nil {
+			return err
+		}
+	}
 	resolv := "# written by agentkernel: the sandbox's resolver applies its network policy\nnameserver " + l.DNS4.String() + "\n"
 	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" + l.Addr4.Addr().String() + "\t" + s.cfg.Hostname + "\n"
 	if l.HasIPv6() {

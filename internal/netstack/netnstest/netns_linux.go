@@ -94,6 +94,9 @@ func NewTUN(t testing.TB) (*Netns, *os.File) {
 		if f, err = tundev.Open("eth0"); err == nil {
 			err = tundev.Configure("eth0", tundev.DefaultLayout())
 		}
+		if err == nil {
+			err = tundev.AwaitLocal(tundev.DefaultLayout())
+		}
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,27 @@ import "net/netip"
 // and stack passes, per byte lowest.
 const DefaultMTU = 65520
 
+// VnetHdrLen is the length of the virtio-net header (struct
+// virtio_net_hdr) before every packet read from or written to a device
+// that Open made: flags (1 byte), gso_type (1), hdr_len, gso_size,
+// csum_start and csum_offset (2 each, in the machine's byte order).
+// Packets from the sandbox may carry VnetNeedsCsum: their transport
+// checksum is partial, which the stack, trusting the sandbox's kernel
+// for checksums, never checks. Packets to the sandbox carry it for TCP
+// and UDP, with csum_start at the transport header and csum_offset at
+// its checksum field, so that neither the stack nor the sandbox's
+// kernel computes a checksum over the data. gso_type is always
+// VNET_HDR_GSO_NONE: no segmentation offload is turned on.
+const VnetHdrLen = 10
+
+// VnetNeedsCsum is VIRTIO_NET_HDR_F_NEEDS_CSUM, the header's flag for a
+// packet whose transport checksum holds only the pseudo-header's sum.
+const VnetNeedsCsum = 1
+
+// tunFCsum is TUN_F_CSUM (linux/if_tun.h): the device takes packets
+// with partial checksums.
+const tunFCsum = 0x01
+
 // Layout is the addressing of a sandbox's network: the sandbox's own
 // addresses, the gateway (the user-space stack) and the resolver address
 // the stack answers DNS on, for IPv4 and IPv6.

@@ -10,12 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Open creates the TUN device name (IFF_TUN|IFF_NO_PI: each read and
-// write is one whole IP packet without a header of its own) in the
-// network namespace of the calling thread, and returns its descriptor
-// in blocking mode, close-on-exec. The device lives as long as the
-// descriptor (and its duplicates) stay open. The caller needs
-// CAP_NET_ADMIN in that namespace's user namespace.
+// Open creates the TUN device name in the network namespace of the
+// calling thread, and returns its descriptor in blocking mode,
+// close-on-exec. Each read and write is one whole IP packet after a
+// virtio-net header (VnetHdrLen bytes, IFF_VNET_HDR), and the device
+// offloads checksums (TUN_F_CSUM): the sandbox's kernel leaves the TCP
+// and UDP checksums of what it sends partial, and takes a packet whose
+// header says so without checking them (see VnetHdrLen). The device
+// lives as long as the descriptor (and its duplicates) stay open. The
+// caller needs CAP_NET_ADMIN in that namespace's user namespace.
 //
 // The caller must keep its goroutine on the thread whose namespace it
 // means (runtime.LockOSThread) for the whole call.
@@ -32,10 +35,14 @@ func Open(name string) (*os.File, error) {
 		unix.Close(fd)
 		return nil, errorf("device name %q: %w", name, err)
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return nil, errorf("creating TUN device %q: %w", name, err)
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tunFCsum); err != nil {
+		unix.Close(fd)
+		return nil, errorf("TUN device %q: checksum offload: %w", name, err)
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun:"+name), nil
 }
@@ -55,10 +62,19 @@ func checkName(name string) error {
 	return nil
 }
 
-// Configure sets the MTU of the device name, brings it up, gives it the
-// layout's addresses (IPv6 without duplicate address detection, so that
-// it is usable at once: nothing else is on the link) and adds the default
-// routes through the gateways, in the calling thread's network namespace.
+// Configure readies the device name in the calling thread's network
+// namespace: it keeps the kernel from sending anything through it on its
+// own (no IPv6 link-local address, so no duplicate address detection and
+// no router solicitations; no multicast, so no MLD reports), so that a
+// sandbox's first packet is its own, which is what its owner may wait
+// for before it starts the user-space stack; then it sets the MTU, brings
+// the device up, gives it the layout's addresses (IPv6 without duplicate
+// address detection: nothing else is on the link) and adds the default
+// routes through the gateways.
+//
+// The kernel finishes a new IPv6 address on a work queue of its own
+// (AwaitLocal): Configure returns without waiting for it, so that it
+// happens while the rest of the sandbox is built.
 func Configure(name string, l Layout) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -76,6 +92,9 @@ func Configure(name string, l Layout) error {
 	}
 	defer nl.close()
 
+	if err := nl.quiet(index); err != nil {
+		return errorf("keeping %s quiet: %w", name, err)
+	}
 	if err := nl.setLink(index, uint32(l.MTU)); err != nil {
 		return errorf("setting MTU %d and bringing %s up: %w", l.MTU, name, err)
 	}
@@ -96,12 +115,27 @@ func Configure(name string, l Layout) error {
 		if err := nl.addDefaultRoute(index, l.Gateway6); err != nil {
 			return errorf("adding the default route via %s: %w", l.Gateway6, err)
 		}
-		// The kernel finishes a new IPv6 address (inserts its local
-		// route) on a work queue even without duplicate address
-		// detection; until then packets sent to it are dropped.
-		if err := nl.waitLocal(l.Addr6.Addr()); err != nil {
-			return errorf("waiting for %s to become usable: %w", l.Addr6.Addr(), err)
-		}
+	}
+	return nil
+}
+
+// AwaitLocal waits, for at most two seconds, until the layout's IPv6
+// address that Configure gave a device is usable. The kernel finishes a
+// new IPv6 address (inserts its local route) on a work queue even without
+// duplicate address detection, and until then drops the packets sent to
+// it. Call it in the device's network namespace before the sandbox's
+// command starts.
+func AwaitLocal(l Layout) error {
+	if !l.HasIPv6() {
+		return nil
+	}
+	nl, err := dialNetlink()
+	if err != nil {
+		return err
+	}
+	defer nl.close()
+	if err := nl.waitLocal(l.Addr6.Addr()); err != nil {
+		return errorf("waiting for %s to become usable: %w", l.Addr6.Addr(), err)
 	}
 	return nil
 }
@@ -233,6 +267,36 @@ func (n *netlink) exchange(m *message, f func(typ uint16, data []byte)) error {
 			return nil
 		}
 	}
+}
+
+// quiet clears the device's multicast flag and turns off its IPv6
+// link-local address (addr_gen_mode none), before it is up: the kernel
+// takes a link's IPv6 settings after its flags within one request.
+func (n *netlink) quiet(index int32) error {
+	var ifi unix.IfInfomsg
+	ifi.Family = unix.AF_UNSPEC
+	ifi.Index = index
+	ifi.Change = unix.IFF_MULTICAST
+	m := newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg))
+	inet6 := nlattr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{in6AddrGenModeNone})
+	m.attr(unix.IFLA_AF_SPEC, nlattr(unix.AF_INET6, inet6))
+	err := n.do(m)
+	if err == unix.EAFNOSUPPORT || err == unix.EOPNOTSUPP {
+		// No IPv6 in this kernel: nothing to turn off there.
+		err = n.do(newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg)))
+	}
+	return err
+}
+
+// in6AddrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h).
+const in6AddrGenModeNone = 1
+
+// nlattr is one attribute (type, data, padding), as nested attributes
+// are written inside their parent's data.
+func nlattr(typ uint16, data []byte) []byte {
+	m := message{}
+	m.attr(typ, data)
+	return m.b
 }
 
 func (n *netlink) setLink(index int32, mtu uint32) error {

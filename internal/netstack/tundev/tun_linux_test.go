@@ -14,9 +14,9 @@ import (
 	"github.com/agentkernel/agentkernel/internal/netstack/tundev"
 )
 
-// readPacket reads packets from the TUN device until one is a UDP packet
-// (the kernel also sends IPv6 router solicitations and MLD reports once
-// the link is up) and returns it.
+// readUDPPacket reads the next packet from the TUN device, which must be
+// a UDP packet: Configure keeps the kernel from sending anything of its
+// own (router solicitations, MLD reports, duplicate address detection).
 func readUDPPacket(t *testing.T, f *os.File) []byte {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -30,13 +30,21 @@ func readUDPPacket(t *testing.T, f *os.File) []byte {
 		if err != nil {
 			t.Fatalf("reading the TUN device: %v", err)
 		}
-		p := buf[:n]
+		if n < tundev.VnetHdrLen {
+			t.Fatalf("a read of %d bytes has no virtio-net header", n)
+		}
+		if gso := buf[1]; gso != 0 {
+			t.Errorf("virtio-net header with gso_type %d: no segmentation offload was turned on", gso)
+		}
+		p := buf[tundev.VnetHdrLen:n]
+		n -= tundev.VnetHdrLen
 		switch {
 		case n >= 20 && p[0]>>4 == 4 && p[9] == unix.IPPROTO_UDP:
 			return append([]byte(nil), p...)
 		case n >= 40 && p[0]>>4 == 6 && p[6] == unix.IPPROTO_UDP:
 			return append([]byte(nil), p...)
 		}
+		t.Fatalf("the kernel sent a packet of its own through the device: % x", p[:min(len(p), 48)])
 	}
 	t.Fatal("no UDP packet came out of the TUN device")
 	return nil
@@ -53,6 +61,9 @@ func TestOpenConfigure(t *testing.T) {
 		f, err = tundev.Open("eth0")
 		if err == nil {
 			err = tundev.Configure("eth0", l)
+		}
+		if err == nil {
+			err = tundev.AwaitLocal(l)
 		}
 	})
 	if err != nil {
@@ -77,6 +88,9 @@ func TestOpenConfigure(t *testing.T) {
 	if ifi.Flags&net.FlagUp == 0 {
 		t.Errorf("eth0 is not up: %v", ifi.Flags)
 	}
+	if ifi.Flags&net.FlagMulticast != 0 {
+		t.Errorf("eth0 is multicast (it would send MLD reports): %v", ifi.Flags)
+	}
 	var got []string
 	for _, a := range addrs {
 		got = append(got, a.String())
@@ -86,10 +100,13 @@ func TestOpenConfigure(t *testing.T) {
 			t.Errorf("eth0 addresses %v lack %s", got, want)
 		}
 	}
+	if strings.Contains(strings.Join(got, " "), "fe80:") {
+		t.Errorf("eth0 has a link-local address (duplicate address detection, router solicitations): %v", got)
+	}
 
 	// The default routes carry traffic for any address to the device,
-	// from the sandbox's addresses; the IPv6 address is usable at once
-	// (no duplicate address detection).
+	// from the sandbox's addresses; the IPv6 address is usable once
+	// AwaitLocal returns (no duplicate address detection).
 	for _, c := range []struct {
 		dst string
 		src netip.Addr
