@@ -257,8 +257,8 @@ func (e *Engine) filterAnswer(req, resp *dns.Msg, name string) (*dns.Msg, *Denia
 	if len(dropped) > 0 {
 		d := Denial{Kind: KindDNS, Name: name, Reason: "its answer points at a refused address (DNS rebinding): " + strings.Join(dropped, ", ")}
 		if len(dropped) == 1 {
-			if a, err := netip.ParseAddr(strings.Fields(dropped[0])[0]); err == nil && addrClass(a) != reasonMetadata {
-				d.Allow = allowCIDRHint(a)
+			if a, err := netip.ParseAddr(strings.Fields(dropped[0])[0]); err == nil {
+				d.Allow = refusalHint(a, e.refused(a))
 			}
 		}
 		e.deny(d)

@@ -282,6 +282,18 @@ func TestRefusedAddressesFullMode(t *testing.T) {
 	if d.Reason != reasonMetadata || d.Allow != "" {
 		t.Errorf("metadata denial: %+v", d)
 	}
+	// The sandbox's own network (its gateway, its resolver) is the stack
+	// itself: no --allow-cidr is offered, which would dial the host's
+	// network instead.
+	for _, a := range []string{"10.0.2.2:8080", "[fd00::3]:8080"} {
+		if _, err := connect(t, e, a); err != errRejected {
+			t.Errorf("connect %s: %v, want a RST", a, err)
+			continue
+		}
+		if d := ds.last(t); d.Reason != reasonSandboxNet || d.Allow != "" {
+			t.Errorf("denial for %s: %+v", a, d)
+		}
+	}
 	// Metadata names are refused even when the block list forgets them.
 	e0, _ := w.newEngine(t, sandbox.Network{Mode: sandbox.NetworkFull}, Options{})
 	for _, name := range []string{"metadata.google.internal", "METADATA.goog."} {

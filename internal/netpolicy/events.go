@@ -263,6 +263,19 @@ func contains(list []string, s string) bool {
 // Hints.
 func allowDomainHint(name string) string { return "--allow-domain " + name }
 
+// refusalHint is the flag that would allow an address refused for why,
+// or "" where none should be offered: metadata and the block list are
+// refused on purpose, and the sandbox's own network (the gateway, the
+// resolver) is the stack itself, which an --allow-cidr would not reach
+// but send to the host's network instead.
+func refusalHint(a netip.Addr, why string) string {
+	switch why {
+	case reasonMetadata, reasonBlocked, reasonSandboxNet, reasonUnspecified:
+		return ""
+	}
+	return allowCIDRHint(a)
+}
+
 func allowCIDRHint(a netip.Addr) string {
 	a = canonical(a)
 	return fmt.Sprintf("--allow-cidr %s/%d", a, a.BitLen())

@@ -79,11 +79,7 @@ func (e *Engine) decideTCP(dst netip.AddrPort) (names []string, explicit bool, d
 		return nil, false, &Denial{Kind: KindTCP, Addr: dst, Reason: "network access is off"}
 	}
 	if why := e.refused(a); why != "" {
-		d := &Denial{Kind: KindTCP, Addr: dst, Reason: why}
-		if why != reasonMetadata && why != reasonBlocked {
-			d.Allow = allowCIDRHint(a)
-		}
-		return nil, false, d
+		return nil, false, &Denial{Kind: KindTCP, Addr: dst, Reason: why, Allow: refusalHint(a, why)}
 	}
 	_, lit := e.allowAddrs[a]
 	explicit = lit || e.explicit(a)
