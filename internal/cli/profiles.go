@@ -154,7 +154,7 @@ func printProfiles(a *App) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.BaseProfile, project, network, key, domains)
 	}
 	tw.Flush()
-	fmt.Fprintf(a.Stdout, "\nEvery mode blocks %s", strings.Join(policy.MetadataHosts(), " and "))
+	fmt.Fprintf(a.Stdout, "\nEvery mode blocks the cloud metadata endpoints (%s)", strings.Join(policy.MetadataHosts(), ", "))
 	for _, m := range policy.Modes() {
 		if len(m.BlockDomains) > 0 {
 			fmt.Fprintf(a.Stdout, "; %s also blocks %s", m.Name, strings.Join(m.BlockDomains, " "))

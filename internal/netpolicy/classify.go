@@ -2,6 +2,8 @@ package netpolicy
 
 import (
 	"net/netip"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Reasons an address is refused whatever the name that led to it.
@@ -19,24 +21,11 @@ const (
 )
 
 var (
-	metadataAddrs = []netip.Addr{
-		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack, OCI, ...
-		netip.MustParseAddr("169.254.170.2"),   // AWS ECS task metadata
-		netip.MustParseAddr("169.254.169.123"), // AWS time sync
-		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
-		netip.MustParseAddr("168.63.129.16"),   // Azure wireserver
-		netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6
-		netip.MustParseAddr("fd00:ec2::23"),    // AWS time sync over IPv6
-	}
+	metadataAddrs = sandbox.MetadataAddrs()
 	// metadataNames are refused in every mode, as BlockDomains entries.
-	metadataNames = []string{
-		"metadata.google.internal",
-		"metadata.goog",
-		"instance-data.ec2.internal",
-		"metadata.azure.internal",
-	}
-	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
-	v4Compat    = netip.MustParsePrefix("::/96")
+	metadataNames = sandbox.MetadataNames()
+	nat64Prefix   = netip.MustParsePrefix("64:ff9b::/96")
+	v4Compat      = netip.MustParsePrefix("::/96")
 
 	refusedPrefixes = []struct {
 		p      netip.Prefix

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Mode is an agent compatibility mode.
@@ -26,9 +27,14 @@ type Mode struct {
 	APIKeyEnv string `json:"api_key_env"`
 }
 
-// MetadataHosts are the cloud metadata endpoints every mode blocks.
+// MetadataHosts are the cloud metadata endpoints every mode blocks, by
+// name and address (the list the network stack enforces).
 func MetadataHosts() []string {
-	return []string{"169.254.169.254", "metadata.google.internal"}
+	hosts := sandbox.MetadataNames()
+	for _, a := range sandbox.MetadataAddrs() {
+		hosts = append(hosts, a.String())
+	}
+	return hosts
 }
 
 // Modes returns the mode table. Each call returns fresh data.

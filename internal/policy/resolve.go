@@ -96,6 +96,12 @@ type Input struct {
 	// Detected is the image detection already done by the caller; when
 	// its Image is empty, Resolve runs detect.Image itself.
 	Detected detect.Result
+	// SayWhereItRuns adds a warning when the profile or [security]
+	// mount_cwd leaves the project directory out and nothing else (no
+	// --workdir, no volume of the directory) says where the command
+	// runs: a command-line run, whose user expects it to run in the
+	// project (a test runner would find nothing, and say so quietly).
+	SayWhereItRuns bool
 }
 
 // Resolve builds the Spec for one sandbox. Warnings are things the user
@@ -179,7 +185,49 @@ func Resolve(in Input) (*sandbox.Spec, []string, error) {
 	if err := resolveProcess(spec, o); err != nil {
 		return nil, warns, err
 	}
+	if in.SayWhereItRuns {
+		if note := unmountedProjectNote(spec, cfg, projectMount(cfg, prof, mode), in.Cwd); note != "" {
+			warnf("%s", note)
+		}
+	}
 	return spec, warns, nil
+}
+
+// projectMount is how the project directory is mounted: the profile's
+// way, read-write in agent modes, and [security] mount_cwd over both.
+func projectMount(cfg *config.Config, prof Profile, mode Mode) config.CwdMount {
+	m := prof.Cwd
+	if mode.Agent {
+		m = config.CwdReadWrite
+	}
+	if cfg.Security.MountCwd != config.CwdUnset {
+		m = cfg.Security.MountCwd
+	}
+	return m
+}
+
+// unmountedProjectNote says where the command runs when cwdMode leaves
+// the project directory cwd out of the sandbox and neither --workdir nor
+// a volume of cwd places the command; "" otherwise.
+func unmountedProjectNote(spec *sandbox.Spec, cfg *config.Config, cwdMode config.CwdMount, cwd string) string {
+	if cwdMode != config.CwdNone || spec.Workdir != "" {
+		return ""
+	}
+	dir, err := absDir(cwd)
+	if err != nil || dir == "/" {
+		return ""
+	}
+	for _, m := range spec.Mounts {
+		if m.Kind != sandbox.MountTmpfs && (m.Source == dir || m.Dest == WorkspaceDir) {
+			return ""
+		}
+	}
+	why := "the " + spec.Profile + " profile does not mount the project directory"
+	if cfg.Security.MountCwd == config.CwdNone {
+		why = "[security] mount_cwd in the configuration leaves the project directory out"
+	}
+	return fmt.Sprintf("%s: the command runs in the image's working directory (/ unless the image sets one), not in %s; -v .:%s:ro -w %s lets it read the project",
+		why, dir, WorkspaceDir, WorkspaceDir)
 }
 
 func resolveImage(spec *sandbox.Spec, cfg *config.Config, o *Overrides, in Input) error {
@@ -301,12 +349,19 @@ func resolveNetwork(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof P
 		return nil
 	}
 	spec.Network.AllowDomains = dedupe(append(append(slices.Clone(mode.AllowDomains), d.Allow...), o.AllowDomains...))
-	spec.Network.BlockDomains = dedupe(append(append(append(MetadataHosts(), mode.BlockDomains...), d.Block...), o.BlockDomains...))
+	// The metadata endpoints (MetadataHosts) are not listed: the network
+	// refuses them in every mode whatever the lists say.
+	spec.Network.BlockDomains = dedupe(append(append(slices.Clone(mode.BlockDomains), d.Block...), o.BlockDomains...))
 	spec.Network.AllowCIDRs = dedupe(cidrs)
 	spec.Network.AllowUDP = dedupe(slices.Clone(cfg.Network.AllowUDP))
 	spec.Network.AllowlistOnly = d.AllowlistOnly
 	spec.Network.Ports = ports
 	for _, a := range spec.Network.AllowDomains {
+		for _, m := range sandbox.MetadataNames() {
+			if DomainMatches(m, a) {
+				warnf("domain %q in the allow list is a cloud metadata endpoint, which is refused in every mode", a)
+			}
+		}
 		for _, b := range spec.Network.BlockDomains {
 			if DomainMatches(b, strings.TrimPrefix(a, "*.")) {
 				warnf("domain %q is in the allow list but matched by the block list %q (block takes precedence)", a, b)
@@ -331,13 +386,7 @@ func DomainMatches(pattern, host string) bool {
 func resolveMounts(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Profile, mode Mode, in Input, warnf func(string, ...any)) error {
 	var mounts []sandbox.Mount
 
-	cwdMode := prof.Cwd
-	if mode.Agent {
-		cwdMode = config.CwdReadWrite
-	}
-	if cfg.Security.MountCwd != config.CwdUnset {
-		cwdMode = cfg.Security.MountCwd
-	}
+	cwdMode := projectMount(cfg, prof, mode)
 	if cwdMode != config.CwdNone {
 		cwd, err := absDir(in.Cwd)
 		switch {

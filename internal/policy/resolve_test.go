@@ -167,10 +167,10 @@ func TestProfileTable(t *testing.T) {
 			if spec.Hostname != "agentkernel" || spec.Pull != "missing" || len(spec.ID) != 12 {
 				t.Errorf("hostname %q pull %q id %q", spec.Hostname, spec.Pull, spec.ID)
 			}
-			if w.network == sandbox.NetworkFull {
-				if !slices.Contains(spec.Network.BlockDomains, "169.254.169.254") || !slices.Contains(spec.Network.BlockDomains, "metadata.google.internal") {
-					t.Errorf("metadata not blocked: %v", spec.Network.BlockDomains)
-				}
+			// Metadata endpoints are the network's to refuse in every
+			// mode (netpolicy), not a list entry a spec could lose.
+			if len(spec.Network.BlockDomains) != 0 {
+				t.Errorf("block list of a profile without a mode: %v", spec.Network.BlockDomains)
 			}
 		})
 	}
@@ -194,16 +194,16 @@ func TestModes(t *testing.T) {
 		apiKey   string
 		readOnly bool
 	}{
-		{"native", "moderate", nil, []string{"169.254.169.254", "metadata.google.internal"}, "", false},
+		{"native", "moderate", nil, nil, "", false},
 		{"claude", "moderate",
 			[]string{"api.anthropic.com", "cdn.anthropic.com", "*.pypi.org", "*.npmjs.com", "*.github.com", "*.githubusercontent.com", "*.crates.io"},
-			[]string{"169.254.169.254", "metadata.google.internal"}, "ANTHROPIC_API_KEY=ak", false},
+			nil, "ANTHROPIC_API_KEY=ak", false},
 		{"codex", "restrictive",
 			[]string{"api.openai.com", "cdn.openai.com", "*.pypi.org", "*.npmjs.com"},
-			[]string{"169.254.169.254", "metadata.google.internal", "*.internal"}, "OPENAI_API_KEY=ok", true},
+			[]string{"*.internal"}, "OPENAI_API_KEY=ok", true},
 		{"gemini", "moderate",
 			[]string{"generativelanguage.googleapis.com", "*.googleapis.com", "*.pypi.org", "*.npmjs.com", "*.github.com"},
-			[]string{"169.254.169.254", "metadata.google.internal"}, "GOOGLE_API_KEY=gk", false},
+			nil, "GOOGLE_API_KEY=gk", false},
 	}
 	for _, tt := range tests {
 		for _, via := range []string{"flag", "config"} {
@@ -263,6 +263,11 @@ func TestModes(t *testing.T) {
 	spec, warns := f.resolve(t, nil, Overrides{Mode: "claude", NoNetwork: true}, "x")
 	if spec.Network.Mode != sandbox.NetworkNone || len(spec.Network.AllowDomains) != 0 || len(warns) != 1 || !strings.Contains(warns[0], "api.anthropic.com") {
 		t.Errorf("claude --no-network: %+v %v", spec.Network, warns)
+	}
+	// A metadata name in the allow list is refused anyway, and said so.
+	_, warns = f.resolve(t, nil, Overrides{Network: config.NetworkFiltered, AllowDomains: []string{"metadata.google.internal", "*.example.com"}}, "x")
+	if len(warns) != 1 || !strings.Contains(warns[0], `"metadata.google.internal"`) || !strings.Contains(warns[0], "refused in every mode") {
+		t.Errorf("metadata in the allow list: %v", warns)
 	}
 	// Aliases.
 	spec, _ = f.resolve(t, nil, Overrides{Mode: "Claude-Code"}, "x")
@@ -561,6 +566,61 @@ func TestCwdEdgeCases(t *testing.T) {
 	spec, warns, err = Resolve(in)
 	if err != nil || len(spec.Mounts) != 0 || len(warns) != 2 {
 		t.Errorf("no cwd, no home: %+v %v %v", spec.Mounts, warns, err)
+	}
+}
+
+// TestSayWhereItRuns: a command-line run whose profile (or config) leaves
+// the project directory out is told where the command runs instead, once;
+// not when the project is mounted, when --workdir or a volume of the
+// directory places the command, or for callers that did not ask.
+func TestSayWhereItRuns(t *testing.T) {
+	f := newFixture(t)
+	real, err := filepath.EvalSymlinks(f.cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := func(cfg *config.Config, o Overrides, say bool) []string {
+		t.Helper()
+		in := f.input(cfg, o, "python3", "-m", "unittest")
+		in.SayWhereItRuns = say
+		spec, warns, err := Resolve(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var notes []string
+		for _, w := range warns {
+			if strings.Contains(w, "runs in") {
+				notes = append(notes, w)
+			}
+		}
+		if len(notes) > 0 && spec.Workdir != "" {
+			t.Errorf("a note although the workdir is %s", spec.Workdir)
+		}
+		return notes
+	}
+	got := note(nil, Overrides{Profile: "restrictive"}, true)
+	if len(got) != 1 || !strings.Contains(got[0], "restrictive profile does not mount the project directory") ||
+		!strings.Contains(got[0], "not in "+real) || !strings.Contains(got[0], "-v .:/workspace:ro -w /workspace") || strings.Contains(got[0], "\n") {
+		t.Errorf("restrictive: %q", got)
+	}
+	got = note(parse(t, "[security]\nmount_cwd = \"none\"\n"), Overrides{}, true)
+	if len(got) != 1 || !strings.Contains(got[0], "[security] mount_cwd") {
+		t.Errorf("mount_cwd = none: %q", got)
+	}
+	for name, o := range map[string]Overrides{
+		"moderate":             {Profile: "moderate"},
+		"permissive":           {Profile: "permissive"},
+		"agent mode":           {Profile: "restrictive", Mode: "codex"},
+		"--workdir":            {Profile: "restrictive", Workdir: "/tmp"},
+		"volume at /workspace": {Profile: "restrictive", Volumes: []string{t.TempDir() + ":/workspace"}},
+		"volume of cwd":        {Profile: "restrictive", Volumes: []string{".:/src:ro"}},
+	} {
+		if got := note(nil, o, true); len(got) != 0 {
+			t.Errorf("%s: %q", name, got)
+		}
+	}
+	if got := note(nil, Overrides{Profile: "restrictive"}, false); len(got) != 0 {
+		t.Errorf("not asked: %q", got)
 	}
 }
 
