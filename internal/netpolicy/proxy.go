@@ -816,7 +816,7 @@ func (e *Engine) proxyForward(ctx context.Context, c *bufConn, req *proxyRequest
 		abort(c, up)
 	}
 	up.Close()
-	closeWrite(c, nil)
+	halfClose(c)
 	c.SetReadDeadline(time.Now().Add(lingerTimeout))
 	<-done
 	c.Close()
@@ -987,7 +987,7 @@ func (e *Engine) writeRefusal(c net.Conn, status int, msg string) {
 // after reading (and discarding) for a moment what it still sends.
 func (e *Engine) refuseProxy(c net.Conn, br *bufio.Reader, status int, msg string) {
 	e.writeRefusal(c, status, msg)
-	closeWrite(c, nil)
+	halfClose(c)
 	c.SetReadDeadline(time.Now().Add(lingerTimeout))
 	io.CopyN(io.Discard, br, maxLinger)
 	c.Close()

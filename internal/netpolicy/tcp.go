@@ -12,11 +12,10 @@ import (
 	"github.com/agentkernel/agentkernel/internal/netstack"
 )
 
-// copyBufSize is the size of each direction's copy buffer: large, so
-// that a bulk transfer moves in few system calls.
-const copyBufSize = 128 << 10
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+// bufPool holds the copy buffers of connections (netstack.Copy), the
+// first of which also holds the client's first bytes while they are
+// inspected.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, netstack.CopyBufSize); return &b }}
 
 // TCP decides a connection from the sandbox and, if allowed, serves it
 // until both sides are done.
@@ -206,32 +205,11 @@ func kindOf(b []byte) string {
 	return KindHost
 }
 
-// copyConn copies from src to dst until src ends, then half-closes dst.
+// copyConn copies from src to dst until src ends, then half-closes dst;
+// an error means the pair is to be aborted.
 func copyConn(dst, src net.Conn, buf []byte) error {
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return closeWrite(dst, src)
-			}
-			return err
-		}
-	}
-}
-
-// closeWrite passes an end of stream on: dst's write side is closed, or,
-// where dst cannot half-close, the whole connection pair is.
-func closeWrite(dst, src net.Conn) error {
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return nil
-	}
-	return errors.New("cannot half-close")
+	_, err := netstack.Copy(dst, src, buf)
+	return err
 }
 
 // abort ends both sides at once; the sandbox's side with a RST where the
@@ -242,5 +220,13 @@ func abort(c, up net.Conn) {
 			l.SetLinger(0)
 		}
 		x.Close()
+	}
+}
+
+// halfClose ends c's write side (an end of stream for its peer) where it
+// can.
+func halfClose(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
 	}
 }
