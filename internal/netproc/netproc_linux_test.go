@@ -102,7 +102,8 @@ func TestHelperRefusesAndReports(t *testing.T) {
 }
 
 // TestHelperHoldsNoCapability: every thread of a serving helper has no
-// capability in any set, no_new_privs, and (started by root) nobody's ids.
+// capability in any set, no_new_privs, a seccomp filter, and (started by
+// root) nobody's ids.
 func TestHelperHoldsNoCapability(t *testing.T) {
 	_, tun := sandboxNet(t)
 	p := start(t, tun, sandbox.Network{Mode: sandbox.NetworkFull}, nil)
@@ -126,6 +127,12 @@ func TestHelperHoldsNoCapability(t *testing.T) {
 			case "NoNewPrivs":
 				if v != "1" {
 					t.Errorf("thread %s: NoNewPrivs %s", task.Name(), v)
+				}
+			case "Seccomp":
+				// Filtered (2): no namespaces, mounts, bpf, keyrings or
+				// ptrace for a process that parses the sandbox's packets.
+				if v != "2" {
+					t.Errorf("thread %s: Seccomp %s, want 2 (filtered)", task.Name(), v)
 				}
 			case "Uid", "Gid":
 				// Started by root, it runs as nobody: root without

@@ -43,6 +43,11 @@ type Config struct {
 	MaxTCPConns int
 	// Logger gets the stack's own failures; nil discards them.
 	Logger *slog.Logger
+	// Held: the stack reads nothing from the device until Start, so that
+	// its owner can finish what needs privileges (publishing a low port)
+	// and drop them before the first packet from the sandbox is parsed.
+	// Packets sent meanwhile wait in the device.
+	Held bool
 }
 
 // Metrics are the stack's counters since New.

@@ -179,10 +179,16 @@ func New(cfg Config) (st *Stack, err error) {
 		return nil, fmt.Errorf("netstack: DNS: %w", err)
 	}
 	// Only now, with every handler in place, does the stack read what the
-	// sandbox sent.
-	st.link.open()
+	// sandbox sent (or at Start, for a held stack).
+	if !cfg.Held {
+		st.link.open()
+	}
 	return st, nil
 }
+
+// Start lets a stack made with Config.Held read from its device. It does
+// nothing on a stack already reading or closed.
+func (st *Stack) Start() { st.link.open() }
 
 func (st *Stack) tuneTCP() error {
 	opts := []tcpip.SettableTransportProtocolOption{

@@ -749,3 +749,45 @@ func TestPacketsBeforeStart(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldStack: a stack made with Held parses nothing the sandbox sends
+// until Start (its owner drops privileges in between), and then serves
+// what waited in the device.
+func TestHeldStack(t *testing.T) {
+	ns, f := netnstest.NewTUN(t)
+	ln := listenHost(t, "tcp", "127.0.0.1:0")
+	serve(ln, func(c net.Conn) { c.Write([]byte("hi")) })
+	st, err := netstack.New(netstack.Config{TUN: f, Handler: &testHandler{}, Held: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got := make(chan error, 1)
+	go func() {
+		var c net.Conn
+		var err error
+		ns.Do(func() { c, err = net.DialTimeout("tcp", "198.18.0.1:"+strconv.Itoa(portOf(ln.Addr())), 5*time.Second) })
+		if err == nil {
+			var b []byte
+			b, err = io.ReadAll(io.LimitReader(c, 2))
+			if err == nil && string(b) != "hi" {
+				err = fmt.Errorf("read %q", b)
+			}
+			c.Close()
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if m := st.Metrics(); m.RxPackets != 0 || m.TCPAccepted != 0 {
+		t.Fatalf("a held stack read from its device: %+v", m)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the connection ended before Start: %v", err)
+	default:
+	}
+	st.Start()
+	if err := <-got; err != nil {
+		t.Fatalf("the connection that waited for Start: %v", err)
+	}
+}

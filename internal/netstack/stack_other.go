@@ -31,3 +31,6 @@ func (st *Stack) Publish(m sandbox.PortMapping) (io.Closer, error) { return nil,
 
 // Close does nothing on this system.
 func (st *Stack) Close() error { return nil }
+
+// Start is Linux only.
+func (st *Stack) Start() {}

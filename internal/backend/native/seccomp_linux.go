@@ -568,6 +568,28 @@ func filterAllows(prog []byte, nr uint32) bool {
 
 // loadSeccomp installs prog on the calling thread (no_new_privs is
 // already set). Only this thread execs, so no TSYNC is needed.
+// ConfineProcess loads the allowlist profile's filter into every thread
+// of the calling process (SECCOMP_FILTER_FLAG_TSYNC): what a process that
+// parses a sandbox's traffic on the host (the network helper, netproc)
+// may still ask of the kernel, no namespaces, mounts, bpf, keyrings or
+// ptrace among it. Every thread must have no_new_privs set.
+func ConfineProcess() error {
+	filter, err := compileSeccomp("allowlist", nil, false)
+	if err != nil {
+		return err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	r, _, e := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
+	switch {
+	case e != 0:
+		return fmt.Errorf("loading seccomp filter: %w", e)
+	case r != 0:
+		return fmt.Errorf("loading seccomp filter: thread %d could not take it", r)
+	}
+	return nil
+}
+
 func loadSeccomp(filter []unix.SockFilter) error {
 	if len(filter) == 0 {
 		return nil

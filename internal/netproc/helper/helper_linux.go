@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/netpolicy"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netstack"
@@ -60,6 +61,7 @@ func Main() int {
 	}
 	defer engine.Close()
 	var st *netstack.Stack
+	var serve func() // starts reading what the sandbox sends
 	switch cfg.Mode {
 	case netproc.ModeProxy:
 		// No TUN: the sandbox's programs reach the network through the
@@ -73,9 +75,9 @@ func Main() int {
 		if err != nil {
 			return fail(fmt.Errorf("network helper: the proxy's socket: %w", err))
 		}
-		go func() { _ = engine.ServeProxy(ln) }()
+		serve = func() { go func() { _ = engine.ServeProxy(ln) }() }
 	default:
-		st, err = netstack.New(netstack.Config{TUN: tun, Handler: engine})
+		st, err = netstack.New(netstack.Config{TUN: tun, Handler: engine, Held: true})
 		if err != nil {
 			return fail(fmt.Errorf("network stack: %w", err))
 		}
@@ -87,12 +89,18 @@ func Main() int {
 			}
 			defer c.Close()
 		}
+		serve = st.Start
 	}
 	// From here on the helper reads what the sandbox sends: it keeps no
-	// privilege to lose.
+	// privilege to lose, and a seccomp filter keeps it from the kernel's
+	// administrative calls (namespaces, mounts, bpf, keyrings, ptrace).
 	if err := dropPrivileges(); err != nil {
 		return fail(fmt.Errorf("network helper: dropping privileges: %w", err))
 	}
+	if err := native.ConfineProcess(); err != nil {
+		return fail(fmt.Errorf("network helper: %w", err))
+	}
+	serve()
 	send(netproc.Message{Ready: true})
 
 	for {
