@@ -334,6 +334,9 @@ type daemonStatus struct {
 	Uptime   int64            `json:"uptime_seconds,omitempty"`
 	Pools    []poolStatus     `json:"pools"`
 	PoolRuns map[string]int64 `json:"pool_runs"`
+	// StatusError says why the pools and runs are unknown: the daemon
+	// answered /health but not GET /status.
+	StatusError string `json:"status_error,omitempty"`
 }
 
 type poolStatus struct {
@@ -354,7 +357,15 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 			st := daemonStatus{Log: p.Log, Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
 			if pid := p.PID(); pid != 0 && daemonAnswers(p) {
 				st.Running, st.PID, st.API = true, pid, p.API
-				readDaemonStatus(p, &st)
+				if err := readDaemonStatus(p, &st); err != nil {
+					st.StatusError = err.Error()
+				}
+				// The uptime is the daemon process's own, which needs
+				// no answer from it (a daemon of an older version, or a
+				// busy one, still has one).
+				if up, ok := processUptime(pid); ok {
+					st.Uptime = int64(up / time.Second)
+				}
 			}
 			if asJSON {
 				enc := json.NewEncoder(a.Stdout)
@@ -367,8 +378,12 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 			} else {
 				fmt.Fprintf(a.Stdout, "agentkernel daemon: running (pid %d, up %s)\n", st.PID, (time.Duration(st.Uptime) * time.Second).String())
 				fmt.Fprintf(a.Stdout, "  HTTP API: unix socket %s\n  log: %s\n", st.API, st.Log)
-				fmt.Fprintf(a.Stdout, "  runs served: %d from a warm sandbox, %d with a fresh one\n", st.PoolRuns["hit"], st.PoolRuns["miss"]+st.PoolRuns["unpoolable"])
-				if len(st.Pools) == 0 {
+				if st.StatusError != "" {
+					fmt.Fprintf(a.Stdout, "  runs served and warm pools: unknown (%s)\n", st.StatusError)
+				} else {
+					fmt.Fprintf(a.Stdout, "  runs served: %d from a warm sandbox, %d with a fresh one\n", st.PoolRuns["hit"], st.PoolRuns["miss"]+st.PoolRuns["unpoolable"])
+				}
+				if st.StatusError == "" && len(st.Pools) == 0 {
 					fmt.Fprintln(a.Stdout, "  warm pools: none yet (the first run of a spec creates its pool)")
 				}
 				for _, ps := range st.Pools {
@@ -386,18 +401,21 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 }
 
 // readDaemonStatus fills the pool sizes, run counts and uptime from the
-// daemon's GET /status.
-func readDaemonStatus(p daemon.Paths, st *daemonStatus) {
+// daemon's GET /status; an error says why it could not.
+func readDaemonStatus(p daemon.Paths, st *daemonStatus) error {
 	resp, err := unixHTTPClient(p.API, 2*time.Second).Get("http://agentkernel/status")
 	if err != nil {
-		return
+		return fmt.Errorf("GET /status: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /status: %s", resp.Status)
+	}
 	var env struct {
 		Data api.Status `json:"data"`
 	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&env) != nil {
-		return
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&env); err != nil {
+		return fmt.Errorf("GET /status: %w", err)
 	}
 	st.Uptime = env.Data.UptimeSeconds
 	for _, ps := range env.Data.Pools {
@@ -406,6 +424,51 @@ func readDaemonStatus(p daemon.Paths, st *daemonStatus) {
 	for k, n := range env.Data.PoolRuns {
 		st.PoolRuns[k] = int64(n)
 	}
+	return nil
+}
+
+// userHZ is the unit of the times in /proc/PID/stat (USER_HZ, the same
+// on every architecture Linux exposes it to).
+const userHZ = 100
+
+// processUptime is how long process pid has run: its start time in
+// /proc/PID/stat against the time since boot in /proc/uptime.
+func processUptime(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command's name, in parentheses, may hold spaces and ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	// After the name: state (field 3) ... starttime (field 22).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	u, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, false
+	}
+	fu := strings.Fields(string(u))
+	if len(fu) == 0 {
+		return 0, false
+	}
+	since, err := strconv.ParseFloat(fu[0], 64)
+	if err != nil {
+		return 0, false
+	}
+	up := time.Duration(since*float64(time.Second)) - time.Duration(start)*time.Second/userHZ
+	if up < 0 {
+		return 0, false
+	}
+	return up, true
 }
 
 func newDaemonPrewarmCmd(a *App) *cobra.Command {

@@ -2,9 +2,17 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,10 +101,98 @@ func TestDaemonStatusReadsStatus(t *testing.T) {
 		t.Errorf("uptime %d s", st.Uptime)
 	}
 
-	// No server: nothing is filled in.
+	// No server: nothing is filled in, and the error says so.
 	none := daemonStatus{Pools: []poolStatus{}, PoolRuns: map[string]int64{}}
-	readDaemonStatus(daemon.PathsFor(filepath.Join(t.TempDir(), "none")), &none)
+	if err := readDaemonStatus(daemon.PathsFor(filepath.Join(t.TempDir(), "none")), &none); err == nil {
+		t.Error("no error without a server")
+	}
 	if len(none.Pools) != 0 || len(none.PoolRuns) != 0 || none.Uptime != 0 {
 		t.Errorf("without a server: %+v", none)
+	}
+}
+
+// TestDaemonStatusUptime: 'daemon status' says how long the daemon
+// process has run, also when its GET /status carries no uptime (a
+// daemon of an older version) or does not answer, and then says that
+// the pools and runs are unknown rather than none.
+func TestDaemonStatusUptime(t *testing.T) {
+	dd := t.TempDir()
+	p := daemon.PathsFor(dd)
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's process: its command line names it as one, as
+	// daemon.Paths.PID checks.
+	proc := exec.Command("sh", "-c", "sleep 60; true", "--daemon", "serve", dd)
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proc.Process.Kill(); proc.Wait() })
+	started := time.Now()
+	if err := os.WriteFile(p.PIDFile, []byte(strconv.Itoa(proc.Process.Pid)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", p.API)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var statusBody atomic.Value
+	statusBody.Store(`{"data": {"version": "0.9", "backend": "native", "api_key_configured": false}}`)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"data": {"status": "ok"}}`) })
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		b := statusBody.Load().(string)
+		if b == "" {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, b)
+	})
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	time.Sleep(2100*time.Millisecond - time.Since(started))
+
+	status := func() (string, daemonStatus) {
+		t.Helper()
+		out, errb, err := runImagesCLI(t, dd, "daemon", "status")
+		if err != nil {
+			t.Fatalf("daemon status: %v %s", err, errb)
+		}
+		jout, errb, err := runImagesCLI(t, dd, "daemon", "status", "--json")
+		if err != nil {
+			t.Fatalf("daemon status --json: %v %s", err, errb)
+		}
+		var st daemonStatus
+		if err := json.Unmarshal([]byte(jout), &st); err != nil {
+			t.Fatalf("%v: %s", err, jout)
+		}
+		return out, st
+	}
+	upper := int64(time.Since(started)/time.Second) + 5
+	out, st := status()
+	up := int64(-1)
+	if m := regexp.MustCompile(`running \(pid \d+, up (\d+)s\)`).FindStringSubmatch(out); m != nil {
+		up, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if up < 2 || up > upper {
+		t.Errorf("an older daemon's status:\n%s", out)
+	}
+	if !st.Running || st.Uptime < 2 || st.Uptime > upper || st.StatusError != "" {
+		t.Errorf("an older daemon's status --json: %+v", st)
+	}
+	if !strings.Contains(out, "runs served: 0") || !strings.Contains(out, "warm pools: none yet") {
+		t.Errorf("an older daemon's status:\n%s", out)
+	}
+
+	// GET /status fails: the uptime still, and the pools unknown.
+	statusBody.Store("")
+	out, st = status()
+	if !regexp.MustCompile(`running \(pid \d+, up [2-9]s\)`).MatchString(out) || !strings.Contains(out, "warm pools: unknown (GET /status: 503") ||
+		strings.Contains(out, "none yet") {
+		t.Errorf("a daemon whose /status fails:\n%s", out)
+	}
+	if st.Uptime < 2 || !strings.Contains(st.StatusError, "503") {
+		t.Errorf("a daemon whose /status fails, --json: %+v", st)
 	}
 }

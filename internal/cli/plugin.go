@@ -32,9 +32,11 @@ through sandboxes. Each target writes what its agent reads today:
   all       every target above
 
 Existing files are merged, never clobbered: other MCP servers, settings and
-(in TOML) comments stay as they are; invalid JSON or TOML is refused. The
-first change to an existing file keeps a copy in FILE.bak; files are
-replaced atomically. Installing again changes nothing ("already
+(in TOML) comments stay as they are; invalid JSON or TOML is refused. A
+target is installed all or nothing: every file is read and checked before
+any is written, and a write that fails puts back the files written before
+it. The first change to an existing file keeps a copy in FILE.bak; files
+are replaced atomically. Installing again changes nothing ("already
 installed"); --force replaces an agentkernel entry or file that differs;
 --dry-run prints what would change and writes nothing.`
 
@@ -179,7 +181,7 @@ func (a *App) pluginInstall(targets []string, o plugin.Options) error {
 		}
 	}
 	if len(failed) > 0 {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("plugin install %s failed; nothing was overwritten", strings.Join(failed, ", "))}
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("plugin install %s failed; no file of a failed target was written", strings.Join(failed, ", "))}
 	}
 	return nil
 }

@@ -45,8 +45,8 @@ func codexHasServer(b []byte) bool {
 	return ok
 }
 
-// mergeCodexTOML adds or replaces our [mcp_servers.agentkernel] table in
-// Codex's config.toml as text, so that the user's comments, order and
+// mergeCodexTOML prepares adding or replacing our [mcp_servers.agentkernel]
+// table in Codex's config.toml (Install commits it) as text, so that the user's comments, order and
 // formatting survive (a TOML encoder would drop the comments). The file
 // is parsed before and after to make sure it stays valid and holds
 // exactly our entry.
@@ -99,11 +99,8 @@ func mergeCodexTOML(path string, o *Options) (Change, error) {
 	if err != nil || !ok || !reflect.DeepEqual(got, want) {
 		return Change{}, fmt.Errorf("could not place [mcp_servers.agentkernel] safely (%v): add it by hand:\n%s", err, block)
 	}
-	if o.DryRun {
-		return c, nil
-	}
-	c.Backup, err = commit(path, old, existed, mode, []byte(content))
-	return c, err
+	c.write = &pending{path: path, old: old, existed: existed, mode: mode, content: []byte(content)}
+	return c, nil
 }
 
 // replaceCodexTables swaps the first [mcp_servers.agentkernel…] table for

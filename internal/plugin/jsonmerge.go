@@ -101,9 +101,10 @@ func jsonEqual(a json.RawMessage, b any) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// mergeJSON sets key (two levels: table, entry) to value in the JSON file
-// at path, keeping every other member and their order. A file that is
-// not valid JSON is refused, never overwritten.
+// mergeJSON prepares setting key (two levels: table, entry) to value in
+// the JSON file at path, keeping every other member and their order; it
+// writes nothing (Install commits the change). A file that is not valid
+// JSON is refused, never overwritten.
 func mergeJSON(path string, key []string, value any, o *Options) (Change, error) {
 	old, existed, mode, err := readExisting(path)
 	if err != nil {
@@ -154,11 +155,8 @@ func mergeJSON(path string, key []string, value any, o *Options) (Change, error)
 		top = append(top, pair{key[0], innerRaw})
 	}
 	content := append(encodeObject(top, 0), '\n')
-	if o.DryRun {
-		return c, nil
-	}
-	c.Backup, err = commit(path, old, existed, mode, content)
-	return c, err
+	c.write = &pending{path: path, old: old, existed: existed, mode: mode, content: content}
+	return c, nil
 }
 
 // jsonHasKey reports whether the object in b has key (two levels).

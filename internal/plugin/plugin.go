@@ -3,8 +3,10 @@
 // and writes the agent-side files (Claude Code's skill and /sandbox
 // command, OpenCode's plugin). Existing configuration files are merged,
 // never clobbered: parsed, changed in our own entry only, written
-// atomically (temp file + rename) after a one-time .bak backup.
-// Installing twice changes nothing.
+// atomically (temp file + rename) after a one-time .bak backup. A
+// target is installed all or nothing: every file is prepared before any
+// is written, and a failed write rolls back the others. Installing twice
+// changes nothing.
 package plugin
 
 import (
@@ -79,6 +81,9 @@ type Change struct {
 	Diff string
 	// Backup is the .bak file made before the first change, if any.
 	Backup string
+
+	// write is the prepared change, nil when there is nothing to write.
+	write *pending
 }
 
 // Marker is the one-character prefix `plugin install` prints.
@@ -171,8 +176,12 @@ func codexConfig(o *Options) string {
 }
 
 // Install installs target ("claude", "codex", "gemini", "opencode",
-// "mcp"). It goes on past a file it must skip and returns every change;
-// err is the first failure (invalid existing file, write error).
+// "mcp"), all or nothing: every file is read and its change prepared
+// first, and a failure there (an invalid existing file, one that cannot
+// be read) returns the error with nothing written; then the changes are
+// written, and a failure while writing rolls back those already written.
+// A file that must be skipped (ours differs, no --force) is not a
+// failure. The changes come back only when nothing failed.
 func Install(target string, o Options) ([]Change, error) {
 	if target == "mcp" {
 		return []Change{{Action: Printed, Diff: Snippet(o.command())}}, nil
@@ -182,7 +191,6 @@ func Install(target string, o Options) ([]Change, error) {
 		return nil, err
 	}
 	var out []Change
-	var first error
 	for _, it := range its {
 		var c Change
 		var err error
@@ -195,14 +203,17 @@ func Install(target string, o Options) ([]Change, error) {
 			c, err = writeOwnFile(it.path, it.content, &o)
 		}
 		if err != nil {
-			if first == nil {
-				first = fmt.Errorf("%s: %w", it.path, err)
-			}
-			continue
+			return nil, fmt.Errorf("%s: %w", it.path, err)
 		}
 		out = append(out, c)
 	}
-	return out, first
+	if o.DryRun {
+		return out, nil
+	}
+	if err := commitAll(out); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Status says whether target is installed at one level: every file

@@ -509,6 +509,11 @@ func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...stri
 					out[i] = u
 				}
 				host.Running++
+				// A running sandbox's agent does not measure its
+				// writable layer: the host does, as for a stopped one.
+				if hs := m.opts.HostStats; hs != nil && out[i].UpperBytes == 0 {
+					out[i].UpperBytes, _ = hs.DiskUsage(ctx, info.Name)
+				}
 				continue
 			}
 		}

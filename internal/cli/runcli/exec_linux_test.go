@@ -31,6 +31,9 @@ type fakeSandbox struct {
 	mu         sync.Mutex
 	ran        [][]string
 	statsAsked int
+	// noDisk: Stats reports no writable layer, as the native backend's
+	// agent does not measure it.
+	noDisk bool
 }
 
 func (f *fakeSandbox) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
@@ -58,7 +61,11 @@ func (f *fakeSandbox) Stats() agent.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.statsAsked++
-	return agent.Stats{Pids: 1, MemoryBytes: 3 << 20, UpperBytes: 2048, CPUSeconds: 0.25 * float64(f.statsAsked), InitRSS: 1 << 20}
+	st := agent.Stats{Pids: 1, MemoryBytes: 3 << 20, UpperBytes: 2048, CPUSeconds: 0.25 * float64(f.statsAsked), InitRSS: 1 << 20}
+	if f.noDisk {
+		st.UpperBytes = 0
+	}
+	return st
 }
 
 func (f *fakeSandbox) Stop() {}

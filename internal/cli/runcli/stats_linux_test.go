@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,5 +108,46 @@ func TestLeanStatsHandsOff(t *testing.T) {
 	}
 	if n, m := dev.statsCalls(), outside.statsCalls(); n != 0 || m != 0 {
 		t.Errorf("agents asked for stats %d and %d times by command lines that were handed off", n, m)
+	}
+}
+
+// TestStatsDiskOfRunning: the DISK of a running sandbox whose agent does
+// not measure its writable layer (the native backend's does not) is the
+// size of the layer on the host, as for a stopped one, not 0B.
+func TestStatsDiskOfRunning(t *testing.T) {
+	dd := t.TempDir()
+	sb, _ := serveSandbox(t, dd, "dev", specJSON(t, nil), false)
+	sb.mu.Lock()
+	sb.noDisk = true
+	sb.mu.Unlock()
+	upper := filepath.Join(dd, "sandboxes", "dev", "upper", "root")
+	if err := os.MkdirAll(upper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper, "big"), make([]byte, 5<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(upper, "small"), make([]byte, 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, out, _ := leanApp()
+	if err := a.ExecuteSandboxCommand([]string{"--data-dir", dd, "stats", "--json", "dev"}); err != nil {
+		t.Fatalf("stats --json: %v", err)
+	}
+	var st struct {
+		Sandboxes []sandbox.Usage `json:"sandboxes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil || len(st.Sandboxes) != 1 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if u := st.Sandboxes[0]; u.Status != sandbox.StatusRunning || u.UpperBytes != 5<<20+1000 {
+		t.Errorf("running sandbox: status %s, upper_bytes %d, want %d", u.Status, u.UpperBytes, 5<<20+1000)
+	}
+	a, out, _ = leanApp()
+	if err := a.ExecuteSandboxCommand([]string{"--data-dir", dd, "stats", "dev"}); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if !regexp.MustCompile(`\ndev +running +[0-9.]+ +[0-9.]+s +3\.0MiB +1 +5\.0MiB +1\.0MiB\n`).MatchString(out.String()) {
+		t.Errorf("stats table, want DISK 5.0MiB:\n%s", out.String())
 	}
 }
