@@ -43,6 +43,7 @@ func newRoot(a *App) *cobra.Command {
 	add("run", sandboxCommands(a)...)
 	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
+	add("setup", newSecretCmd(a))
 	add("run", newServeCmd(a))
 	add("run", daemonCommands(a)...)
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
