@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,10 +26,13 @@ type Lazy struct {
 	exe    string
 	cfg    Config
 	onDeny func(Denial)
-	dev    *os.File
 
-	cancelR, cancelW *os.File
-	watched          chan struct{}
+	// dev is a non-blocking duplicate of the device in the runtime's
+	// poller: waiting for the sandbox's first packet takes no thread, and
+	// closing it ends the wait.
+	dev     *os.File
+	rc      syscall.RawConn
+	watched chan struct{}
 
 	mu     sync.Mutex
 	p      *Proc
@@ -39,32 +43,40 @@ type Lazy struct {
 // StartLazy watches dev and starts the helper (Start) the first time it
 // has something to read. It takes dev over.
 func StartLazy(exe string, dev *os.File, cfg Config, onDeny func(Denial)) (*Lazy, error) {
-	r, w, err := os.Pipe()
+	fd, err := unix.FcntlInt(dev.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	dev.Close()
 	if err != nil {
-		dev.Close()
 		return nil, err
 	}
-	l := &Lazy{exe: exe, cfg: cfg, onDeny: onDeny, dev: dev, cancelR: r, cancelW: w, watched: make(chan struct{})}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "network device")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	l := &Lazy{exe: exe, cfg: cfg, onDeny: onDeny, dev: f, rc: rc, watched: make(chan struct{})}
 	go l.watch()
 	return l, nil
 }
 
 func (l *Lazy) watch() {
 	defer close(l.watched)
-	fds := []unix.PollFd{{Fd: int32(l.dev.Fd()), Events: unix.POLLIN}, {Fd: int32(l.cancelR.Fd()), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || fds[1].Revents != 0 || fds[0].Revents&unix.POLLIN == 0 {
-			return // cancelled, or the device is gone
-		}
-		break
+	err := l.rc.Read(func(fd uintptr) bool {
+		// Readable now? Otherwise the poller waits for it.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n > 0
+	})
+	if err != nil {
+		return // closed
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed || l.dev == nil {
 		return
 	}
 	dev := l.dev
@@ -93,16 +105,15 @@ func (l *Lazy) Close() (Report, error) {
 		return Report{}, errors.New("closed twice")
 	}
 	l.closed = true
+	dev := l.dev
+	l.dev = nil
 	l.mu.Unlock()
-	l.cancelW.Close()
+	if dev != nil {
+		dev.Close() // ends the watch
+	}
 	<-l.watched
-	l.cancelR.Close()
 	l.mu.Lock()
 	p, err := l.p, l.err
-	if l.dev != nil {
-		l.dev.Close()
-		l.dev = nil
-	}
 	l.mu.Unlock()
 	if p == nil {
 		return Report{}, err

@@ -2,6 +2,7 @@ package tundev
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"os"
 	"time"
@@ -82,38 +83,60 @@ func Configure(name string, l Layout) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	index, err := ifIndex(name)
-	if err != nil {
-		return err
-	}
 	nl, err := dialNetlink()
 	if err != nil {
 		return err
 	}
 	defer nl.close()
+	index, err := nl.ifIndex(name)
+	if err != nil {
+		return err
+	}
 
-	if err := nl.quiet(index); err != nil {
-		return errorf("keeping %s quiet: %w", name, err)
-	}
-	if err := nl.setLink(index, uint32(l.MTU)); err != nil {
-		return errorf("setting MTU %d and bringing %s up: %w", l.MTU, name, err)
-	}
-	// IPv6 first: the kernel completes the address in the background
-	// (see waitLocal below) while the rest is set up.
-	if l.HasIPv6() {
-		if err := nl.addAddr(index, l.Addr6); err != nil {
-			return errorf("adding %s to %s: %w", l.Addr6, name, err)
-		}
-	}
-	if err := nl.addAddr(index, l.Addr4); err != nil {
-		return errorf("adding %s to %s: %w", l.Addr4, name, err)
-	}
-	if err := nl.addDefaultRoute(index, l.Gateway4); err != nil {
-		return errorf("adding the default route via %s: %w", l.Gateway4, err)
+	// One batch, in this order (the kernel takes them one after the
+	// other): quiet before up, IPv6 first so that the kernel finishes
+	// it in the background (AwaitLocal) while the rest is set up.
+	steps := []struct {
+		what string
+		m    *message
+	}{
+		{"keeping " + name + " quiet", nl.quiet(index)},
+		{fmt.Sprintf("setting MTU %d and bringing %s up", l.MTU, name), nl.setLink(index, uint32(l.MTU))},
 	}
 	if l.HasIPv6() {
-		if err := nl.addDefaultRoute(index, l.Gateway6); err != nil {
-			return errorf("adding the default route via %s: %w", l.Gateway6, err)
+		steps = append(steps, struct {
+			what string
+			m    *message
+		}{fmt.Sprintf("adding %s to %s", l.Addr6, name), nl.addAddr(index, l.Addr6)})
+	}
+	steps = append(steps, []struct {
+		what string
+		m    *message
+	}{
+		{fmt.Sprintf("adding %s to %s", l.Addr4, name), nl.addAddr(index, l.Addr4)},
+		{fmt.Sprintf("adding the default route via %s", l.Gateway4), nl.addDefaultRoute(index, l.Gateway4)},
+	}...)
+	if l.HasIPv6() {
+		steps = append(steps, struct {
+			what string
+			m    *message
+		}{fmt.Sprintf("adding the default route via %s", l.Gateway6), nl.addDefaultRoute(index, l.Gateway6)})
+	}
+	ms := make([]*message, len(steps))
+	for i, st := range steps {
+		ms[i] = st.m
+	}
+	errs, err := nl.batch(ms)
+	if err != nil {
+		return errorf("configuring %s: %w", name, err)
+	}
+	if e := errs[0]; e == unix.EAFNOSUPPORT || e == unix.EOPNOTSUPP {
+		// No IPv6 in this kernel: only the multicast flag to clear.
+		errs[0] = nl.do(nl.quietFlags(index))
+	}
+	for i, e := range errs {
+		if e != nil {
+			return errorf("%s: %w", steps[i].what, e)
 		}
 	}
 	return nil
@@ -140,17 +163,14 @@ func AwaitLocal(l Layout) error {
 	return nil
 }
 
-func ifIndex(name string) (int32, error) {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return 0, errorf("socket: %w", err)
-	}
-	defer unix.Close(fd)
+// ifIndex is the index of the device name (the ioctl works on any
+// socket, this one included).
+func (n *netlink) ifIndex(name string) (int32, error) {
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		return 0, errorf("device name %q: %w", name, err)
 	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+	if err := unix.IoctlIfreq(n.fd, unix.SIOCGIFINDEX, ifr); err != nil {
 		return 0, errorf("no device %q in this network namespace: %w", name, err)
 	}
 	return int32(ifr.Uint32()), nil
@@ -168,10 +188,8 @@ func dialNetlink() (*netlink, error) {
 	if err != nil {
 		return nil, errorf("netlink socket: %w", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
-		return nil, errorf("netlink bind: %w", err)
-	}
+	// Not bound: the kernel binds it (a port id of its own) at the first
+	// request.
 	return &netlink{fd: fd}, nil
 }
 
@@ -210,6 +228,44 @@ func u32(v uint32) []byte {
 	return b
 }
 
+// batch sends ms in one write (the kernel handles them in order, each
+// whatever became of the one before) and returns the kernel's answer to
+// each: errs[i] for ms[i]; err is a failure of the exchange itself. Only
+// the last asks for an acknowledgement: the kernel reports a failed
+// request whether asked or not, and the last one's acknowledgement comes
+// after every earlier answer.
+func (n *netlink) batch(ms []*message) (errs []error, err error) {
+	var b []byte
+	first := n.seq + 1
+	for i, m := range ms {
+		n.seq++
+		binary.NativeEndian.PutUint32(m.b[0:], uint32(len(m.b)))
+		binary.NativeEndian.PutUint32(m.b[8:], n.seq)
+		if i < len(ms)-1 {
+			flags := binary.NativeEndian.Uint16(m.b[6:])
+			binary.NativeEndian.PutUint16(m.b[6:], flags&^unix.NLM_F_ACK)
+		}
+		b = append(b, m.b...)
+	}
+	if err := unix.Sendto(n.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(ms))
+	err = n.receive(func(seq uint32, typ uint16, data []byte) (bool, error) {
+		if seq < first || seq > n.seq || typ != unix.NLMSG_ERROR {
+			return false, nil
+		}
+		if len(data) < 4 {
+			return false, errorf("short netlink acknowledgement")
+		}
+		if code := int32(binary.NativeEndian.Uint32(data)); code != 0 {
+			errs[seq-first] = unix.Errno(-code)
+		}
+		return seq == n.seq, nil
+	})
+	return errs, err
+}
+
 // do sends m and waits for the kernel's acknowledgement of it.
 func (n *netlink) do(m *message) error {
 	return n.exchange(m, nil)
@@ -224,6 +280,34 @@ func (n *netlink) exchange(m *message, f func(typ uint16, data []byte)) error {
 	if err := unix.Sendto(n.fd, m.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return err
 	}
+	var ack error
+	err := n.receive(func(seq uint32, typ uint16, data []byte) (bool, error) {
+		if seq != n.seq {
+			return false, nil
+		}
+		if typ != unix.NLMSG_ERROR {
+			if f != nil {
+				f(typ, data)
+			}
+			return false, nil
+		}
+		if len(data) < 4 {
+			return false, errorf("short netlink acknowledgement")
+		}
+		if code := int32(binary.NativeEndian.Uint32(data)); code != 0 {
+			ack = unix.Errno(-code)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	return ack
+}
+
+// receive passes each message the kernel sends to f until f says it is
+// done or fails.
+func (n *netlink) receive(f func(seq uint32, typ uint16, data []byte) (done bool, err error)) error {
 	buf := make([]byte, 8192)
 	for {
 		k, from, err := unix.Recvfrom(n.fd, buf, 0)
@@ -249,22 +333,10 @@ func (n *netlink) exchange(m *message, f func(typ uint16, data []byte)) error {
 			} else {
 				b = nil
 			}
-			if seq != n.seq {
-				continue
+			done, err := f(seq, typ, data)
+			if err != nil || done {
+				return err
 			}
-			if typ != unix.NLMSG_ERROR {
-				if f != nil {
-					f(typ, data)
-				}
-				continue
-			}
-			if len(data) < 4 {
-				return errorf("short netlink acknowledgement")
-			}
-			if code := int32(binary.NativeEndian.Uint32(data)); code != 0 {
-				return unix.Errno(-code)
-			}
-			return nil
 		}
 	}
 }
@@ -272,20 +344,20 @@ func (n *netlink) exchange(m *message, f func(typ uint16, data []byte)) error {
 // quiet clears the device's multicast flag and turns off its IPv6
 // link-local address (addr_gen_mode none), before it is up: the kernel
 // takes a link's IPv6 settings after its flags within one request.
-func (n *netlink) quiet(index int32) error {
+func (n *netlink) quiet(index int32) *message {
+	m := n.quietFlags(index)
+	inet6 := nlattr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{in6AddrGenModeNone})
+	m.attr(unix.IFLA_AF_SPEC, nlattr(unix.AF_INET6, inet6))
+	return m
+}
+
+// quietFlags clears the device's multicast flag.
+func (n *netlink) quietFlags(index int32) *message {
 	var ifi unix.IfInfomsg
 	ifi.Family = unix.AF_UNSPEC
 	ifi.Index = index
 	ifi.Change = unix.IFF_MULTICAST
-	m := newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg))
-	inet6 := nlattr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{in6AddrGenModeNone})
-	m.attr(unix.IFLA_AF_SPEC, nlattr(unix.AF_INET6, inet6))
-	err := n.do(m)
-	if err == unix.EAFNOSUPPORT || err == unix.EOPNOTSUPP {
-		// No IPv6 in this kernel: nothing to turn off there.
-		err = n.do(newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg)))
-	}
-	return err
+	return newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg))
 }
 
 // in6AddrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h).
@@ -299,7 +371,7 @@ func nlattr(typ uint16, data []byte) []byte {
 	return m.b
 }
 
-func (n *netlink) setLink(index int32, mtu uint32) error {
+func (n *netlink) setLink(index int32, mtu uint32) *message {
 	var ifi unix.IfInfomsg
 	ifi.Family = unix.AF_UNSPEC
 	ifi.Index = index
@@ -307,10 +379,10 @@ func (n *netlink) setLink(index int32, mtu uint32) error {
 	ifi.Change = unix.IFF_UP
 	m := newMessage(unix.RTM_NEWLINK, 0, structBytes(&ifi, unix.SizeofIfInfomsg))
 	m.attr(unix.IFLA_MTU, u32(mtu))
-	return n.do(m)
+	return m
 }
 
-func (n *netlink) addAddr(index int32, p netip.Prefix) error {
+func (n *netlink) addAddr(index int32, p netip.Prefix) *message {
 	var ifa unix.IfAddrmsg
 	ifa.Family = family(p.Addr())
 	ifa.Prefixlen = uint8(p.Bits())
@@ -326,10 +398,10 @@ func (n *netlink) addAddr(index int32, p netip.Prefix) error {
 	m.attr(unix.IFA_LOCAL, addr)
 	m.attr(unix.IFA_ADDRESS, addr)
 	m.attr(unix.IFA_FLAGS, u32(flags))
-	return n.do(m)
+	return m
 }
 
-func (n *netlink) addDefaultRoute(index int32, gw netip.Addr) error {
+func (n *netlink) addDefaultRoute(index int32, gw netip.Addr) *message {
 	rt := unix.RtMsg{
 		Family:   family(gw),
 		Table:    unix.RT_TABLE_MAIN,
@@ -340,7 +412,7 @@ func (n *netlink) addDefaultRoute(index int32, gw netip.Addr) error {
 	m := newMessage(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, structBytes(&rt, unix.SizeofRtMsg))
 	m.attr(unix.RTA_GATEWAY, gw.AsSlice())
 	m.attr(unix.RTA_OIF, u32(uint32(index)))
-	return n.do(m)
+	return m
 }
 
 // waitLocal waits until the kernel routes a to this host (a local
