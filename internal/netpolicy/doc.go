@@ -90,10 +90,43 @@
 // answer, not the one the engine checked (the proxy's own rules and
 // network apply there).
 //
+// Secret injection (Options.Inject). A TLS connection whose ClientHello
+// names a bound host, on the binding's port, is served by the engine
+// itself once the policy allowed it as any other (a binding never widens
+// the policy): TLS with a certificate for that one name minted from the
+// sandbox's CA (NewCA: ECDSA P-256, path length 0, optionally name
+// constrained to the bound hosts; leaves valid 24 hours, cached), HTTP/1.1
+// or HTTP/2 as the client offers, and each request passed on over a new
+// TLS connection to the address the sandbox connected to, verified
+// against Injection.Roots (the system roots by default) for the bound
+// name, never skipped: an upstream certificate that is refused is a 502
+// and a refusal. The request goes out with the bound host as its Host
+// and the secret in its header (Authorization: Bearer by default),
+// replacing what the client put there; a request naming another host on
+// that connection is a 421 (a shared front end could route it, with the
+// secret, elsewhere), one carrying the placeholder anywhere else (in
+// another header, Basic credentials included, or in the URL) a 403. Answers stream through
+// unbuffered (server-sent events); the secrets are masked in their
+// headers, bodies and trailers (byte for byte, so lengths and framing
+// stay; the upstream is asked for gzip, which the injector decodes, and
+// an encoding it did not ask for is refused), so that an upstream that
+// echoes a request cannot hand the sandbox its secret. Not intercepted:
+// other hosts (their TLS stays end-to-end), a connection whose server
+// spoke first, TLS without SNI, HTTP/3. A plain HTTP request (first
+// request of a connection, or the proxy's absolute-form requests) that
+// carries the placeholder is refused, whatever its host. Limits: the
+// bodies of requests are not searched for the placeholder, upgraded
+// connections (WebSocket) are passed on without masking, and client
+// certificates cannot be presented to a bound host. Injections are
+// counted (Stats.Injected) and reported by name through OnInject, the
+// injector's refusals counted apart (Stats.SecretRefused, kind
+// KindSecret); no value appears in a log, error, refusal or counter.
+//
 // DNS messages are read and written with github.com/miekg/dns: a resolver
 // that parses hostile input must get name compression, EDNS, truncation and
 // every record type right, and miekg/dns is the parser that CoreDNS and
 // many resolvers have hardened for years. The TLS ClientHello and HTTP
-// request parsers are small and written here, so that the engine does not
-// link crypto/tls or net/http.
+// request parsers that judge every connection are small and written
+// here; crypto/tls and net/http serve only the connections the secret
+// injector terminates.
 package netpolicy

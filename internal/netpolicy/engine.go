@@ -72,6 +72,14 @@ type Options struct {
 	// MaxConns bounds the TCP connections served at once (default 4096):
 	// each holds a host socket, and a sandbox must not exhaust the host's.
 	MaxConns int
+	// Inject, when set, makes the engine add secrets to the requests of
+	// bound hosts (TLS terminated with the sandbox's CA, re-encrypted to
+	// the verified upstream); nil intercepts nothing.
+	Inject *Injection
+	// OnInject is called once per request a secret was added to, with
+	// the secret's name and the host (never the value), on the
+	// goroutine that serves the request; it must not block.
+	OnInject func(key, host string)
 }
 
 // Dialer makes the engine's upstream TCP connections. name is the allowed
@@ -104,9 +112,10 @@ type Engine struct {
 	minTTL      time.Duration
 	dnsFlight   chan struct{}
 
-	names *nameTable
-	stats counters
-	log   denialLog
+	names  *nameTable
+	stats  counters
+	inject *injector // nil: nothing intercepted
+	log    denialLog
 
 	mu       sync.Mutex
 	closed   bool
@@ -249,6 +258,13 @@ func Compile(n sandbox.Network, o Options) (*Engine, error) {
 		}
 		e.dialer = d
 	}
+	if o.Inject != nil {
+		inj, err := compileInjection(e, o.Inject, o.OnInject)
+		if err != nil {
+			return nil, err
+		}
+		e.inject = inj
+	}
 	return e, nil
 }
 
@@ -344,6 +360,9 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	for s := range proxies {
 		s.shutdown()
+	}
+	if e.inject != nil {
+		e.inject.close()
 	}
 	for c := range conns {
 		c.Close()

@@ -74,12 +74,17 @@ type Stats struct {
 	// Names is the size of the name -> address table; Conns the number of
 	// connections being served.
 	Names, Conns int
+	// Injected counts the secrets added to requests (one per secret and
+	// request); SecretRefused the refusals of the secret injector
+	// (KindSecret denials, not counted in Denied).
+	Injected, SecretRefused uint64
 }
 
 type counters struct {
 	allowed, denied                   [5]atomic.Uint64
 	dnsQueries, dnsErrors, dnsDropped atomic.Uint64
 	dialErrors                        atomic.Uint64
+	injected, secretRefused           atomic.Uint64
 }
 
 func kindIndex(k string) int {
@@ -106,6 +111,8 @@ func (e *Engine) Stats() Stats {
 	s.DialErrors = e.stats.dialErrors.Load()
 	s.Names = e.names.len()
 	s.Conns = e.active() / 2
+	s.Injected = e.stats.injected.Load()
+	s.SecretRefused = e.stats.secretRefused.Load()
 	return s
 }
 
@@ -114,7 +121,11 @@ func (e *Engine) Stats() Stats {
 // flood the audit log.
 func (e *Engine) deny(d Denial) {
 	d.Time = e.now()
-	e.stats.denied[kindIndex(d.Kind)].Add(1)
+	if d.Kind == KindSecret {
+		e.stats.secretRefused.Add(1)
+	} else {
+		e.stats.denied[kindIndex(d.Kind)].Add(1)
+	}
 	if e.log.add(d) && e.onDeny != nil {
 		e.onDeny(d)
 	}
@@ -123,7 +134,9 @@ func (e *Engine) deny(d Denial) {
 // maxSummary bounds the distinct refusals kept for Summary.
 const maxSummary = 256
 
-type denialKey struct{ kind, target, allow string }
+// denialKey tells distinct refusals apart; the reason only for the
+// secret injector's, whose reasons for one host differ in kind.
+type denialKey struct{ kind, target, allow, reason string }
 
 // denialLog keeps distinct refusals, first come, with their counts.
 type denialLog struct {
@@ -139,7 +152,10 @@ type summaryEntry struct {
 
 // add records d and reports whether it is a new distinct refusal.
 func (l *denialLog) add(d Denial) bool {
-	k := denialKey{d.Kind, summaryTarget(d), d.Allow}
+	k := denialKey{d.Kind, summaryTarget(d), d.Allow, ""}
+	if d.Kind == KindSecret {
+		k.reason = d.Reason
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.entries == nil {

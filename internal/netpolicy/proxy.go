@@ -756,6 +756,13 @@ func (e *Engine) proxyForward(ctx context.Context, c *bufConn, req *proxyRequest
 		e.refuseProxy(c, c.br, pe.status, pe.msg)
 		return
 	}
+	if e.inject != nil && e.inject.proxyRequestCarries(req) {
+		// A placeholder in plain HTTP: no secret is ever injected there.
+		up.Close()
+		pe := e.refuseDenial(placeholderDenial(req.host, dst))
+		e.refuseProxy(c, c.br, pe.status, pe.msg)
+		return
+	}
 	e.allowed(KindHost)
 
 	// The request, in origin-form, with this proxy's headers.

@@ -125,6 +125,10 @@ type nameCheck func(kind string, names []string) *Denial
 // splice inspects the client's first bytes with check, then copies both
 // ways until both sides have finished.
 func (e *Engine) splice(c, up net.Conn, dst netip.AddrPort, check nameCheck) {
+	if e.inject != nil && e.inject.ports[dst.Port()] {
+		e.spliceInject(c, up, dst, check)
+		return
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -159,7 +163,13 @@ func (e *Engine) splice(c, up net.Conn, dst netip.AddrPort, check nameCheck) {
 // bytes of buf are to be sent on, and false when the connection is to
 // be refused.
 func (e *Engine) inspect(c net.Conn, buf []byte, dst netip.AddrPort, check nameCheck) (int, bool) {
-	n := 0
+	n, ok, _, _ := e.inspectNames(c, buf, dst, check)
+	return n, ok
+}
+
+// inspectNames is inspect that also returns the kind and names the
+// connection presented (none for an opaque one).
+func (e *Engine) inspectNames(c net.Conn, buf []byte, dst netip.AddrPort, check nameCheck) (n int, ok bool, kind string, names []string) {
 	limit := min(len(buf), inspectLimit)
 	for {
 		m, err := c.Read(buf[n:limit])
@@ -168,32 +178,42 @@ func (e *Engine) inspect(c net.Conn, buf []byte, dst netip.AddrPort, check nameC
 			v, kind, names := sniff(buf[:n])
 			switch v {
 			case opaque:
-				return n, true
+				return n, true, "", nil
 			case named:
 				if d := check(kind, names); d != nil {
 					e.deny(*d)
-					return 0, false
+					return 0, false, kind, names
+				}
+				if e.inject != nil && kind == KindHost && e.inject.headCarries(buf[:n]) {
+					// A placeholder in plain HTTP: no secret is ever
+					// injected there, and this one is leaking.
+					name := ""
+					if len(names) > 0 {
+						name = names[len(names)-1]
+					}
+					e.deny(placeholderDenial(name, dst))
+					return 0, false, kind, names
 				}
 				e.allowed(kind)
-				return n, true
+				return n, true, kind, names
 			case malformed:
 				e.deny(Denial{Kind: kindOf(buf[:n]), Addr: dst, Reason: "unreadable TLS ClientHello or HTTP request"})
-				return 0, false
+				return 0, false, "", nil
 			}
 			if n == limit {
 				e.deny(Denial{Kind: kindOf(buf[:n]), Addr: dst, Reason: "TLS ClientHello or HTTP request head too long"})
-				return 0, false
+				return 0, false, "", nil
 			}
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && n == 0 {
 				// The client closed its side without a word: the copy
 				// that follows passes the end of stream on.
-				return 0, true
+				return 0, true, "", nil
 			}
 			// Cut off in the middle of what could name a host: nothing
 			// of it goes on.
-			return 0, false
+			return 0, false, "", nil
 		}
 	}
 }
