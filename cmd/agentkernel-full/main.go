@@ -45,7 +45,7 @@ func run() int {
 	}
 	// A sandbox's network helper serves its network and nothing else.
 	if len(os.Args) > 0 && os.Args[0] == netproc.Argv0 {
-		return helper.Main()
+		return helper.Main(native.ConfineProcess)
 	}
 	// A sandbox's supervisor lives as long as its sandbox: it skips the
 	// command line's set-up (and the memory that would stay with it).

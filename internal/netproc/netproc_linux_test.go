@@ -13,6 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netproc/helper"
 	"github.com/agentkernel/agentkernel/internal/netstack/netnstest"
@@ -27,7 +28,7 @@ func TestMain(m *testing.M) {
 		if len(os.Args) > 1 && os.Args[1] == "hostile" {
 			os.Exit(hostileHelper())
 		}
-		os.Exit(helper.Main())
+		os.Exit(helper.Main(native.ConfineProcess))
 	}
 	os.Exit(m.Run())
 }

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(InitMain())
 	}
 	if filepath.Base(os.Args[0]) == netproc.Argv0 {
-		os.Exit(helper.Main()) // the network helper (TestNetworkEgress)
+		os.Exit(helper.Main(ConfineProcess)) // the network helper (TestNetworkEgress)
 	}
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())

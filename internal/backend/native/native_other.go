@@ -24,3 +24,6 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 
 // GC has nothing to collect on this platform.
 func GC(ctx context.Context, dataDir string) ([]string, error) { return nil, nil }
+
+// ConfineProcess is Linux only.
+func ConfineProcess() error { return sandbox.ErrUnsupported }

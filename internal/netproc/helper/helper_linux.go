@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/netpolicy"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netstack"
@@ -18,8 +17,11 @@ import (
 )
 
 // Main serves one sandbox until its owner stops it or goes away, and
-// returns the process's exit status.
-func Main() int {
+// returns the process's exit status. confine loads the process's seccomp
+// filter on every thread (native.ConfineProcess, passed in by the binary:
+// the backend imports this package's caller, not the other way round);
+// Main refuses to serve without it.
+func Main(confine func() error) int {
 	sock := os.NewFile(netproc.SocketFD, "owner")
 	if sock == nil {
 		fmt.Fprintln(os.Stderr, "agentkernel network helper: started without its owner's socket; it is not a command to run by hand")
@@ -97,7 +99,10 @@ func Main() int {
 	if err := dropPrivileges(); err != nil {
 		return fail(fmt.Errorf("network helper: dropping privileges: %w", err))
 	}
-	if err := native.ConfineProcess(); err != nil {
+	if confine == nil {
+		return fail(fmt.Errorf("network helper: no seccomp filter to load"))
+	}
+	if err := confine(); err != nil {
 		return fail(fmt.Errorf("network helper: %w", err))
 	}
 	serve()

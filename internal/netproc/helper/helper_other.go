@@ -8,7 +8,7 @@ import (
 )
 
 // Main is Linux only.
-func Main() int {
+func Main(confine func() error) int {
 	fmt.Fprintln(os.Stderr, "agentkernel network helper: sandbox networking needs Linux")
 	return 2
 }
