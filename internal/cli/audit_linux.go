@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,20 +50,7 @@ its entries as one JSON array.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(entries)
 			}
-			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tSANDBOX\tACTION\tEXIT\tDURATION\tWHO\tCOMMAND")
-			for _, e := range entries {
-				exit := "-"
-				if e.ExitCode != nil {
-					exit = fmt.Sprint(*e.ExitCode)
-				}
-				if e.Error != "" && e.ExitCode == nil {
-					exit = "error"
-				}
-				d := time.Duration(e.DurationMS * float64(time.Millisecond)).Round(100 * time.Microsecond)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Sandbox, e.Action, exit, d, e.Who, quoteArgs(e.Command))
-			}
-			return tw.Flush()
+			return writeAuditTable(a.Stdout, entries)
 		},
 	}
 	cmd.Flags().StringVar(&name, "sandbox", "", "only entries of this sandbox")
@@ -83,4 +71,22 @@ func quoteArgs(argv []string) string {
 		out[i] = s
 	}
 	return strings.Join(out, " ")
+}
+
+// writeAuditTable writes audit entries as audit's (and logs's) table.
+func writeAuditTable(w io.Writer, entries []audit.Entry) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tSANDBOX\tACTION\tEXIT\tDURATION\tWHO\tCOMMAND")
+	for _, e := range entries {
+		exit := "-"
+		if e.ExitCode != nil {
+			exit = fmt.Sprint(*e.ExitCode)
+		}
+		if e.Error != "" && e.ExitCode == nil {
+			exit = "error"
+		}
+		d := time.Duration(e.DurationMS * float64(time.Millisecond)).Round(100 * time.Microsecond)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Sandbox, e.Action, exit, d, e.Who, quoteArgs(e.Command))
+	}
+	return tw.Flush()
 }

@@ -14,7 +14,9 @@ func newGCCmd(a *App) *cobra.Command {
 		Short: "Remove what crashed or killed runs left behind",
 		Long: `Remove what runs that crashed or were killed left behind: scratch
 directories, cgroups and mounts whose owning agentkernel process is gone.
-Runs in progress are never touched. Safe to run at any time.`,
+Only this data directory's (--data-dir) runs are judged: another data
+directory's leftovers are its own gc's. Runs in progress are never touched.
+Safe to run at any time.`,
 		Example: "  agentkernel gc",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -19,7 +19,12 @@ A run starts from one profile (--profile, else [security].profile, else the
 mode's base profile), applies the agent mode (--mode, else
 [agent].compatibility_mode), then the [security] and [resources] values of
 agentkernel.toml, then the flags. --no-network always wins. Every profile
-sets no_new_privs and adds a Landlock ruleset where the kernel has Landlock.`
+sets no_new_privs and adds a Landlock ruleset where the kernel has Landlock.
+
+A profile that mounts the project directory runs the command in it, at
+/workspace; restrictive does not mount it, so its command runs in the image's
+working directory (/ for most images) and run says so: -v .:/workspace:ro
+-w /workspace gives it the project read-only.`
 
 const profilesExample = `  agentkernel profiles
   agentkernel run -p restrictive -- python3 untrusted.py

@@ -18,14 +18,19 @@ func NewRootCommand(a *App) *cobra.Command { return newRoot(a) }
 func NewRootCommandFor(a *App, args []string) *cobra.Command {
 	if prestart.IsRun(args) {
 		a.OpenImages = a.runImages
+		a.RunPersistent = a.runPersistent
+		a.ResolveSecrets = a.resolveSecrets
 		return newRunRoot(a.App)
 	}
 	root := newRoot(a)
-	if len(args) > 1 && (args[1] == cobra.ShellCompRequestCmd || args[1] == cobra.ShellCompNoDescRequestCmd) {
-		// Completing, cobra reads run's flags to know where its command
-		// begins (and offers the command's files, not run's flags, there).
-		if run, _, err := root.Find([]string{"run"}); err == nil && run.Name() == "run" {
-			run.DisableFlagParsing = false
+	if completing(args) {
+		// Completing, cobra reads run's flags (and exec's, attach's,
+		// cp's and stats's) to know where the command's arguments begin
+		// (and offers run's command's files, not run's flags, there).
+		for _, name := range leanParsedCommands {
+			if c, _, err := root.Find([]string{name}); err == nil && c.Name() == name {
+				c.DisableFlagParsing = false
+			}
 		}
 	}
 	return root
@@ -33,6 +38,8 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 
 func newRoot(a *App) *cobra.Command {
 	a.OpenImages = a.runImages
+	a.RunPersistent = a.runPersistent
+	a.ResolveSecrets = a.resolveSecrets
 	root := newBaseRoot(a.App)
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {
@@ -49,6 +56,7 @@ func newRoot(a *App) *cobra.Command {
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")
 	root.SetCompletionCommandGroupID("other")
+	registerCompletions(a, root)
 	return root
 }
 

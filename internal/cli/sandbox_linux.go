@@ -40,7 +40,13 @@ survive stop and start; the copy-on-write view of the project directory
 (profile moderate) does not.
 
 Names: 1-63 letters, digits, '-' and '_', starting and ending with a letter
-or digit, no '--', '__', '-_' or '_-'.`
+or digit, no '--', '__', '-_' or '_-'.
+
+Docker's names work too: 'agentkernel ps' (sandbox list), 'agentkernel rm
+NAME...', 'agentkernel start NAME...' and 'stop NAME...' (each name is
+reported; the exit status is 125 when any failed, the others still done),
+'agentkernel logs NAME', and 'agentkernel run --name NAME -- COMMAND' or
+'run -d --name NAME', which create and start one.`
 
 // sandboxCommands are the persistent-sandbox commands: the "sandbox"
 // group, the top-level exec, attach, cp, audit and stats, and the old flat
@@ -61,13 +67,33 @@ func sandboxCommands(a *App) []*cobra.Command {
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
 		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a))
-	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a)}
-	// Upstream's flat layout: `agentkernel create NAME` and friends.
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a)}
+	// Upstream's flat layout: `agentkernel create NAME` and friends, with
+	// docker's names: ps, rm.
+	flat := map[string][]string{"remove": {"rm"}, "list": {"ps"}}
 	for _, c := range []*cobra.Command{newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRemoveCmd(a), newSandboxListCmd(a)} {
 		c.Hidden = true
-		c.Aliases = nil
+		c.Aliases = flat[c.Name()]
 		c.Short += " (alias of 'sandbox " + c.Name() + "')"
 		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
+		switch c.Name() {
+		case "exec", "attach", "logs":
+			c.ValidArgsFunction = a.completeFirstSandboxName(map[string]int{"exec": 0, "attach": 1, "logs": 1}[c.Name()])
+		case "cp":
+			c.ValidArgsFunction = a.completeCp
+		case "stats", "start", "stop", "remove":
+			c.ValidArgsFunction = a.completeSandboxNames
+		}
+	}
+	for _, c := range sb.Commands() {
+		switch c.Name() {
+		case "start", "stop", "restart", "remove":
+			c.ValidArgsFunction = a.completeSandboxNames
+		case "info", "extend-ttl":
+			c.ValidArgsFunction = a.completeFirstSandboxName(1)
+		}
 	}
 	return cmds
 }
@@ -406,8 +432,61 @@ func nameCmd(a *App, use, short, example string, run func(ctx context.Context, m
 	}
 }
 
+// namesCmd is a command over one or more sandboxes (NAME...): each is
+// done in turn and reported (its name on stdout when done, its error on
+// stderr), the others done even when one fails; the exit status is 125
+// when any failed. One name alone fails as nameCmd's do.
+func namesCmd(a *App, use, short, example string, run func(ctx context.Context, m *sandbox.Manager, name string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:     use + " NAME...",
+		Short:   short,
+		Example: example,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, done, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return a.eachName(args, func(name string) error {
+				if err := validName(name); err != nil {
+					return err
+				}
+				return sandboxError(name, run(ctx, m, name))
+			})
+		},
+	}
+}
+
+// eachName runs do for every name: with one name, its error is the
+// command's; with several, each name is reported (on stdout when done,
+// its error and hint on stderr when not) and the command fails, exit
+// status 125, when any failed.
+func (a *App) eachName(names []string, do func(name string) error) error {
+	if len(names) == 1 {
+		return do(names[0])
+	}
+	failed := 0
+	for _, n := range names {
+		if err := do(n); err != nil {
+			failed++
+			runcli.ExitCode(err, a.Stderr)
+			continue
+		}
+		fmt.Fprintln(a.Stdout, n)
+	}
+	if failed > 0 {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("%d of %d sandboxes failed", failed, len(names))}
+	}
+	return nil
+}
+
 func newSandboxStartCmd(a *App) *cobra.Command {
-	return nameCmd(a, "start", "Start a sandbox (its supervisor keeps it running)", "  agentkernel sandbox start dev",
+	return namesCmd(a, "start", "Start sandboxes (a supervisor keeps each running)", "  agentkernel sandbox start dev\n  agentkernel start dev scratch",
 		func(ctx context.Context, m *sandbox.Manager, name string) error {
 			_, err := m.Start(ctx, name)
 			return err
@@ -415,7 +494,7 @@ func newSandboxStartCmd(a *App) *cobra.Command {
 }
 
 func newSandboxStopCmd(a *App) *cobra.Command {
-	return nameCmd(a, "stop", "Stop a sandbox: SIGTERM to its processes, SIGKILL after 3 s; files are kept", "  agentkernel sandbox stop dev",
+	return namesCmd(a, "stop", "Stop sandboxes: SIGTERM to their processes, SIGKILL after 3 s; files are kept", "  agentkernel sandbox stop dev\n  agentkernel stop dev scratch",
 		func(ctx context.Context, m *sandbox.Manager, name string) error {
 			_, err := m.Stop(ctx, name)
 			return err
@@ -444,15 +523,12 @@ func newSandboxRemoveCmd(a *App) *cobra.Command {
 				return err
 			}
 			defer done()
-			for _, n := range args {
+			return a.eachName(args, func(n string) error {
 				if err := validName(n); err != nil {
 					return err
 				}
-				if err := m.Remove(cmd.Context(), n, force); err != nil {
-					return sandboxError(n, err)
-				}
-			}
-			return nil
+				return sandboxError(n, m.Remove(cmd.Context(), n, force))
+			})
 		},
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop the sandbox first if it is running")
@@ -582,8 +658,11 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 func newSandboxGCCmd(a *App) *cobra.Command {
 	var dryRun bool
 	cmd := &cobra.Command{
-		Use:     "gc",
-		Short:   "Remove expired sandboxes, leftovers of dead supervisors and orphaned directories",
+		Use:   "gc",
+		Short: "Remove expired sandboxes, leftovers of dead supervisors and orphaned directories",
+		Long: `Remove expired sandboxes, the cgroups of stopped ones and directories no
+sandbox owns, then what crashed runs left behind (as 'agentkernel gc'). Only
+this data directory's (--data-dir) sandboxes and runs are judged.`,
 		Example: "  agentkernel sandbox gc --dry-run",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -14,7 +14,9 @@ import (
 )
 
 const secretLong = `Store API keys and tokens on the host, encrypted at rest. This command
-manages the vault; handing its secrets to sandboxes is a later addition.
+manages the vault; 'agentkernel run -S KEY:HOST' hands a secret to a
+sandbox's requests to HOST without it entering the sandbox (see 'run --help'
+and docs/secrets.md).
 
 The backend is [secrets] backend in the configuration:
 

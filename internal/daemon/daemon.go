@@ -107,6 +107,8 @@ type Reply struct {
 	ExitCode int  `json:"exit_code"`
 	Signal   int  `json:"signal,omitempty"`
 	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKills is sandbox.Result.OOMKills.
+	OOMKills int `json:"oom_kills,omitempty"`
 	// Error is the failure's text, for people; Kind is what it is, for
 	// the client (errorKinds): a kind it does not know is a plain error.
 	Error string `json:"error,omitempty"`

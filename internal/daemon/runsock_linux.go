@@ -187,7 +187,7 @@ func (h Handler) serveConn(c *net.UnixConn, self peercred.Self) {
 			reply(errorReply(err))
 			return
 		}
-		reply(Reply{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, Served: served, NetworkSummary: res.NetworkSummary})
+		reply(Reply{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, OOMKills: res.OOMKills, Served: served, NetworkSummary: res.NetworkSummary})
 	default:
 		reply(Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
 	}
@@ -404,7 +404,7 @@ func (cl *Client) Run(spec *sandbox.Spec, stdin, stdout, stderr *os.File) (sandb
 	if err := r.err(); err != nil {
 		return sandbox.Result{}, err
 	}
-	return sandbox.Result{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, NetworkSummary: r.NetworkSummary}, nil
+	return sandbox.Result{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OOMKills: r.OOMKills, NetworkSummary: r.NetworkSummary}, nil
 }
 
 // Prewarm asks the daemon at path to keep count sandboxes of spec ready.

@@ -51,7 +51,44 @@ type Config struct {
 	// Network is the sandbox's resolved network policy, published ports
 	// included.
 	Network sandbox.Network `json:"network"`
+	// Inject, when set, makes the helper add secrets to the requests for
+	// their hosts. It holds the secrets' values and the CA's private key:
+	// it travels on the helper's socket only, never to a file.
+	Inject *Inject `json:"inject,omitempty"`
 }
+
+// Inject is a sandbox's secret injection (sandbox.Secrets on the wire).
+type Inject struct {
+	// CACert and CAKey are the sandbox's CA (PEM certificate, PEM PKCS #8
+	// key) its bound hosts' certificates are minted from.
+	CACert []byte `json:"ca_cert"`
+	CAKey  []byte `json:"ca_key"`
+	// Secrets are the bindings with their values.
+	Secrets []Secret `json:"secrets"`
+}
+
+// Secret is one binding with its value.
+type Secret struct {
+	Key    string `json:"key"`
+	Host   string `json:"host"`
+	Header string `json:"header,omitempty"`
+	Value  []byte `json:"value"`
+}
+
+// InjectConfig is what the helper needs of s, nil without bindings.
+func InjectConfig(s *sandbox.Secrets) *Inject {
+	if s == nil || len(s.Bindings) == 0 {
+		return nil
+	}
+	in := &Inject{CACert: s.CACert, CAKey: s.CAKey}
+	for _, b := range s.Bindings {
+		in.Secrets = append(in.Secrets, Secret{Key: b.Key, Host: b.Host, Header: b.Header, Value: b.Value})
+	}
+	return in
+}
+
+// Injection counts the requests a secret was added to for a host.
+type Injection = sandbox.SecretInjection
 
 // Denial is a connection or name the policy refused.
 type Denial = sandbox.NetworkDenial
@@ -66,6 +103,8 @@ type Report struct {
 	// Counters are the stack's and policy's counters by name (flows
 	// allowed and refused by kind, DNS queries, bytes).
 	Counters map[string]uint64 `json:"counters,omitempty"`
+	// Injections are the secrets added to requests, by secret and host.
+	Injections []Injection `json:"injections,omitempty"`
 }
 
 // The helper's descriptors (Start passes them in this order), and the

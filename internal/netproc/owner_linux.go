@@ -32,9 +32,11 @@ type Proc struct {
 }
 
 // proxyEnv are the host's variables the helper honours for its own dials
-// (upstream proxy chaining); nothing else of the owner's environment
-// reaches it.
-var proxyEnv = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"}
+// (upstream proxy chaining) and, where it injects secrets, for the trust
+// store it verifies upstream servers against (the host's, as Go's
+// crypto/x509 finds it: SSL_CERT_FILE, SSL_CERT_DIR, else the system's
+// bundle); nothing else of the owner's environment reaches it.
+var proxyEnv = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR"}
 
 // Start starts the helper exe (agentkernel-full) for one sandbox: tun is
 // the sandbox's TUN device (or proxy socket, cfg.Mode), which the helper
@@ -51,7 +53,7 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 		return nil, err
 	}
 	if len(cfgMsg) > MaxMessage {
-		return nil, errors.New("the network policy is too large")
+		return nil, errors.New("the network policy and secrets are too large for the network helper's configuration message")
 	}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -149,6 +151,12 @@ func (p *Proc) read() {
 				r.Denials[i] = clip(r.Denials[i])
 			}
 			r.Summary = clipString(r.Summary, maxText)
+			if len(r.Injections) > maxDenials {
+				r.Injections = r.Injections[:maxDenials]
+			}
+			for i := range r.Injections {
+				r.Injections[i].Key, r.Injections[i].Host = clipString(r.Injections[i].Key, 128), clipString(r.Injections[i].Host, 255)
+			}
 			p.report <- r
 			return
 		}

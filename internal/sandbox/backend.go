@@ -23,6 +23,10 @@ type Result struct {
 	Signal int
 	// TimedOut is true when Resources.Timeout ended the sandbox.
 	TimedOut bool
+	// OOMKills is how many of the sandbox's processes the kernel's OOM
+	// killer ended because the sandbox reached Resources.MemoryMB (0
+	// without a memory limit, or where the backend cannot tell).
+	OOMKills int
 	// KeptAt is the path of the kept writable layer when Spec.Keep is set.
 	KeptAt string
 	// NetworkDenials are the connections and names the network policy
@@ -31,6 +35,9 @@ type Result struct {
 	// NetworkSummary is one line naming what the network policy refused
 	// and the flags that would allow it; "" when nothing was.
 	NetworkSummary string
+	// SecretInjections are the secrets the egress stack added to the
+	// sandbox's requests, by secret and host (names, never values).
+	SecretInjections []SecretInjection
 }
 
 // NetworkDenial is a connection or name a sandbox's network policy

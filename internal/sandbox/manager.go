@@ -152,6 +152,7 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 	start := time.Now()
 	res, err := b.Run(ctx, spec, stdio)
 	m.AuditDenials(spec, res.NetworkDenials, start)
+	m.AuditInjections(spec, res.SecretInjections, start)
 	return res, err
 }
 

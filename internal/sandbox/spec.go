@@ -62,6 +62,10 @@ type Spec struct {
 
 	// Keep leaves the writable layer in place after an ephemeral run.
 	Keep bool `json:"keep,omitempty"`
+
+	// Secrets are the secrets the egress stack adds to the requests for
+	// their hosts (run -S). Never serialized: values stay in memory.
+	Secrets *Secrets `json:"-"`
 }
 
 // MountKind says how a host path appears inside the sandbox.

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -116,6 +120,197 @@ func TestRunSIGTERMStopsSandbox(t *testing.T) {
 	}
 }
 
+// TestRunSIGINTEndsPromptly: Ctrl-C (SIGINT to agentkernel) ends a shell
+// waiting for its child at once, as in a terminal, with 130, for a run
+// and for an exec in a persistent sandbox. The host's sh (dash on
+// Debian) waits for its child on SIGINT, so only the job's whole process
+// group getting it ends the command promptly.
+func TestRunSIGINTEndsPromptly(t *testing.T) {
+	a := newAK(t)
+	interrupt(t, a, "run", "--image", "host", "--", "sh", "-c", "echo ready; sleep 300")
+	a.must("sandbox", "create", "sigbox", "--image", "host", "--start")
+	t.Cleanup(func() { a.run("sandbox", "rm", "--force", "sigbox") })
+	interrupt(t, a, "exec", "sigbox", "--", "sh", "-c", "echo ready; sleep 300")
+}
+
+// TestRunThroughDaemonSIGINTAndOOM: a run the daemon serves from its warm
+// pool ends on Ctrl-C as a direct run does, and says so the same way when
+// the memory limit killed its command.
+func TestRunThroughDaemonSIGINTAndOOM(t *testing.T) {
+	a := newAK(t)
+	if r := a.run("daemon", "start"); r.code != 0 {
+		t.Fatalf("daemon start: %v", r)
+	}
+	t.Cleanup(func() { a.run("daemon", "stop") })
+	hog := []string{"run", "--image", "host", "--memory", "16m", "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=100M", "count=1"}
+	direct := a.run(append([]string{"--no-daemon"}, hog...)...)
+	if direct.code != 137 || !strings.Contains(direct.stderr, "the command was killed: out of memory (limit 16 MiB)") {
+		t.Fatalf("direct: %v", direct)
+	}
+	// The first run of a spec makes its pool, the second takes from it.
+	for i := 0; i < 2; i++ {
+		if r := a.run(hog...); r.code != direct.code || r.stderr != direct.stderr {
+			t.Errorf("through the daemon (%d): %v\ndirect: %v", i, r, direct)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		interrupt(t, a, "run", "--image", "host", "--", "sh", "-c", "echo ready; sleep 300")
+	}
+	r := a.run("daemon", "status", "--json")
+	var st struct {
+		PoolRuns map[string]int `json:"pool_runs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.PoolRuns["hit"] < 2 {
+		t.Errorf("the daemon served %v of these runs from its pool: %v %v", st.PoolRuns, r, err)
+	}
+}
+
+// interrupt runs agentkernel with args, waits for the command's "ready"
+// line and sends agentkernel SIGINT: it must end with 130 at once.
+func interrupt(t *testing.T, a *ak, args ...string) {
+	t.Helper()
+	c := a.cmd(t.Context(), args...)
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	// The command may hold the stderr pipe after agentkernel is gone.
+	c.WaitDelay = time.Second
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		t.Fatalf("%v: %q %v; stderr %q", args, buf, err, stderr.String())
+	}
+	time.Sleep(200 * time.Millisecond) // sleep is running
+	start := time.Now()
+	_ = c.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { _ = c.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.Process.Kill()
+		<-done
+	}
+	took := time.Since(start)
+	// A run's grace period for a command that outlives an interrupt is
+	// 3 s; an exec has none.
+	if code := c.ProcessState.ExitCode(); code != 130 || took > 1500*time.Millisecond {
+		t.Fatalf("%v: SIGINT: exit %d after %v, want 130 at once; stderr %q", args, code, took, stderr.String())
+	}
+}
+
+// TestRunOOMSaysSo: a command the memory limit killed exits 137 with a
+// line naming the limit and the flag that raises it; a plain SIGKILL
+// says nothing, and a killed child is told about as a warning.
+func TestRunOOMSaysSo(t *testing.T) {
+	a, ref := withRegistry(t)
+	a.run("images", "pull", ref)
+	// One process that needs 100 MiB: the OOM killer's only choice.
+	hog := []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=100M", "count=1"}
+	r := a.run(append([]string{"run", "--image", ref, "--memory", "16m", "--"}, hog...)...)
+	want := "agentkernel: the command was killed: out of memory (limit 16 MiB); raise it with --memory"
+	if r.code != 137 || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("over the limit: %v", r)
+	}
+	r = a.run("run", "--image", ref, "--memory", "16m", "--", "sh", "-c", "kill -9 $$")
+	if r.code != 137 || r.stderr != "" {
+		t.Fatalf("plain SIGKILL: %v", r)
+	}
+	r = a.run(append([]string{"run", "--image", ref, "--memory", "16m", "--", "sh", "-c", `"$@" 2>/dev/null; echo child $?`, "sh"}, hog...)...)
+	if r.code != 0 || r.stdout != "child 137\n" || !strings.Contains(r.stderr, "agentkernel: warning: a process in the sandbox was killed: out of memory (limit 16 MiB)") {
+		t.Fatalf("child over the limit: %v", r)
+	}
+}
+
+// TestSandboxGCOnlyItsDataDir: a run killed with its agentkernel leaves
+// its cgroup behind; 'sandbox gc' of another data directory leaves it
+// alone, that of the run's own removes it.
+func TestSandboxGCOnlyItsDataDir(t *testing.T) {
+	a, other := newAK(t), newAK(t)
+	c := a.cmd(t.Context(), "run", "--image", "host", "--memory", "64m", "--", "sh", "-c", "echo ready; sleep 30")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		t.Fatalf("%q %v", buf, err)
+	}
+	// The run's cgroups: those holding a child of agentkernel.
+	var dirs []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(p, "/") > 12 {
+			return filepath.SkipDir
+		}
+		if !strings.HasPrefix(d.Name(), "agentkernel-") {
+			return nil
+		}
+		procs, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		for _, pid := range strings.Fields(string(procs)) {
+			st, _ := os.ReadFile("/proc/" + pid + "/status")
+			if strings.Contains(string(st), "\nPPid:\t"+strconv.Itoa(c.Process.Pid)+"\n") {
+				dirs = append(dirs, p)
+				break
+			}
+		}
+		return filepath.SkipDir
+	})
+	_ = c.Process.Kill()
+	_ = c.Wait()
+	if len(dirs) == 0 {
+		t.Fatal("the run has no cgroup: nothing to test")
+	}
+	t.Cleanup(func() {
+		for _, d := range dirs {
+			_ = os.Remove(d)
+		}
+	})
+	// Empty once the sandbox died with agentkernel, and older than the
+	// grace period gc gives cgroups still being joined.
+	old := time.Now().Add(-time.Hour)
+	for _, d := range dirs {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if len(procs) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds %q", d, procs)
+			}
+		}
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := other.run("sandbox", "gc")
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err != nil || strings.Contains(r.stdout, d) {
+			t.Errorf("gc of another data directory removed %s: %v", d, r)
+		}
+	}
+	r = a.run("sandbox", "gc")
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil || !strings.Contains(r.stdout, "removed "+d+"\n") {
+			t.Errorf("gc of its own data directory left %s: %v", d, r)
+		}
+	}
+}
+
 func TestRunProfilesWorkspace(t *testing.T) {
 	a, ref := withRegistry(t)
 	if err := os.WriteFile(filepath.Join(a.dir, "existing.txt"), []byte("project\n"), 0o644); err != nil {
@@ -144,6 +339,22 @@ func TestRunProfilesWorkspace(t *testing.T) {
 	r = a.run("run", "--image", ref, "-p", "restrictive", "--", "sh", "-c", "ls /workspace 2>/dev/null && echo visible; touch /x 2>/dev/null && echo root-writable; touch /tmp/ok && echo tmp-ok")
 	if r.code != 0 || r.stdout != "tmp-ok\n" {
 		t.Fatalf("restrictive: %v", r)
+	}
+	// It says where the command runs instead of the project, once,
+	// unless -w and -v place it; the other profiles run in the project.
+	r = a.run("run", "--image", ref, "-p", "restrictive", "--", "pwd")
+	if r.code != 0 || r.stdout != "/\n" || strings.Count(r.stderr, "\n") != 1 ||
+		!strings.Contains(r.stderr, "agentkernel: warning: the restrictive profile does not mount the project directory: the command runs in the image's working directory (/ unless the image sets one)") {
+		t.Fatalf("restrictive pwd: %v", r)
+	}
+	r = a.run("run", "--image", ref, "-p", "restrictive", "-v", ".:/workspace:ro", "-w", "/workspace", "--", "cat", "existing.txt")
+	if r.code != 0 || r.stdout != "project\n" || r.stderr != "" {
+		t.Fatalf("restrictive with the project read-only: %v", r)
+	}
+	for _, p := range []string{"moderate", "permissive"} {
+		if r = a.run("run", "--image", ref, "-p", p, "--", "pwd"); r.code != 0 || r.stdout != "/workspace\n" || r.stderr != "" {
+			t.Fatalf("%s pwd: %v", p, r)
+		}
 	}
 }
 

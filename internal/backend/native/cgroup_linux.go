@@ -39,6 +39,12 @@ type cgroup struct {
 	dirs []string // one per v1 controller, or the unified directory
 	v2   bool
 	gone atomic.Bool // every directory is removed
+	// oomFile is the memory controller's file with its oom_kill counter
+	// (memory.events on v2, memory.oom_control on v1), when a memory
+	// limit is set; ooms the counter as last read (oomKills), kept for
+	// after the directories are gone.
+	oomFile string
+	ooms    atomic.Int64
 }
 
 // resources translates the Spec's limits. Memory and memory+swap are the
@@ -60,12 +66,69 @@ func resources(r sandbox.Resources) *cgroups.Resources {
 	return res
 }
 
-// newCgroup creates and configures agentkernel-<id>. It returns an error
-// wrapping errNoCgroups when the caller may not create cgroups.
-func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
+// cgroupName is the name of the cgroup of the sandbox id made by a
+// backend of the data directory whose dataDirTag is owner:
+// agentkernel-<owner>-<id>, so that GC of one data directory can tell its
+// own leftovers from another's; agentkernel-<id> without a data
+// directory (and from versions that did not tag them). Sandbox ids hold
+// no '-'.
+func cgroupName(id, owner string) string {
+	if owner == "" {
+		return cgroupPrefix + id
+	}
+	return cgroupPrefix + owner + "-" + id
+}
+
+// ownedBy reports whether the cgroup called name belongs to the data
+// directory whose tag is owner (cgroupName): tagged with owner, or, for
+// owner "" (no data directory), not tagged at all.
+func ownedBy(name, owner string) bool {
+	rest, ok := strings.CutPrefix(name, cgroupPrefix)
+	if !ok {
+		return false
+	}
+	if owner != "" {
+		return strings.HasPrefix(rest, owner+"-")
+	}
+	tag, _, tagged := strings.Cut(rest, "-")
+	return !(tagged && len(tag) == 9 && tag[0] == 'd' && isHex(tag[1:]))
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// sandboxCgroups are the existing cgroup directories of the sandbox id
+// made by a backend whose data directory's tag is owner, under either
+// name (cgroupName).
+func sandboxCgroups(id, owner string) []string {
+	names := []string{cgroupName(id, owner)}
+	if owner != "" {
+		names = append(names, cgroupName(id, ""))
+	}
+	var out []string
+	for _, parent := range cgroupParents() {
+		for _, n := range names {
+			d := filepath.Join(parent, n)
+			if _, err := os.Stat(d); err == nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// newCgroup creates and configures the cgroup called name
+// (cgroupName). It returns an error wrapping errNoCgroups when the
+// caller may not create cgroups.
+func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 	res := resources(r)
 	cfg := &cgroups.Cgroup{Resources: res, Rootless: rootless}
-	name := cgroupPrefix + id
 	if cgroups.IsCgroup2UnifiedMode() {
 		dir, err := v2Parent(rootless)
 		if err != nil {
@@ -83,6 +146,9 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 			return nil, fmt.Errorf("creating cgroup: %w", err)
 		}
 		cg := &cgroup{dirs: []string{dir}, v2: true}
+		if r.MemoryMB > 0 {
+			cg.oomFile = filepath.Join(dir, "memory.events")
+		}
 		if err := m.Set(res); err != nil {
 			_ = cg.destroy()
 			return nil, fmt.Errorf("setting cgroup limits: %w", err)
@@ -92,7 +158,7 @@ func newCgroup(id string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 	return newCgroupV1(name, r, rootless)
 }
 
-// newCgroupV1 makes agentkernel-<id> in the memory, pids and cpu v1
+// newCgroupV1 makes the cgroup name in the memory, pids and cpu v1
 // hierarchies and writes its limits with plain system calls.
 //
 // opencontainers/cgroups' fs manager does more than a fresh cgroup
@@ -137,6 +203,9 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 			return fail(fmt.Errorf("creating a cgroup in %s: %w", parent, err))
 		}
 		cg.dirs = append(cg.dirs, dir)
+		if c == "memory" && r.MemoryMB > 0 {
+			cg.oomFile = filepath.Join(dir, "memory.oom_control")
+		}
 		if err := setV1Limits(c, dir, r); err != nil {
 			return fail(fmt.Errorf("setting cgroup limits: %w", err))
 		}
@@ -293,11 +362,47 @@ func (c *cgroup) kill() {
 	}
 }
 
+// oomKills is how many of the cgroup's processes the kernel's OOM killer
+// ended under its memory limit: the memory controller's oom_kill counter
+// (oomFile), which starts at 0 in a fresh cgroup; once the cgroup is
+// removed, the count read just before. 0 without a memory limit.
+func (c *cgroup) oomKills() int {
+	if !c.gone.Load() {
+		c.readOOMKills()
+	}
+	return int(c.ooms.Load())
+}
+
+// readOOMKills reads the oom_kill counter into c.ooms (never lowering it).
+func (c *cgroup) readOOMKills() {
+	if c.oomFile == "" {
+		return
+	}
+	b, err := os.ReadFile(c.oomFile)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "oom_kill ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		for err == nil {
+			old := c.ooms.Load()
+			if n <= old || c.ooms.CompareAndSwap(old, n) {
+				break
+			}
+		}
+	}
+}
+
 // destroy kills what is left and removes the cgroup directories.
 func (c *cgroup) destroy() error {
 	if c.gone.Load() {
 		return nil
 	}
+	c.readOOMKills()
 	var errs []error
 	for _, d := range c.dirs {
 		if err := removeCgroupDir(d); err != nil {
@@ -313,6 +418,7 @@ func (c *cgroup) destroy() error {
 // tryRemove removes the directories without waiting: it fails while a
 // process is still in the cgroup.
 func (c *cgroup) tryRemove() bool {
+	c.readOOMKills()
 	for _, d := range c.dirs {
 		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
 			return false
@@ -344,11 +450,11 @@ func removeCgroupDir(d string) error {
 	}
 }
 
-// CgroupUsage reads the memory in use, the CPU time and the process
-// count of the sandbox with the given id from its cgroup, as the host
-// sees it; ok is false when it has no cgroup (no limits, or rootless
-// without delegation).
-func CgroupUsage(id string) (memory int64, cpuSeconds float64, pids int, ok bool) {
+// cgroupUsage reads the memory in use, the CPU time and the process
+// count of the sandbox with the given id from its cgroup (sandboxCgroups),
+// as the host sees it; ok is false when it has no cgroup (no limits, or
+// rootless without delegation).
+func cgroupUsage(id, owner string) (memory int64, cpuSeconds float64, pids int, ok bool) {
 	readInt := func(path string) (int64, bool) {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -357,11 +463,7 @@ func CgroupUsage(id string) (memory int64, cpuSeconds float64, pids int, ok bool
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return n, err == nil
 	}
-	for _, parent := range cgroupParents() {
-		d := filepath.Join(parent, cgroupPrefix+id)
-		if _, err := os.Stat(d); err != nil {
-			continue
-		}
+	for _, d := range sandboxCgroups(id, owner) {
 		// v2: memory.current, pids.current, cpu.stat usage_usec.
 		// v1: one directory per controller.
 		if n, found := readInt(filepath.Join(d, "memory.current")); found {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	osuser "os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,6 +271,106 @@ func TestConcurrentRuns(t *testing.T) {
 			if err := <-errs; err != nil {
 				t.Errorf("go exec stage %v: %v", goExec, err)
 			}
+		}
+	}
+}
+
+// TestGCOnlyItsDataDir: a run killed with its agentkernel leaves its
+// cgroup behind; GC of another data directory leaves it alone, GC of the
+// run's own removes it.
+func TestGCOnlyItsDataDir(t *testing.T) {
+	requireRoot(t)
+	dataA, dataB := t.TempDir(), t.TempDir()
+	spec := newSpec("sh", "-c", "echo ready; sleep 30")
+	spec.ID = "gcowner" + strconv.Itoa(os.Getpid())
+	spec.Resources.PIDs = 50
+	cmd := helperCmd(t, spec)
+	cmd.Env = append(cmd.Env, "AK_DATA_DIR="+dataA)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("%q %v", buf, err)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var left []string
+	for _, d := range agentkernelCgroups() {
+		if strings.HasSuffix(d, spec.ID) {
+			left = append(left, d)
+		}
+	}
+	if len(left) == 0 {
+		t.Fatal("the killed run left no cgroup: nothing to test")
+	}
+	t.Cleanup(func() {
+		for _, d := range left {
+			_ = removeCgroupDir(d)
+		}
+	})
+	// Empty (the sandbox died with its parent), and past GC's grace
+	// period for cgroups still being joined.
+	old := time.Now().Add(-time.Hour)
+	for _, d := range left {
+		if procs := waitGone(func() []string {
+			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			return strings.Fields(string(b))
+		}, 3*time.Second); len(procs) > 0 {
+			t.Fatalf("%s: still holds %v", d, procs)
+		}
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := GC(context.Background(), dataB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range left {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("GC of another data directory removed %s (%v; removed %v)", d, err, removed)
+		}
+	}
+	removed, err = GC(context.Background(), dataA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range left {
+		if _, err := os.Stat(d); err == nil || !slices.Contains(removed, d) {
+			t.Errorf("GC of its own data directory left %s (removed %v)", d, removed)
+		}
+	}
+}
+
+// TestCgroupOwner: a cgroup name says which data directory's GC may
+// remove it.
+func TestCgroupOwner(t *testing.T) {
+	a, b := dataDirTag("/srv/a"), dataDirTag("/srv/b")
+	if a == "" || a == b || a != dataDirTag("/srv/x/../a/") || dataDirTag("") != "" {
+		t.Fatalf("tags: %q %q", a, b)
+	}
+	for _, c := range []struct {
+		name, owner string
+		want        bool
+	}{
+		{cgroupName("0123abcd", a), a, true},
+		{cgroupName("0123abcd", a), b, false},
+		{cgroupName("0123abcd", a), "", false},
+		{cgroupName("0123abcd", ""), "", true},
+		{cgroupName("0123abcd", ""), a, false},
+		{cgroupName("gctest", ""), "", true},
+		{"agentkernel", "", false},
+		{"other-" + a + "-0123abcd", a, false},
+	} {
+		if got := ownedBy(c.name, c.owner); got != c.want {
+			t.Errorf("ownedBy(%q, %q) = %v", c.name, c.owner, got)
 		}
 	}
 }

@@ -37,6 +37,10 @@ type initConfig struct {
 	// stage creates (its other end is the owner's network helper, package
 	// netproc) and the resolver resolv.conf names.
 	Network bool `json:"network,omitempty"`
+	// TrustCA is the CA certificate (PEM) of the sandbox's secret
+	// injection, added to its trust store (writeTrustBundle); its key
+	// stays with the owner.
+	TrustCA []byte `json:"trust_ca,omitempty"`
 	// Rootless: the init already runs in a user namespace of its own (the
 	// caller's uid is root there) and execs the command without another one.
 	Rootless bool `json:"rootless,omitempty"`

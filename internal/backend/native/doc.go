@@ -55,7 +55,11 @@
 //     boots it migrates the init into a v1 cgroup (that write waits for an
 //     RCU grace period) and reads or compiles the seccomp
 //     program, and sends both facts as the second config message. Then it
-//     waits: forwarding signals, enforcing the timeout (SIGKILL to the
+//     waits: forwarding signals as a terminal would (deliver: SIGINT and
+//     SIGQUIT to the command's whole process group, or typed into its
+//     pty as the terminal's characters; others to the command; a second
+//     SIGINT, SIGTERM or SIGHUP, or the grace period, kills), enforcing
+//     the timeout (SIGKILL to the
 //     init ends the PID namespace; the cgroup is the second fence),
 //     reading error reports on fd 4 and the command's wait status on
 //     fd 3.
@@ -245,9 +249,14 @@
 // period at its default, os.File's poller registration per file). v2
 // uses the library's fs2 manager; both use its cgroup-file parsing.
 // Memory and memory+swap get the same limit: no swap. v1 cgroups live in
-// <own cgroup>/agentkernel/agentkernel-<id> for each controller; v2 in
-// /sys/fs/cgroup/agentkernel/agentkernel-<id> for root, next to the
-// caller's own cgroup when rootless and delegated. On v2 the init is
+// <own cgroup>/agentkernel/<name> for each controller; v2 in
+// /sys/fs/cgroup/agentkernel/<name> for root, next to the caller's own
+// cgroup when rootless and delegated. The name is
+// agentkernel-<data dir tag>-<id> (cgroupName: the tag ties it to the
+// data directory whose GC may remove it), agentkernel-<id> without a data
+// directory. The memory controller's oom_kill counter, read before the
+// cgroup goes, tells the run that the OOM killer ended its processes
+// (Result.OOMKills). On v2 the init is
 // cloned into the cgroup; on v1 the parent moves it while it boots and the
 // init moves the exec stage before releasing it, so no code of the
 // command ever runs outside. The cgroup is removed after the run; the PID
@@ -269,7 +278,8 @@
 // exist outside; a run directory carries a "lock" file flock'ed by the
 // owning agentkernel (a lock GC can take means the owner died) and a
 // "kept" marker after a kept run. GC removes dead, unkept run dirs, empty
-// agentkernel-* cgroups older than 30 s and stray mounts under DataDir/runs.
+// cgroups of its own data directory's sandboxes older than 30 s (never
+// another data directory's) and stray mounts under DataDir/runs.
 //
 // # Persistent sandboxes (persist_linux.go)
 //

@@ -27,8 +27,10 @@ const (
 
 // GC removes what crashed runs left behind: run directories under
 // dataDir/runs whose owner is dead (and that were not kept on purpose),
-// empty agentkernel-* cgroups, mounts under dataDir/runs, and stale files
-// of the seccomp cache. It returns what it removed (but for the cache).
+// the empty cgroups of dataDir's sandboxes (cgroupName; with no dataDir,
+// the untagged ones of runs without one), mounts under dataDir/runs, and
+// stale files of the seccomp cache. It returns what it removed (but for
+// the cache).
 func GC(ctx context.Context, dataDir string) (removed []string, err error) {
 	var errs []error
 	if dataDir != "" {
@@ -71,10 +73,13 @@ func GC(ctx context.Context, dataDir string) (removed []string, err error) {
 			errs = append(errs, err)
 		}
 	}
+	// Empty cgroups of this data directory's sandboxes only (cgroupName):
+	// another data directory's are its own GC's to judge.
+	owner := dataDirTag(dataDir)
 	for _, parent := range cgroupParents() {
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), cgroupPrefix) {
+			if !e.IsDir() || !ownedBy(e.Name(), owner) {
 				continue
 			}
 			dir := filepath.Join(parent, e.Name())

@@ -606,7 +606,7 @@ func (s *initState) supervise() int {
 	pid := s.execPid
 	go func() {
 		for sig := range s.sigs {
-			_ = unix.Kill(pid, sig.(syscall.Signal))
+			forwardSignal(pid, sig.(syscall.Signal))
 		}
 	}()
 	for {
@@ -627,6 +627,18 @@ func (s *initState) supervise() int {
 		}
 		return ws.ExitStatus()
 	}
+}
+
+// forwardSignal passes a signal on to the command pid, which leads its
+// own session: the keyboard's signals (SIGINT, SIGQUIT) to its process
+// group, the whole foreground job, as a terminal sends them (a shell
+// waiting for its child ends with it), the others to the command alone
+// (deliver in run_linux.go).
+func forwardSignal(pid int, sig syscall.Signal) {
+	if (sig == unix.SIGINT || sig == unix.SIGQUIT) && unix.Kill(-pid, sig) == nil {
+		return
+	}
+	_ = unix.Kill(pid, sig)
 }
 
 // awaitIDMaps waits until the parent has mapped our user namespace

@@ -3,6 +3,7 @@ package native
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -31,6 +32,43 @@ func TestMemoryLimit(t *testing.T) {
 	spec.Resources.MemoryMB = 0
 	if o := mustRun(t, spec, 0); o.stdout != "survived 100000000\n" {
 		t.Fatalf("%q", o.stdout)
+	}
+}
+
+// TestOOMKills: a command the OOM killer ends at the memory limit is
+// reported as such (Result.OOMKills), in both ways of building a sandbox;
+// one killed by a plain SIGKILL is not; a child killed so is counted
+// while the command goes on.
+func TestOOMKills(t *testing.T) {
+	requireRoot(t)
+	// One process that needs 100 MiB: the OOM killer's only choice.
+	hog := []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=100M", "count=1"}
+	for _, reexec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reexec=%v", reexec), func(t *testing.T) {
+			if reexec {
+				t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+			}
+			spec := newSpec(hog...)
+			spec.Resources.MemoryMB = 32
+			o := runSpec(t, spec, nil)
+			if o.err != nil || o.res.ExitCode != 137 || o.res.Signal != 9 || o.res.OOMKills < 1 {
+				t.Fatalf("over the limit: %+v err %v stderr %q", o.res, o.err, o.stderr)
+			}
+			if reexec {
+				return // the rest does not depend on how the sandbox is built
+			}
+			spec = newSpec("sh", "-c", "kill -9 $$")
+			spec.Resources.MemoryMB = 32
+			if o := runSpec(t, spec, nil); o.err != nil || o.res.ExitCode != 137 || o.res.OOMKills != 0 {
+				t.Fatalf("plain SIGKILL: %+v err %v", o.res, o.err)
+			}
+			// A child that hits the limit: the command goes on.
+			spec = newSpec(append([]string{"sh", "-c", `"$@" 2>/dev/null; echo child $?`, "sh"}, hog...)...)
+			spec.Resources.MemoryMB = 32
+			if o := runSpec(t, spec, nil); o.err != nil || o.res.ExitCode != 0 || o.stdout != "child 137\n" || o.res.OOMKills < 1 {
+				t.Fatalf("child over the limit: %+v err %v stdout %q", o.res, o.err, o.stdout)
+			}
+		})
 	}
 }
 
@@ -159,6 +197,186 @@ func TestSIGTERM(t *testing.T) {
 	if left := waitGone(sandboxProcs, 2*time.Second); len(left) > 0 {
 		t.Fatalf("left: %v", left)
 	}
+}
+
+// TestSIGINT: an interrupt (Ctrl-C) ends the run as it ends a command in a
+// terminal: the whole foreground job gets it, so a shell waiting for its
+// child ends at once with 130 instead of after the grace period, and a
+// program that handles SIGINT itself still runs its handler. A second
+// interrupt ends a command that ignores the first at once. Both ways of
+// building a sandbox: on a thread (the command is agentkernel's child) and
+// with the re-executed init (PID 1 forwards).
+func TestSIGINT(t *testing.T) {
+	cases := []struct {
+		name, script string
+		host         bool // the host's sh (dash on Debian), else busybox's
+		sigs         int
+		want         int
+		out          string
+	}{
+		{"shell waiting", "echo ready; SLEEP", false, 1, 130, ""},
+		{"host shell waiting", "echo ready; SLEEP", true, 1, 130, ""},
+		{"exec", "echo ready; exec SLEEP", false, 1, 130, ""},
+		{"handler", "trap 'echo cleaned up; exit 3' INT; echo ready; SLEEP", false, 1, 3, "cleaned up\n"},
+		{"ignored, twice", "trap '' INT; echo ready; SLEEP", false, 2, 130, ""},
+	}
+	for _, reexec := range []bool{false, true} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/reexec=%v", c.name, reexec), func(t *testing.T) {
+				// A sleep of its own length, to be found running.
+				secs := strconv.Itoa(1000 + int(time.Now().UnixNano()/1000%100000))
+				spec := newSpec("sh", "-c", strings.ReplaceAll(c.script, "SLEEP", "sleep "+secs))
+				if c.host {
+					spec.Rootfs = imageHost()
+				}
+				cmd := helperCmd(t, spec)
+				if reexec {
+					cmd.Env = append(cmd.Env, "AGENTKERNEL_REEXEC_INIT=1")
+				}
+				code, out, took := interrupt(t, cmd, "sleep\x00"+secs+"\x00", c.sigs)
+				if code != c.want || out != c.out {
+					t.Errorf("exit %d, output %q; want %d, %q", code, out, c.want, c.out)
+				}
+				// The grace period for a command that outlives a single
+				// interrupt is seconds; a prompt end is far below this.
+				if took > 1500*time.Millisecond {
+					t.Errorf("took %v after the interrupt", took)
+				}
+			})
+		}
+	}
+	if left := waitGone(sandboxProcs, 2*time.Second); len(left) > 0 {
+		t.Fatalf("left: %v", left)
+	}
+}
+
+// TestSIGINTTTY: with a pseudo-terminal (-t) an interrupt is the
+// terminal's interrupt character typed into it, which signals the job in
+// its foreground.
+func TestSIGINTTTY(t *testing.T) {
+	for _, reexec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reexec=%v", reexec), func(t *testing.T) {
+			ptmx, tty, err := pty.Open()
+			if err != nil {
+				testenv.Missing(t, "no pty: %v", err)
+			}
+			defer ptmx.Close()
+			secs := strconv.Itoa(1000 + int(time.Now().UnixNano()/1000%100000))
+			spec := newSpec("sh", "-c", "trap 'echo cleaned up; exit 3' INT; echo ready; sleep "+secs)
+			spec.TTY = true
+			cmd := helperCmd(t, spec)
+			if reexec {
+				cmd.Env = append(cmd.Env, "AGENTKERNEL_REEXEC_INIT=1")
+			}
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			tty.Close()
+			lines := make(chan string, 16)
+			go func() {
+				defer close(lines)
+				var acc strings.Builder
+				buf := make([]byte, 256)
+				for {
+					n, err := ptmx.Read(buf)
+					acc.Write(buf[:n])
+					lines <- acc.String()
+					if err != nil {
+						return
+					}
+				}
+			}()
+			await := func(want string) string {
+				var got string
+				timeout := time.After(10 * time.Second)
+				for {
+					select {
+					case s, ok := <-lines:
+						if !ok {
+							return got
+						}
+						if got = s; strings.Contains(got, want) {
+							return got
+						}
+					case <-timeout:
+						return got
+					}
+				}
+			}
+			if got := await("ready"); !strings.Contains(got, "ready") || !waitForProcess("sleep\x00"+secs+"\x00", 10*time.Second) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatalf("not ready: %q", got)
+			}
+			start := time.Now()
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			got := await("cleaned up")
+			_ = cmd.Wait()
+			took := time.Since(start)
+			if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(got, "cleaned up") {
+				t.Errorf("exit %d, output %q; want 3 and the trap's line", code, got)
+			}
+			if took > 1500*time.Millisecond {
+				t.Errorf("took %v after the interrupt", took)
+			}
+		})
+	}
+}
+
+// interrupt starts cmd, waits for its "ready" line and for a process
+// whose command line is argv (the foreground command the interrupt is
+// for), sends cmd n SIGINTs (100 ms apart) and returns its exit code, what it printed after the
+// line, and how long it took to end after the first signal.
+func interrupt(t *testing.T, cmd *exec.Cmd, argv string, n int) (int, string, time.Duration) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("%q %v (stderr %q)", buf, err, stderr.String())
+	}
+	if !waitForProcess(argv, 10*time.Second) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("no process %q started", argv)
+	}
+	start := time.Now()
+	for i := range n {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+	}
+	rest, _ := io.ReadAll(out)
+	_ = cmd.Wait()
+	took := time.Since(start)
+	if stderr.Len() > 0 {
+		t.Logf("stderr: %s", stderr.String())
+	}
+	return cmd.ProcessState.ExitCode(), string(rest), took
+}
+
+// waitForProcess waits until a process whose command line is argv runs.
+func waitForProcess(argv string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == argv {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestKillParent: agentkernel dying (SIGKILL) takes the sandbox with it.

@@ -1,8 +1,11 @@
 package native
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -41,6 +44,9 @@ type Backend struct {
 	bg sync.WaitGroup
 	// early holds the cgroups Anticipate started, by *sandbox.Spec.
 	early sync.Map
+	// cgOwner tags the cgroups this backend makes with its data
+	// directory (dataDirTag), for GC.
+	cgOwner string
 }
 
 // New returns a native backend.
@@ -52,8 +58,21 @@ func New(opts Options) *Backend {
 	if opts.Warn == nil {
 		opts.Warn = func(string) {}
 	}
-	return &Backend{opts: opts, log: log}
+	return &Backend{opts: opts, log: log, cgOwner: dataDirTag(opts.DataDir)}
 }
 
 // Name returns "native".
 func (b *Backend) Name() string { return "native" }
+
+// dataDirTag names a data directory in its sandboxes' cgroup names: "d"
+// and 8 hex digits of the SHA-256 of its absolute path; "" for none.
+func dataDirTag(dataDir string) string {
+	if dataDir == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return "d" + hex.EncodeToString(sum[:4])
+}

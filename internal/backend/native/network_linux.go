@@ -27,7 +27,7 @@ func (r *runState) startNetwork(tun *os.File, mode netproc.Mode) error {
 	if mode == netproc.ModeProxy {
 		r.warn("network: this user cannot open /dev/net/tun, so the sandbox reaches the network through an HTTP proxy (HTTP_PROXY=http://127.0.0.1:3128): programs that ignore the proxy variables get no network, and ports cannot be published")
 	}
-	cfg := netproc.Config{SandboxID: r.id, Network: r.spec.Network, Mode: mode}
+	cfg := netproc.Config{SandboxID: r.id, Network: r.spec.Network, Mode: mode, Inject: netproc.InjectConfig(r.spec.Secrets)}
 	set := func(p netproc.Helper) {
 		r.netMu.Lock()
 		r.net = p

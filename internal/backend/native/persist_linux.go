@@ -619,7 +619,8 @@ func (p *execProc) Signal(sig syscall.Signal) error {
 		return nil
 	default:
 	}
-	return unix.Kill(p.pid, sig)
+	forwardSignal(p.pid, sig) // the command leads its own session, as a run's
+	return nil
 }
 
 func (p *execProc) Wait() syscall.WaitStatus {
@@ -812,11 +813,7 @@ func execIdlePID1(sock int) error {
 // the given id, for GC after a supervisor was killed.
 func (b *Backend) RemoveCgroups(id string) []string {
 	var removed []string
-	for _, parent := range cgroupParents() {
-		d := filepath.Join(parent, cgroupPrefix+id)
-		if _, err := os.Stat(d); err != nil {
-			continue
-		}
+	for _, d := range sandboxCgroups(id, b.cgOwner) {
 		if removeCgroupDir(d) == nil {
 			removed = append(removed, d)
 		}
@@ -825,9 +822,9 @@ func (b *Backend) RemoveCgroups(id string) []string {
 }
 
 // Measure reads the sandbox's memory, CPU time and processes from its
-// cgroup (CgroupUsage).
+// cgroup (cgroupUsage).
 func (b *Backend) Measure(id string) (sandbox.Usage, bool) {
-	mem, cpu, pids, ok := CgroupUsage(id)
+	mem, cpu, pids, ok := cgroupUsage(id, b.cgOwner)
 	return sandbox.Usage{MemoryBytes: mem, CPUSeconds: cpu, Pids: pids}, ok
 }
 

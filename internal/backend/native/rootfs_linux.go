@@ -187,7 +187,7 @@ func (s *initState) writeResolvConf() error {
 			return err
 		}
 	}
-	return nil
+	return s.writeTrustBundle()
 }
 
 // prepareScratch mounts the per-run tmpfs (sized by DiskMB) that holds the

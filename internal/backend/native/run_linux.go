@@ -34,7 +34,8 @@ const (
 	// defaultDiskMB sizes the tmpfs that holds the writable layer.
 	defaultDiskMB = 1024
 	// termGrace is how long a SIGTERM/SIGINT/SIGHUP forwarded to the
-	// command may take to end the sandbox before it is killed outright.
+	// command may take to end the sandbox before it is killed outright
+	// (a second one kills it at once).
 	termGrace = 3 * time.Second
 	// defaultNoFile is the open-files limit of the command (capped by the
 	// hard limit agentkernel itself has).
@@ -72,6 +73,7 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	res, err := r.start(ctx, cfg, stdio)
 	if rep, nerr := r.stopNetwork(); err == nil {
 		res.NetworkDenials, res.NetworkSummary = rep.Denials, rep.Summary
+		res.SecretInjections = rep.Injections
 		if nerr != nil {
 			r.warn("network: " + nerr.Error())
 		}
@@ -145,7 +147,7 @@ func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 	b.early.Store(spec, e)
 	go func() {
 		defer close(e.done)
-		e.cg, e.err = newCgroup(e.id, res, false)
+		e.cg, e.err = newCgroup(cgroupName(e.id, b.cgOwner), res, false)
 		if e.err == nil && !e.cg.v2 {
 			e.tasks, _ = e.cg.openTasks() // else the thread opens them
 		}
@@ -293,6 +295,10 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		}
 	}
 
+	if err := r.secretConfig(cfg); err != nil {
+		return nil, err
+	}
+
 	// More than execve can take is refused here, at once, rather than
 	// after it travelled through every stage (seconds for tens of MiB).
 	if err := checkArgMax(cfg.Exec.Args, cfg.Exec.Env); err != nil {
@@ -337,7 +343,7 @@ func (r *runState) makeCgroup(cfg *initConfig) error {
 	case res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0:
 		return nil
 	default:
-		cg, err = newCgroup(r.id, res, cfg.Rootless)
+		cg, err = newCgroup(cgroupName(r.id, r.b.cgOwner), res, cfg.Rootless)
 	}
 	switch {
 	case err == nil:
@@ -731,8 +737,13 @@ wait:
 				tty.resize()
 				continue
 			}
-			_ = unix.Kill(pid, sig)
-			if (sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP) && grace == nil {
+			deliver(l, tty, sig)
+			if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
+				if grace != nil {
+					// A second one: the command had its chance.
+					kill()
+					continue
+				}
 				termSig = int(sig)
 				grace = time.After(termGrace)
 			}
@@ -793,6 +804,9 @@ wait:
 	default:
 		res.ExitCode = st.ExitStatus()
 	}
+	if r.cg != nil && r.spec.Resources.MemoryMB > 0 {
+		res.OOMKills = r.cg.oomKills()
+	}
 	if killed && termSig != 0 && !res.TimedOut {
 		// The command outlived the grace period after our SIGTERM/SIGINT.
 		res.Signal, res.ExitCode = termSig, 128+termSig
@@ -801,6 +815,60 @@ wait:
 		res.KeptAt = filepath.Join(r.runDir, "upper")
 	}
 	return res, nil
+}
+
+// deliver passes a signal agentkernel received on to the sandbox as a
+// terminal would: the keyboard's signals (SIGINT, SIGQUIT) go to the whole
+// foreground job, so that a shell waiting for its child ends with it
+// instead of waiting on; any other signal goes to the command alone.
+// With a pseudo-terminal the terminal's own interrupt character is typed
+// into it, and its line discipline signals whatever job the sandbox put
+// in the foreground (or passes the character on, in raw mode, as a
+// terminal would). Without one, the command is its session's and its
+// process group's leader (the exec stage calls setsid), so its group is
+// the job: signalled from here when the command is our child (its pid
+// cannot be reused before we reap it), by the init when the init is PID 1
+// (forwardSignal).
+func deliver(l *launched, tty *ttyState, sig syscall.Signal) {
+	if sig == unix.SIGINT || sig == unix.SIGQUIT {
+		if tty != nil && tty.typeSignal(sig) {
+			return
+		}
+		if l.direct {
+			forwardSignal(l.pid, sig)
+			return
+		}
+	}
+	_ = unix.Kill(l.pid, sig)
+}
+
+// typeSignal types the pty's character for sig (VINTR, VQUIT) when its
+// line discipline turns characters into signals (ISIG), and reports
+// whether it did.
+func (t *ttyState) typeSignal(sig syscall.Signal) bool {
+	rc, err := t.master.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var c byte
+	_ = rc.Control(func(fd uintptr) {
+		// On Linux a pty master's termios requests are the slave's.
+		tio, err := unix.IoctlGetTermios(int(fd), unix.TCGETS)
+		if err != nil || tio.Lflag&unix.ISIG == 0 {
+			return
+		}
+		switch sig {
+		case unix.SIGINT:
+			c = tio.Cc[unix.VINTR]
+		case unix.SIGQUIT:
+			c = tio.Cc[unix.VQUIT]
+		}
+	})
+	if c == 0 { // _POSIX_VDISABLE
+		return false
+	}
+	_, err = t.master.Write([]byte{c})
+	return err == nil
 }
 
 // filterMessage is 'F' and the raw seccomp program, or 'E' and why it

@@ -17,6 +17,7 @@
 package runcli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,17 @@ type App struct {
 	// only (package cache), and a run whose image is not cached fails
 	// with ErrNeedsFull.
 	OpenImages func() (sandbox.Images, error)
+
+	// RunPersistent runs a run that keeps its sandbox as a persistent
+	// one (--name, -d, --branch): agentkernel-full's, over the state
+	// store. Nil: such a run answers ErrNeedsFull.
+	RunPersistent func(ctx context.Context, r PersistentRun) error
+
+	// ResolveSecrets turns a run's -S bindings into the sandbox's secrets:
+	// the vault's values and the sandbox's CA (agentkernel-full's, which
+	// links the vault and the crypto). Nil: such a run answers
+	// ErrNeedsFull.
+	ResolveSecrets func(ctx context.Context, flags []SecretFlag) (*sandbox.Secrets, error)
 
 	// HoldWarnings makes Warnf keep its lines until FlushWarnings, so that
 	// a run handed to agentkernel-full does not print them twice.

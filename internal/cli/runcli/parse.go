@@ -98,6 +98,6 @@ func (a *App) PrintRunHelp(w io.Writer) {
 	run.BoolP("help", "h", false, "help for run")
 	global := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	BindGlobalFlags(global, &App{})
-	fmt.Fprintf(w, "%s\n\nUsage:\n  agentkernel run [flags] [--] COMMAND [ARG...]\n\nExamples:\n%s\n\nFlags:\n%s\nGlobal Flags:\n%s",
-		RunLong, RunExample, run.FlagUsages(), global.FlagUsages())
+	fmt.Fprintf(w, "%s\n\n%s\n\n%s\n\nUsage:\n  agentkernel run [flags] [--] COMMAND [ARG...]\n\nExamples:\n%s\n%s\n\nFlags:\n%s\nGlobal Flags:\n%s",
+		RunLong, RunHabitsHelp, SecretHelp, RunExample, RunHabitsExample, run.FlagUsages(), global.FlagUsages())
 }

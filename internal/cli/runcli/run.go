@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -32,8 +34,10 @@ tools, read-only, with a warning; an image you name never falls back.
 
 The security profile decides what the sandbox sees (see 'agentkernel
 profiles'): moderate (default) shows the current directory at /workspace
-copy-on-write, permissive binds it read-write, restrictive hides it and makes
-the root read-only. Every profile runs in its own user, PID, mount, IPC, UTS,
+copy-on-write and runs the command there, permissive binds it read-write,
+restrictive hides it and makes the root read-only (its command runs in the
+image's working directory, / for most images, and run says so unless -w or
+-v place it). Every profile runs in its own user, PID, mount, IPC, UTS,
 cgroup and network namespace. Its network is none (loopback only), filtered
 (only the names --allow-domain gives) or full (all but the names
 --block-domain gives): restrictive has none, moderate and permissive full, the
@@ -50,10 +54,15 @@ spec, and the command gets this terminal's stdin, stdout and stderr, its
 signals and its exit status exactly as here. Runs with -t, --interactive
 or --keep, and any run when no daemon answers, build their sandbox here.
 
-Exit status: the command's own, 128+N when it died of signal N, 124 when
---timeout ended it, 125 when agentkernel failed, 126 when the command cannot
-be invoked or [security.commands] in agentkernel.toml does not allow it, 127
-when it does not exist.`
+Signals reach the command as in a terminal: Ctrl-C (SIGINT) and SIGQUIT go to
+its whole foreground job, the others to the command; a command still running
+3 s after SIGINT, SIGTERM or SIGHUP, or at a second one, is killed.
+
+Exit status: the command's own, 128+N when it died of signal N (130 after
+Ctrl-C; 137, with a line saying so, when the --memory limit killed it), 124
+when --timeout ended it, 125 when agentkernel failed, 126 when the command
+cannot be invoked or [security.commands] in agentkernel.toml does not allow
+it, 127 when it does not exist.`
 
 // RunExample is run's --help examples.
 const RunExample = `  agentkernel run python3 -c 'print(1)'
@@ -65,7 +74,8 @@ const RunExample = `  agentkernel run python3 -c 'print(1)'
   echo hi | agentkernel run -- cat               # stdin is passed through
   agentkernel run --dry-run -- npm test          # print the resolved spec
   agentkernel run --network filtered --allow-domain '*.pypi.org' --allow-domain files.pythonhosted.org -- pip install requests
-  agentkernel run -P 8080:8000 -- python3 -m http.server 8000   # on http://127.0.0.1:8080`
+  agentkernel run -P 8080:8000 -- python3 -m http.server 8000   # on http://127.0.0.1:8080
+  agentkernel run -S GITHUB_TOKEN:api.github.com -- sh -c 'curl -H "Authorization: Bearer $GITHUB_TOKEN" https://api.github.com/user'`
 
 // RunOptions are run's own flags (see BindRunFlags).
 type RunOptions struct {
@@ -74,6 +84,8 @@ type RunOptions struct {
 	dryRun    bool
 	noDaemon  bool
 	daemon    *daemonClient // set by RunCommand when the daemon may serve the run
+	habits    runHabits     // upstream's and docker's flags (runflags.go)
+	secrets   []string      // -S/--secret bindings (secretflags.go)
 }
 
 // BindRunFlags registers run's flags (the sandbox's, BindSpecFlags, and
@@ -85,6 +97,8 @@ func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
+	bindRunHabitFlags(fs, &o.habits)
+	bindSecretFlags(fs, o)
 }
 
 // ChangedFlags is the set of fs's flags given on the command line, by
@@ -99,6 +113,15 @@ func ChangedFlags(fs *pflag.FlagSet) map[string]bool {
 // (ChangedFlags), args the command.
 func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool, args []string) error {
 	o.overrides.Set = set
+	if err := checkRunHabits(o, set, args); err != nil {
+		return err
+	}
+	if err := a.checkSecretRun(o); err != nil {
+		return err
+	}
+	if o.habits.persistent() && !o.dryRun {
+		return a.runPersistent(ctx, o, args)
+	}
 	return a.runRun(ctx, o, args)
 }
 
@@ -113,8 +136,11 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		o.daemon = dc
 		prestart.Discard() // the daemon builds the sandbox
 	}
-	spec, err := a.ResolveRunSpec(&o.overrides, args)
+	spec, err := a.resolveRunSpec(&o.overrides, args, true)
 	if err != nil {
+		return err
+	}
+	if err := a.bindSecrets(ctx, o, spec); err != nil {
 		return err
 	}
 	if o.dryRun {
@@ -132,7 +158,7 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		if res.NetworkSummary != "" {
 			a.Warnf("%s", res.NetworkSummary)
 		}
-		return finishRun(res, err, spec)
+		return a.finishRun(res, err, spec)
 	}
 	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
 	if err == nil && res.KeptAt != "" {
@@ -141,12 +167,18 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 	if res.NetworkSummary != "" {
 		a.Warnf("%s", res.NetworkSummary)
 	}
-	return finishRun(res, err, spec)
+	return a.finishRun(res, err, spec)
 }
 
 // ResolveRunSpec resolves the spec 'run' would run for args in the
 // current directory: configuration, detection, policy, the egress check.
 func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
+	return a.resolveRunSpec(ov, args, false)
+}
+
+// resolveRunSpec is ResolveRunSpec; sayWhere: a run's own, which warns
+// when the project directory is left out (policy.Input.SayWhereItRuns).
+func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
@@ -166,13 +198,14 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	TraceStage("detected")
 	home, _ := os.UserHomeDir()
 	spec, warnings, err := policy.Resolve(policy.Input{
-		Config:    cfg,
-		Overrides: *ov,
-		Args:      args,
-		Cwd:       cwd,
-		HomeDir:   home,
-		HostEnv:   os.LookupEnv,
-		Detected:  det,
+		Config:         cfg,
+		Overrides:      *ov,
+		Args:           args,
+		Cwd:            cwd,
+		HomeDir:        home,
+		HostEnv:        os.LookupEnv,
+		Detected:       det,
+		SayWhereItRuns: sayWhere,
 	})
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -187,18 +220,49 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	return spec, nil
 }
 
-// finishRun turns a run's result into agentkernel's exit status.
-func finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error {
+// finishRun turns a run's result into agentkernel's exit status, and
+// says so when the memory limit killed something: the command itself
+// (its status is then a bare 137) or other processes in the sandbox.
+func (a *App) finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error {
 	if err != nil {
 		return RunError(err)
 	}
 	if res.TimedOut {
 		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was stopped", spec.Resources.Timeout.Round(time.Millisecond))}
 	}
+	if res.OOMKills > 0 {
+		if res.Signal == int(syscall.SIGKILL) {
+			return &ExitError{Code: res.ExitCode, Err: errors.New("the command was killed: " + oomText(spec.Resources.MemoryMB))}
+		}
+		n := "a process in the sandbox was"
+		if res.OOMKills > 1 {
+			n = strconv.Itoa(res.OOMKills) + " processes in the sandbox were"
+		}
+		a.Warnf("%s killed: %s", n, oomText(spec.Resources.MemoryMB))
+	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+// oomText says that the memory limit of memoryMB ran out and how to raise
+// it.
+func oomText(memoryMB int64) string {
+	limit := strconv.FormatInt(memoryMB, 10) + " MiB"
+	if memoryMB >= 1024 && memoryMB%1024 == 0 {
+		limit = strconv.FormatInt(memoryMB/1024, 10) + " GiB"
+	}
+	return "out of memory (limit " + limit + "); raise it with --memory, such as --memory " + suggestMemory(memoryMB)
+}
+
+// suggestMemory is twice memoryMB in --memory's own syntax.
+func suggestMemory(memoryMB int64) string {
+	m := 2 * memoryMB
+	if m%1024 == 0 {
+		return strconv.FormatInt(m/1024, 10) + "g"
+	}
+	return strconv.FormatInt(m, 10) + "m"
 }
 
 // RunError maps a failure to start the sandbox or the command to docker's

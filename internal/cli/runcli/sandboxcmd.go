@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -132,17 +133,21 @@ func (a *App) ParseSandboxCommand(argv []string) (*SandboxCommandLine, error) {
 	args := fs.Args()
 	switch l.Command {
 	case "exec":
-		if len(args) < 2 {
-			return nil, fmt.Errorf("requires at least 2 arg(s), only received %d", len(args))
+		if len(args) == 0 {
+			return nil, execUsage("no sandbox NAME and no COMMAND given")
 		}
 		l.Name, l.Args = args[0], args[1:]
-		if l.Args[0] == "--" {
+		if len(l.Args) > 0 && l.Args[0] == "--" {
 			l.Args = l.Args[1:]
 		}
 		if len(l.Args) == 0 {
-			return nil, UsageError("exec: no command given")
+			return nil, execUsage("no COMMAND given to run in sandbox " + strconv.Quote(l.Name))
 		}
 	case "attach":
+		if len(args) == 0 {
+			return nil, &ExitError{Code: ExitAgentkernel, Err: errors.New("attach: no sandbox NAME given\nusage: agentkernel attach [flags] NAME"),
+				Hint: "see 'agentkernel attach --help'; 'agentkernel sandbox list' shows the running sandboxes"}
+		}
 		if len(args) != 1 {
 			return nil, fmt.Errorf("accepts 1 arg(s), received %d", len(args))
 		}
@@ -190,4 +195,11 @@ func SplitRemote(s string) (name, p string, ok bool) {
 		p = "/"
 	}
 	return name, p, true
+}
+
+// execUsage is exec's answer to a command line that misses NAME or
+// COMMAND: what is missing, and the usage line (exit status 125).
+func execUsage(missing string) error {
+	return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("exec: %s\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]", missing),
+		Hint: "see 'agentkernel exec --help'; 'agentkernel attach NAME' opens a shell"}
 }

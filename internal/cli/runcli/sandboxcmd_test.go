@@ -67,6 +67,7 @@ func TestParseSandboxCommand(t *testing.T) {
 // TestParseSandboxCommandRefuses: what the parser refuses, in cobra's
 // words and exit status, and what it leaves to agentkernel-full.
 func TestParseSandboxCommandRefuses(t *testing.T) {
+	const execHint = "see 'agentkernel exec --help'; 'agentkernel attach NAME' opens a shell"
 	for _, tc := range []struct {
 		argv []string
 		msg  string // "" for ErrNeedsFull
@@ -79,10 +80,13 @@ func TestParseSandboxCommandRefuses(t *testing.T) {
 		{argv: []string{"attach", "dev", "--help"}},
 		{argv: []string{"exec", "--bogus", "dev", "true"}, msg: "unknown flag: --bogus", hint: "see 'agentkernel exec --help'"},
 		{argv: []string{"cp", "-t", "a", "dev:/b"}, msg: "unknown shorthand flag: 't' in -t", hint: "see 'agentkernel cp --help'"},
-		{argv: []string{"exec", "dev"}, msg: "requires at least 2 arg(s), only received 1"},
-		{argv: []string{"exec", "dev", "--"}, msg: "exec: no command given", hint: "see 'agentkernel --help'"},
+		{argv: []string{"exec", "dev"}, msg: "exec: no COMMAND given to run in sandbox \"dev\"\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]", hint: execHint},
+		{argv: []string{"exec", "-it", "dev", "--"}, msg: "exec: no COMMAND given to run in sandbox \"dev\"\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]", hint: execHint},
+		{argv: []string{"exec"}, msg: "exec: no sandbox NAME and no COMMAND given\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]", hint: execHint},
+		{argv: []string{"-q", "exec", "--"}, msg: "exec: no sandbox NAME and no COMMAND given\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]", hint: execHint},
 		{argv: []string{"exec", "a/../b", "true"}, msg: `sandbox name "a/../b" contains invalid character '/' (use letters, digits, '-' and '_')`},
-		{argv: []string{"attach"}, msg: "accepts 1 arg(s), received 0"},
+		{argv: []string{"attach"}, msg: "attach: no sandbox NAME given\nusage: agentkernel attach [flags] NAME", hint: "see 'agentkernel attach --help'; 'agentkernel sandbox list' shows the running sandboxes"},
+		{argv: []string{"attach", "a", "b"}, msg: "accepts 1 arg(s), received 2"},
 		{argv: []string{"attach", "..", "--shell", "sh"}, msg: `sandbox name ".." contains invalid character '.' (use letters, digits, '-' and '_')`},
 		{argv: []string{"cp", "a"}, msg: "accepts 2 arg(s), received 1"},
 		{argv: []string{"cp", "a", "b"}, msg: "cp: exactly one of SRC and DEST must be NAME:/path", hint: "see 'agentkernel --help'"},

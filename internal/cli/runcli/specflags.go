@@ -25,7 +25,7 @@ func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.StringArrayVarP(&o.Volumes, "volume", "v", nil, "mount HOST:SANDBOX[:ro|:cow] (repeatable)")
 	fs.BoolVarP(&o.TTY, "tty", "t", false, "allocate a pseudo-terminal")
 	fs.BoolVar(&o.Interactive, "interactive", false, "keep stdin open")
-	fs.StringVar(&o.Memory, "memory", "", "memory limit such as 512m or 2g (default: the profile's)")
+	fs.StringVarP(&o.Memory, "memory", "m", "", "memory limit such as 512m or 2g (default: the profile's)")
 	fs.Float64Var(&o.CPUs, "cpus", 0, "CPU limit in cores such as 0.5 or 2 (default: the profile's)")
 	fs.Int64Var(&o.PIDs, "pids", 0, "limit on processes (default: the profile's)")
 	fs.Var(&durationValue{&o.Timeout}, "timeout", "stop the command after this long: 30s, 5m, or a number of seconds")

@@ -1,10 +1,13 @@
 package helper
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"sort"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -51,12 +54,23 @@ func Main(confine func() error) int {
 	unix.CloseOnExec(netproc.SocketFD)
 	tun := os.NewFile(netproc.DeviceFD, "tun")
 
-	engine, err := netpolicy.Compile(cfg.Network, netpolicy.Options{
+	opts := netpolicy.Options{
 		OnDeny: func(d netpolicy.Denial) {
 			w := wire(netpolicy.DenialCount{Denial: d, Count: 1})
 			send(netproc.Message{Deny: &w})
 		},
-	})
+	}
+	inj := &injections{counts: map[[2]string]int{}}
+	if cfg.Inject != nil {
+		in, err := injection(cfg.Inject)
+		if err != nil {
+			tun.Close()
+			return fail(err)
+		}
+		opts.Inject, opts.OnInject = in, inj.add
+	}
+	engine, err := netpolicy.Compile(cfg.Network, opts)
+	cfg.Inject = nil // the values live in the engine only
 	if err != nil {
 		tun.Close()
 		return fail(err)
@@ -119,6 +133,7 @@ func Main(confine func() error) int {
 		}
 	}
 	rep := report(engine, st)
+	rep.Injections = inj.list()
 	send(netproc.Message{Report: &rep})
 	return 0
 }
@@ -151,6 +166,10 @@ func report(e *netpolicy.Engine, st *netstack.Stack) netproc.Report {
 		"dns_dropped":   s.DNSDroppedRecords,
 		"names_tracked": uint64(s.Names),
 	}
+	if s.Injected > 0 || s.SecretRefused > 0 {
+		rep.Counters["secrets_injected"] = s.Injected
+		rep.Counters["secrets_refused"] = s.SecretRefused
+	}
 	for k, v := range s.Allowed {
 		rep.Counters["allowed_"+k] = v
 	}
@@ -158,6 +177,53 @@ func report(e *netpolicy.Engine, st *netstack.Stack) netproc.Report {
 		rep.Counters["denied_"+k] = v
 	}
 	return rep
+}
+
+// injection is the engine's secret injection from the owner's
+// configuration: the sandbox's CA (certificate and key) and the bindings.
+// Upstream servers are verified against the host's trust store
+// (Injection.Roots nil: crypto/x509's system pool, which honours the
+// SSL_CERT_FILE and SSL_CERT_DIR the owner passed on), read before the
+// helper serves.
+func injection(c *netproc.Inject) (*netpolicy.Injection, error) {
+	ca, err := tls.X509KeyPair(c.CACert, c.CAKey)
+	if err != nil {
+		return nil, fmt.Errorf("secret injection: the sandbox's CA: %w", err)
+	}
+	in := &netpolicy.Injection{CA: ca}
+	for _, s := range c.Secrets {
+		in.Bindings = append(in.Bindings, netpolicy.Binding{Key: s.Key, Host: s.Host, Header: s.Header, Value: s.Value})
+	}
+	return in, nil
+}
+
+// injections counts the requests each secret was added to, by host (the
+// engine's OnInject, which must not block).
+type injections struct {
+	mu     sync.Mutex
+	counts map[[2]string]int
+}
+
+func (i *injections) add(key, host string) {
+	i.mu.Lock()
+	i.counts[[2]string{key, host}]++
+	i.mu.Unlock()
+}
+
+func (i *injections) list() []netproc.Injection {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	var out []netproc.Injection
+	for k, n := range i.counts {
+		out = append(out, netproc.Injection{Key: k[0], Host: k[1], Count: n})
+	}
+	sort.Slice(out, func(a, b int) bool {
+		if out[a].Key != out[b].Key {
+			return out[a].Key < out[b].Key
+		}
+		return out[a].Host < out[b].Host
+	})
+	return out
 }
 
 // wire is a refusal as the owner gets it.

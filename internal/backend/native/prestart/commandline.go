@@ -26,7 +26,8 @@ func IsRun(args []string) bool {
 type runLine struct {
 	dataDir string
 	// noDaemon: a flag that keeps the run from a daemon (--no-daemon,
-	// --dry-run, -t, --interactive, --keep, another backend).
+	// --fast=false, --secret, --dry-run, -t, --interactive, --keep,
+	// another backend).
 	noDaemon bool
 }
 
@@ -72,6 +73,10 @@ func parseRun(args []string) (r runLine, ok bool) {
 					}
 					break
 				}
+				if k+1 < len(a) && a[k+1] == '=' {
+					r.set(n, a[k+2:]) // -F=false, as pflag reads it
+					break
+				}
 				r.set(n, "true")
 			}
 			if name == "" {
@@ -100,10 +105,23 @@ func (r *runLine) set(name, val string) {
 			r.noDaemon = true
 		}
 	case flagNoDaemon, flagDryRun, flagTty, flagInteractive, flagKeep:
-		if val != "false" && val != "0" && val != "f" && val != "F" && val != "FALSE" && val != "False" {
+		if !isFalse(val) {
 			r.noDaemon = true
 		}
+	case flagFast:
+		// --fast=false is --no-daemon.
+		if isFalse(val) {
+			r.noDaemon = true
+		}
+	case flagSecret:
+		r.noDaemon = true // a run with secrets builds its sandbox here
 	}
+}
+
+// isFalse is whether a boolean flag's value is one of strconv.ParseBool's
+// false spellings.
+func isFalse(val string) bool {
+	return val == "false" || val == "0" || val == "f" || val == "F" || val == "FALSE" || val == "False"
 }
 
 func equalFold(a, b string) bool {

@@ -5,46 +5,55 @@ package prestart
 
 // The long names of the global flags and run's.
 const (
-	flagAllowCidr   = "allow-cidr"
-	flagAllowDomain = "allow-domain"
-	flagBackend     = "backend"
-	flagBlockDomain = "block-domain"
-	flagConfig      = "config"
-	flagCpus        = "cpus"
-	flagDataDir     = "data-dir"
-	flagDryRun      = "dry-run"
-	flagEnv         = "env"
-	flagEnvFile     = "env-file"
-	flagHelp        = "help"
-	flagHostname    = "hostname"
-	flagImage       = "image"
-	flagInteractive = "interactive"
-	flagKeep        = "keep"
-	flagLogLevel    = "log-level"
-	flagMemory      = "memory"
-	flagMode        = "mode"
-	flagNetwork     = "network"
-	flagNoDaemon    = "no-daemon"
-	flagNoNetwork   = "no-network"
-	flagPids        = "pids"
-	flagProfile     = "profile"
-	flagPublish     = "publish"
-	flagPull        = "pull"
-	flagQuiet       = "quiet"
-	flagReadOnly    = "read-only"
-	flagTimeout     = "timeout"
-	flagTty         = "tty"
-	flagUser        = "user"
-	flagUserns      = "userns"
-	flagVolume      = "volume"
-	flagWorkdir     = "workdir"
+	flagAllowCidr         = "allow-cidr"
+	flagAllowDomain       = "allow-domain"
+	flagBackend           = "backend"
+	flagBlockDomain       = "block-domain"
+	flagBranch            = "branch"
+	flagCompatibilityMode = "compatibility-mode"
+	flagConfig            = "config"
+	flagCpus              = "cpus"
+	flagDataDir           = "data-dir"
+	flagDetach            = "detach"
+	flagDryRun            = "dry-run"
+	flagEnv               = "env"
+	flagEnvFile           = "env-file"
+	flagFast              = "fast"
+	flagHelp              = "help"
+	flagHostname          = "hostname"
+	flagImage             = "image"
+	flagInteractive       = "interactive"
+	flagKeep              = "keep"
+	flagLogLevel          = "log-level"
+	flagMemory            = "memory"
+	flagMode              = "mode"
+	flagName              = "name"
+	flagNetwork           = "network"
+	flagNoDaemon          = "no-daemon"
+	flagNoNetwork         = "no-network"
+	flagPids              = "pids"
+	flagProfile           = "profile"
+	flagPublish           = "publish"
+	flagPull              = "pull"
+	flagQuiet             = "quiet"
+	flagReadOnly          = "read-only"
+	flagRm                = "rm"
+	flagSecret            = "secret"
+	flagTemplate          = "template"
+	flagTimeout           = "timeout"
+	flagTtl               = "ttl"
+	flagTty               = "tty"
+	flagUser              = "user"
+	flagUserns            = "userns"
+	flagVolume            = "volume"
+	flagWorkdir           = "workdir"
 )
 
 // FlagTakesValue reports whether the flag with this long name, of 'run'
 // or a global one, takes a value; the others are switches.
 func FlagTakesValue(name string) bool {
 	switch name {
-	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagTimeout, flagUser, flagUserns, flagVolume, flagWorkdir:
+	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagCompatibilityMode, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagName, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagSecret, flagTemplate, flagTimeout, flagTtl, flagUser, flagUserns, flagVolume, flagWorkdir:
 		return true
 	}
 	return false
@@ -56,10 +65,16 @@ func FlagForShorthand(c byte) string {
 	switch c {
 	case 'B':
 		return flagBackend
+	case 'F':
+		return flagFast
 	case 'P':
 		return flagPublish
+	case 'S':
+		return flagSecret
 	case 'c':
 		return flagConfig
+	case 'd':
+		return flagDetach
 	case 'e':
 		return flagEnv
 	case 'h':
@@ -68,6 +83,8 @@ func FlagForShorthand(c byte) string {
 		return flagImage
 	case 'k':
 		return flagKeep
+	case 'm':
+		return flagMemory
 	case 'p':
 		return flagProfile
 	case 'q':

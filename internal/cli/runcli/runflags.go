@@ -1,0 +1,182 @@
+package runcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/policy"
+)
+
+// RunHabitsHelp is the part of run's --help about upstream's flags and
+// docker's habits.
+const RunHabitsHelp = `Upstream's flags and docker's habits: -F/--fast (default true) uses a warm
+sandbox from the daemon's pool when a daemon runs ('agentkernel daemon
+start'); each run still gets a clean sandbox of its own image and profile,
+and without a daemon the sandbox is built here. --fast=false never uses the
+daemon (as --no-daemon); --fast with --keep, --name, -d or --branch is an
+error, pooled sandboxes being ephemeral. --compatibility-mode is --mode.
+--rm is accepted and changes nothing: a run's sandbox is always removed.
+--name NAME keeps the run's sandbox as the persistent sandbox NAME, still
+running after the command ('agentkernel exec NAME -- ...'); --branch does
+the same under the name <project>-<git-branch>, reusing that sandbox when it
+exists; -d (--detach) creates and starts a persistent sandbox (named by
+--name, else sandbox-XXXXXXXX) without running a command, and prints its
+name; --ttl sets when such a sandbox expires. --template is not in this
+build yet. Unlike docker's, -p is the security profile (-P publishes a
+port), -i the image (--interactive keeps stdin open; stdin is passed to the
+command anyway) and -m is --memory as in docker.`
+
+// runHabits are run's flags taken from upstream's 'run' and docker's
+// (BindRunHabitFlags).
+type runHabits struct {
+	fast       bool
+	compatMode string
+	template   string
+	ttl        time.Duration
+	branch     bool
+	rm         bool
+	name       string
+	detach     bool
+}
+
+// bindRunHabitFlags registers them into fs.
+func bindRunHabitFlags(fs *pflag.FlagSet, h *runHabits) {
+	fs.BoolVarP(&h.fast, "fast", "F", true, "use a warm sandbox from the daemon's pool when a daemon runs; --fast=false builds it here (as --no-daemon)")
+	fs.StringVar(&h.compatMode, "compatibility-mode", "", "the same as --mode (upstream's name)")
+	fs.StringVar(&h.template, "template", "", "start from a template (not in this build yet: an error)")
+	fs.Var(&durationValue{&h.ttl}, "ttl", "with --name, -d or --branch: remove the kept sandbox this long after creation (by 'sandbox gc'), e.g. 1h")
+	fs.BoolVar(&h.branch, "branch", false, "run in the persistent sandbox <project>-<git-branch>, created (and kept running) or reused")
+	fs.BoolVar(&h.rm, "rm", false, "accepted for docker's sake: a run's sandbox is removed after the run anyway")
+	fs.StringVar(&h.name, "name", "", "keep the run's sandbox as the persistent sandbox NAME, running after the command")
+	fs.BoolVarP(&h.detach, "detach", "d", false, "create and start a persistent sandbox (NAME from --name) without running a command; print its name")
+}
+
+// persistent reports whether the run goes to a persistent sandbox.
+func (h *runHabits) persistent() bool { return h.name != "" || h.detach || h.branch }
+
+// PersistentRun is a run whose sandbox is a persistent one (--name, -d,
+// --branch): agentkernel-full's App.RunPersistent runs it.
+type PersistentRun struct {
+	// Name is --name ("" with --branch, or -d without --name).
+	Name string
+	// Branch: the name is <project>-<git-branch>, reused when it exists.
+	Branch bool
+	// Detach: create and start only, no command.
+	Detach bool
+	// TTL is --ttl (0: none).
+	TTL time.Duration
+	// Overrides are the run's sandbox flags; Args the command.
+	Overrides *policy.Overrides
+	Args      []string
+}
+
+// checkRunHabits checks run's upstream and docker flags against each other
+// and the others given (set, by long name), and folds them into o:
+// --compatibility-mode into --mode, --fast=false into --no-daemon.
+func checkRunHabits(o *RunOptions, set map[string]bool, args []string) error {
+	h := &o.habits
+	if set["template"] {
+		return &ExitError{Code: ExitAgentkernel, Err: errors.New("--template: templates are not in this build yet"),
+			Hint: "put the image and settings in agentkernel.toml ('agentkernel init'), or give --image and --profile"}
+	}
+	if set["compatibility-mode"] {
+		if set["mode"] && o.overrides.Mode != h.compatMode {
+			return runUsage("--mode %q and --compatibility-mode %q disagree: --compatibility-mode is another name for --mode; give one", o.overrides.Mode, h.compatMode)
+		}
+		o.overrides.Mode = h.compatMode
+		set["mode"] = true
+	}
+	keeps := ""
+	switch {
+	case set["name"]:
+		keeps = "--name"
+	case set["detach"]:
+		keeps = "-d"
+	case set["branch"]:
+		keeps = "--branch"
+	}
+	if set["rm"] && h.rm {
+		switch {
+		case o.overrides.Keep:
+			return runUsage("--rm and --keep contradict each other: --keep keeps the sandbox's writable layer")
+		case keeps != "":
+			return runUsage("--rm and %s contradict each other: %s keeps the sandbox", keeps, keeps)
+		}
+	}
+	if set["fast"] {
+		switch {
+		case h.fast && o.overrides.Keep:
+			return runUsage("cannot use --fast with --keep (pooled sandboxes are ephemeral): use --fast=false --keep, or leave --fast out")
+		case h.fast && keeps != "":
+			return runUsage("cannot use --fast with %s (pooled sandboxes are ephemeral): leave --fast out", keeps)
+		case h.fast && set["no-daemon"] && o.noDaemon:
+			return runUsage("--fast and --no-daemon contradict each other: --fast asks for the daemon's warm pool")
+		case !h.fast:
+			o.noDaemon = true
+		}
+	}
+	if set["ttl"] && keeps == "" {
+		return runUsage("--ttl sets when a sandbox kept with --name, -d or --branch expires: a plain run's sandbox ends with the run, and --keep keeps only its writable layer")
+	}
+	if set["ttl"] && h.ttl <= 0 {
+		return runUsage("--ttl must be a positive duration such as 1h")
+	}
+	if keeps == "" {
+		return nil
+	}
+	switch {
+	case h.name != "" && h.branch:
+		return runUsage("give either --name or --branch, not both")
+	case set["name"] && h.name == "":
+		return runUsage("--name needs a sandbox name")
+	case o.overrides.Keep:
+		return runUsage("--keep and %s contradict each other: --keep keeps a run's writable layer, %s the whole sandbox", keeps, keeps)
+	case set["timeout"]:
+		return runUsage("--timeout and %s: a kept sandbox has no run timeout (use --ttl for when it expires, or 'timeout' inside the command)", keeps)
+	case h.detach && (o.overrides.TTY || o.overrides.Interactive):
+		return runUsage("-d and -t/--interactive contradict each other: -d runs nothing to talk to ('agentkernel attach NAME' opens a shell)")
+	case h.detach && h.branch:
+		return runUsage("-d and --branch: use 'agentkernel sandbox create --branch --start' to start the branch's sandbox without a command")
+	case h.detach && len(args) > 0:
+		return &ExitError{Code: ExitAgentkernel, Err: errors.New("run -d with a command: a sandbox's commands run attached to their caller here, so a command cannot be left running in the background"),
+			Hint: "start the sandbox with 'agentkernel run -d --name NAME', then run commands in it with 'agentkernel exec NAME -- COMMAND'"}
+	case !h.detach && len(args) == 0:
+		return runUsage("%s needs a command to run in the sandbox (or -d to only start it)", keeps)
+	}
+	if h.name != "" {
+		if err := config.ValidateSandboxName(h.name); err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--name: %w", err), Hint: "see 'agentkernel sandbox --help' for the rule"}
+		}
+	}
+	return nil
+}
+
+// runPersistent runs a run that keeps its sandbox, with RunPersistent
+// (agentkernel-full's), or answers ErrNeedsFull where there is none.
+func (a *App) runPersistent(ctx context.Context, o *RunOptions, args []string) error {
+	if a.RunPersistent == nil {
+		return ErrNeedsFull
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	h := &o.habits
+	return a.RunPersistent(ctx, PersistentRun{Name: h.name, Branch: h.branch, Detach: h.detach, TTL: h.ttl, Overrides: &o.overrides, Args: args})
+}
+
+// RunHabitsExample is run's --help examples of RunHabitsHelp's flags.
+const RunHabitsExample = `  agentkernel run --name dev -- pip install -r requirements.txt   # dev keeps running
+  agentkernel run --branch -- npm test           # in the sandbox of this git branch
+  agentkernel run -d --name box --ttl 2h         # start a sandbox, print its name
+  agentkernel run --fast=false -m 1g -- make     # no daemon; 1 GiB of memory`
+
+// runUsage is a usage error of run's flags (exit status 125), with the
+// hint to see run's help.
+func runUsage(format string, args ...any) error {
+	return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf(format, args...), Hint: "see 'agentkernel run --help'"}
+}

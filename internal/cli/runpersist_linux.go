@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// runPersistent is runcli.App.RunPersistent here: a run with --name, -d
+// or --branch. Its spec is resolved as a run's (the command picks the
+// image), recorded as a persistent sandbox and started; the command then
+// runs in it as 'exec -i' would, with run's terminal (-t) and stdin, and
+// the sandbox keeps running afterwards. --branch reuses the sandbox of its
+// name when it exists (its spec as it was made). -d prints the name
+// instead of running anything.
+func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
+	if err := a.SetupLogging(); err != nil {
+		return err
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	name := r.Name
+	switch {
+	case r.Branch:
+		if name, err = branchName(dir); err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--branch: %w", err)}
+		}
+	case name == "":
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		name = "sandbox-" + hex.EncodeToString(b[:])
+	}
+	if err := validName(name); err != nil {
+		return err
+	}
+	ov := r.Overrides
+	ov.Name = name
+	if ov.Set == nil {
+		ov.Set = map[string]bool{}
+	}
+	ov.Set["name"] = true
+	tty := ov.TTY
+	spec, err := a.ResolveRunSpec(ov, r.Args)
+	if err != nil {
+		return err
+	}
+	// The sandbox idles; the command runs in it by exec.
+	spec.Args = nil
+	m, done, err := a.sandboxes()
+	if err != nil {
+		return err
+	}
+	defer done()
+	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, TTL: r.TTL, Start: true, Reuse: r.Branch})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrSandboxExists) {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q already exists", name),
+				Hint: "run commands in it with 'agentkernel exec " + name + " -- COMMAND', or remove it with 'agentkernel rm -f " + name + "'"}
+		}
+		if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
+			return sandboxError(name, err)
+		}
+		return imageError(err)
+	}
+	if r.Detach {
+		fmt.Fprintln(a.Stdout, name)
+		return nil
+	}
+	if !created {
+		a.Infof("agentkernel: running in the existing sandbox %s", name)
+	}
+	err = a.RunExec(ctx, m, name, r.Args, &runcli.ExecOptions{TTY: tty, Interactive: true})
+	if created {
+		a.Infof("agentkernel: sandbox %s keeps running: 'agentkernel exec %s -- COMMAND' runs more in it, 'agentkernel rm -f %s' removes it", name, name, name)
+	}
+	if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
+		return sandboxError(name, err)
+	}
+	return err
+}
