@@ -137,7 +137,16 @@ type runRequest struct {
 	Network      networkField `json:"network"`
 	AllowDomains []string     `json:"allow_domains"`
 	BlockDomains []string     `json:"block_domains"`
+	// Secrets are secret bindings as 'run -S' takes them: the value is
+	// added to HTTPS requests to the host without entering the sandbox.
+	Secrets []string `json:"secrets"`
 }
+
+// maxSecrets bounds a request's secret bindings.
+const maxSecrets = 32
+
+// errSecretsRunOnly refuses secrets for a persistent sandbox.
+var errSecretsRunOnly = badRequest("secrets are not supported for persistent sandboxes yet: secrets work with POST /run (and /run/stream, /batch/run) only for now")
 
 // networkField is a request's "network": a boolean (upstream's form) or
 // a mode name.
@@ -178,8 +187,11 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 	if s.opts.Resolve == nil {
 		return nil, fmt.Errorf("the server has no spec resolver")
 	}
+	if len(q.Secrets) > maxSecrets {
+		return nil, badRequest("secrets: %d bindings, more than %d", len(q.Secrets), maxSecrets)
+	}
 	spec, err := s.opts.Resolve(r.Context(), RunSpec{Args: q.Command, Image: q.Image, Profile: profileName(q.Profile),
-		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains})
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Secrets: q.Secrets})
 	if err != nil {
 		return nil, badRequest("%s", err.Error())
 	}
@@ -396,9 +408,15 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		AllowDomains []string     `json:"allow_domains"`
 		BlockDomains []string     `json:"block_domains"`
 		Ports        []string     `json:"ports"`
+		// Secrets are refused (errSecretsRunOnly), never ignored.
+		Secrets json.RawMessage `json:"secrets"`
 	}
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)
+		return
+	}
+	if len(q.Secrets) > 0 && string(q.Secrets) != "null" && string(q.Secrets) != "[]" {
+		s.fail(w, q.Name, errSecretsRunOnly)
 		return
 	}
 	if err := sandbox.ValidateName(q.Name); err != nil {

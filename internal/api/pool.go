@@ -204,7 +204,9 @@ const maxPooledArgs = 32 << 10
 func poolable(spec *sandbox.Spec) bool {
 	// Published ports are bound by one sandbox at a time: two warm
 	// sandboxes of the spec could not both hold them.
-	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 || len(spec.Network.Ports) > 0 {
+	// Secrets are made per run (their CA, their values), and are not
+	// part of the pool's key.
+	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 || len(spec.Network.Ports) > 0 || spec.Secrets != nil {
 		return false
 	}
 	n := 0

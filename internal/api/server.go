@@ -38,6 +38,11 @@ type RunSpec struct {
 	AllowDomains []string
 	BlockDomains []string
 	Ports        []string
+	// Secrets are secret bindings in the forms of 'run -S' (KEY:HOST,
+	// KEY:HOST:HEADER, KEY=VALUE:HOST); only runs (not persistent
+	// sandboxes) take them. The resolver must never put a value in an
+	// error.
+	Secrets []string
 }
 
 // Options configures a Server.

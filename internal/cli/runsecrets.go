@@ -88,3 +88,11 @@ func secretRunError(key string, err error) error {
 	}
 	return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("-S/--secret %s: %w", key, err), Hint: hint}
 }
+
+// errSecretsRunOnly refuses secret bindings where they are not supported
+// yet: a persistent sandbox cannot keep them across its restarts.
+func errSecretsRunOnly(where string) error {
+	return &runcli.ExitError{Code: runcli.ExitAgentkernel,
+		Err:  fmt.Errorf("%s: -S/--secret is not supported for persistent sandboxes yet: secrets work with 'agentkernel run' only for now", where),
+		Hint: "run the command with 'agentkernel run -S KEY:HOST -- CMD' instead"}
+}

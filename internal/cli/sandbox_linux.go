@@ -189,6 +189,7 @@ type createOptions struct {
 	start       bool
 	branch      bool
 	dir         string
+	secrets     []string
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -229,6 +230,9 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
   agentkernel sandbox create api --dir ~/src/api -p permissive`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(o.secrets) > 0 {
+				return errSecretsRunOnly("sandbox create")
+			}
 			o.overrides.Set = runcli.ChangedFlags(cmd.Flags())
 			name := ""
 			if len(args) == 1 {
@@ -248,6 +252,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 	fs.BoolVar(&o.start, "start", false, "start the sandbox right away")
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
+	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "not supported yet: secrets work with 'agentkernel run' only (a persistent sandbox cannot keep them across restarts yet)")
 	return cmd
 }
 

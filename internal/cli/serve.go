@@ -395,7 +395,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 // directory and configuration.
 func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, api.RunSpec) (*sandbox.Spec, error) {
 	home, _ := os.UserHomeDir()
-	return func(_ context.Context, r api.RunSpec) (*sandbox.Spec, error) {
+	return func(ctx context.Context, r api.RunSpec) (*sandbox.Spec, error) {
+		if len(r.Secrets) > 0 && r.Name != "" {
+			return nil, errors.New("secrets are not supported for persistent sandboxes yet: secrets work with runs only for now")
+		}
 		o := policy.Overrides{Name: r.Name, Image: r.Image, Profile: r.Profile, Network: r.Network,
 			AllowDomains: r.AllowDomains, BlockDomains: r.BlockDomains, Publish: r.Ports}
 		if r.VCPUs > 0 {
@@ -418,6 +421,10 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 			return nil, err
 		} else if w != "" {
 			a.Logger.Warn(w)
+		}
+		// The same parsing, checks and vault lookup as 'run -S'.
+		if err := a.BindSecrets(ctx, r.Secrets, spec); err != nil {
+			return nil, err
 		}
 		return spec, nil
 	}

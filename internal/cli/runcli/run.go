@@ -86,6 +86,7 @@ type RunOptions struct {
 	daemon    *daemonClient // set by RunCommand when the daemon may serve the run
 	habits    runHabits     // upstream's and docker's flags (runflags.go)
 	secrets   []string      // -S/--secret bindings (secretflags.go)
+	cfgSecret []SecretFlag  // [secrets] bindings of trusted configuration (secretflags.go)
 }
 
 // BindRunFlags registers run's flags (the sandbox's, BindSpecFlags, and

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"sort"
 	"strings"
 
 	"github.com/spf13/pflag"
 
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/policy"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -30,7 +33,10 @@ processes of the host: prefer the vault). Other hosts are not intercepted
 a host it is not bound to is refused. The sandbox needs network egress, and
 in filtered mode HOST must also be allowed (--allow-domain HOST): a binding
 never widens the network policy. -S is for 'agentkernel run' only so far
-(not with --name, -d, --branch or --keep), and never goes through the daemon.`
+(not with --name, -d, --branch or --keep), and never goes through the daemon.
+[secrets] KEY = {host = "HOST"} in your own configuration file (or --config)
+binds KEY for every run that can reach HOST; a project's agentkernel.toml
+cannot bind secrets (its bindings are ignored, with a warning).`
 
 // maxSecretFlags bounds the -S flags of one run (the network helper's
 // configuration message carries them all).
@@ -191,13 +197,9 @@ func parseSecretFlags(ss []string) ([]SecretFlag, error) {
 		if err != nil {
 			return nil, err
 		}
-		h := f.Header
-		if h == "" {
-			h = "authorization"
-		}
-		slot := f.Host + " " + strings.ToLower(h)
+		slot := secretSlot(f)
 		if k, ok := seen[slot]; ok {
-			return nil, fmt.Errorf("-S/--secret: %s and %s both go in header %s of %s: give one", k, f.Key, h, f.Host)
+			return nil, fmt.Errorf("-S/--secret: %s and %s both go in header %s of %s: give one", k, f.Key, strings.Fields(slot)[1], f.Host)
 		}
 		seen[slot] = f.Key
 		out = append(out, f)
@@ -206,36 +208,149 @@ func parseSecretFlags(ss []string) ([]SecretFlag, error) {
 }
 
 // checkSecretRun refuses -S where it is not supported yet, before
-// anything is resolved.
+// anything is resolved, and takes the [secrets] bindings of trusted
+// configuration (ConfigSecretFlags) for a run that can have them.
 func (a *App) checkSecretRun(o *RunOptions) error {
-	if len(o.secrets) == 0 {
+	if err := a.takeConfigSecrets(o); err != nil {
+		return err
+	}
+	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
 		return nil
 	}
 	if a.ResolveSecrets == nil {
 		// The vault and the CA are agentkernel-full's.
 		return fmt.Errorf("%w: -S/--secret", ErrNeedsFull)
 	}
-	if o.habits.persistent() {
-		return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
-			Hint: "drop --name/-d/--branch, or give the value to the sandbox another way"}
-	}
-	if o.overrides.Keep {
-		return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep is not supported yet")}
-	}
-	if b := strings.ToLower(o.backend); b != "" && b != "native" {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("-S/--secret is not supported by backend %s", o.backend)}
+	if len(o.secrets) > 0 {
+		if o.habits.persistent() {
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
+				Hint: "drop --name/-d/--branch, or give the value to the sandbox another way"}
+		}
+		if o.overrides.Keep {
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep is not supported yet")}
+		}
+		if b := strings.ToLower(o.backend); b != "" && b != "native" {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("-S/--secret is not supported by backend %s", o.backend)}
+		}
 	}
 	// The daemon's pool cannot take secrets: the run is built here.
 	o.noDaemon = true
 	return nil
 }
 
-// bindSecrets parses a run's -S flags, checks them against spec's network
-// policy and sets spec.Secrets through App.ResolveSecrets (the vault's
-// values, the sandbox's CA: agentkernel-full's). Every failure is exit
-// status 125.
+// takeConfigSecrets sets o.cfgSecret to the [secrets] bindings of
+// trusted configuration, unless the run cannot have secrets (then it
+// says so and leaves them out). A project file's bindings are ignored,
+// with a warning. A configuration that does not load is left to the
+// run's own loading, which reports it.
+func (a *App) takeConfigSecrets(o *RunOptions) error {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil
+	}
+	cfg, _, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: cwd})
+	if err != nil {
+		return nil
+	}
+	flags, ignored, err := ConfigSecretFlags(cfg, a.ConfigPath != "")
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "fix the binding in the configuration file"}
+	}
+	if len(ignored) > 0 {
+		// The names are the project file's: quoted, a few.
+		names := make([]string, 0, 5)
+		for i, k := range ignored {
+			if i == 4 && len(ignored) > 5 {
+				names = append(names, fmt.Sprintf("and %d more", len(ignored)-4))
+				break
+			}
+			names = append(names, fmt.Sprintf("%.60q", k))
+		}
+		a.Warnf("ignoring [secrets] binding %s of %s: a project's agentkernel.toml may not bind secrets (it could send them to a host of its choosing); bind them in your own configuration file (%s) or give -S", strings.Join(names, ", "), projectFileSource(cfg, ignored[0]), userConfigHint())
+	}
+	if len(flags) == 0 {
+		return nil
+	}
+	why := ""
+	switch {
+	case o.habits.persistent():
+		why = "a persistent sandbox (--name, -d, --branch)"
+	case o.overrides.Keep:
+		why = "--keep"
+	case o.backend != "" && !strings.EqualFold(o.backend, "native"):
+		why = "backend " + o.backend
+	}
+	if why != "" {
+		a.Warnf("the [secrets] bindings of the configuration are not applied: secrets are not supported with %s yet", why)
+		return nil
+	}
+	o.cfgSecret = flags
+	return nil
+}
+
+// userConfigHint names the user-wide configuration file.
+func userConfigHint() string {
+	if p := config.UserPath(os.Getenv); p != "" {
+		return p
+	}
+	return "~/.config/agentkernel/config.toml"
+}
+
+// projectFileSource is where the [secrets] binding key was set.
+func projectFileSource(cfg *config.Config, key string) string {
+	return cfg.Source("secrets." + key).String()
+}
+
+// ConfigSecretFlags returns the [secrets] bindings (KEY = {host, header})
+// of trusted configuration as -S bindings, sorted by key: the user-wide
+// file's, and with explicit (--config given) the project file's too. A
+// binding that a project file found in the working directory set, or
+// changed, is not returned but named in ignored: a project could bind a
+// vault key to a host of its choosing and so send the secret there.
+func ConfigSecretFlags(cfg *config.Config, explicit bool) (flags []SecretFlag, ignored []string, err error) {
+	keys := make([]string, 0, len(cfg.Secrets.Bindings))
+	for k := range cfg.Secrets.Bindings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	trusted := func(key string) bool {
+		s, ok := cfg.Sources[key]
+		return !ok || s.Kind == config.SourceUser || s.Kind == config.SourceDefault || s.Kind == "" || (s.Kind == config.SourceProject && explicit)
+	}
+	for _, k := range keys {
+		b := cfg.Secrets.Bindings[k]
+		name := "secrets." + k
+		if !trusted(name) || !trusted(name+".host") || !trusted(name+".header") {
+			ignored = append(ignored, k)
+			continue
+		}
+		f := SecretFlag{Key: k, Host: strings.ToLower(strings.TrimSuffix(b.Host, ".")), Header: b.Header}
+		err := checkSecretKey(k)
+		if err == nil {
+			err = checkSecretHost(f.Host)
+		}
+		if err == nil && f.Header != "" && !validHeaderName(f.Header) {
+			err = fmt.Errorf("%q is not a header name", f.Header)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("[secrets] %.130q (%s): %v", k, cfg.Source(name), err)
+		}
+		flags = append(flags, f)
+	}
+	if len(flags) > maxSecretFlags {
+		return nil, nil, fmt.Errorf("[secrets]: %d bindings, more than %d", len(flags), maxSecretFlags)
+	}
+	return flags, ignored, nil
+}
+
+// bindSecrets parses a run's -S flags, adds the [secrets] bindings of
+// trusted configuration (those whose host the network policy lets
+// through, and whose header of that host no -S takes), checks them
+// against spec's network policy and sets spec.Secrets through
+// App.ResolveSecrets (the vault's values, the sandbox's CA:
+// agentkernel-full's). Every failure is exit status 125.
 func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec) error {
-	if len(o.secrets) == 0 {
+	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
 		return nil
 	}
 	fail := func(err error, hint string) error {
@@ -245,9 +360,51 @@ func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec
 	if err != nil {
 		return fail(err, "see 'agentkernel run --help' (Secrets)")
 	}
-	if err := checkSecretHosts(spec.Network, flags); err != nil {
-		return err
+	if len(flags) > 0 {
+		if err := checkSecretHosts(spec.Network, flags); err != nil {
+			return err
+		}
 	}
+	taken := map[string]bool{}
+	for _, f := range flags {
+		taken[secretSlot(f)] = true
+	}
+	for _, f := range o.cfgSecret {
+		if taken[secretSlot(f)] {
+			continue
+		}
+		if err := checkSecretHosts(spec.Network, []SecretFlag{f}); err != nil {
+			if spec.Network.Mode.Egress() {
+				a.Warnf("[secrets] binding %s not applied: %s is not reachable under this run's network policy", f.Key, f.Host)
+			}
+			continue
+		}
+		taken[secretSlot(f)] = true
+		flags = append(flags, f)
+	}
+	if len(flags) == 0 {
+		return nil
+	}
+	if len(flags) > maxSecretFlags {
+		return fail(fmt.Errorf("-S/--secret and [secrets]: %d bindings, more than %d", len(flags), maxSecretFlags), "")
+	}
+	return a.resolveSecretFlags(ctx, flags, spec)
+}
+
+// BindSecrets gives spec the secret bindings (the forms of -S/--secret:
+// KEY:HOST, KEY:HOST:HEADER, KEY=VALUE:HOST) as a run's -S flags would,
+// with the same checks and the same vault lookup: the one resolution of
+// the HTTP API's and MCP's "secrets". Its errors never hold a value.
+func (a *App) BindSecrets(ctx context.Context, bindings []string, spec *sandbox.Spec) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return a.bindSecrets(ctx, &RunOptions{secrets: bindings}, spec)
+}
+
+// resolveSecretFlags sets spec.Secrets for flags, checked already,
+// through App.ResolveSecrets.
+func (a *App) resolveSecretFlags(ctx context.Context, flags []SecretFlag, spec *sandbox.Spec) error {
 	if a.ResolveSecrets == nil {
 		return fmt.Errorf("%w: -S/--secret", ErrNeedsFull)
 	}
@@ -257,10 +414,19 @@ func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec
 		if errors.As(err, &ee) {
 			return err
 		}
-		return fail(err, "")
+		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	spec.Secrets = s
 	return nil
+}
+
+// secretSlot is the header of a host a binding fills.
+func secretSlot(f SecretFlag) string {
+	h := f.Header
+	if h == "" {
+		h = "authorization"
+	}
+	return f.Host + " " + strings.ToLower(h)
 }
 
 // checkSecretHosts refuses bindings the network policy would not let
