@@ -58,6 +58,7 @@ func newDetectCmd(a *App) *cobra.Command {
 				Args:          args,
 				Dir:           ".",
 			})
+			r.Fallback = a.FallbackNote(r.Image, r.Rule)
 			if asJSON {
 				return json.NewEncoder(a.Stdout).Encode(r)
 			}

@@ -596,7 +596,7 @@ func newSandboxListCmd(a *App) *cobra.Command {
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND\tAGE\tNETWORK\tPORTS\tLABELS")
 			for _, sb := range out {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.Image, sb.Backend, age(sb.CreatedAt), networkString(sb), portsString(sb.Ports), labelString(sb.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.ImageLabel(), sb.Backend, age(sb.CreatedAt), networkString(sb), portsString(sb.Ports), labelString(sb.Labels))
 			}
 			return tw.Flush()
 		},
@@ -624,7 +624,7 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 		if sb.StopReason != "" && sb.Status != sandbox.StatusRunning {
 			fmt.Fprintf(w, "Stop reason:\t%s\n", sb.StopReason)
 		}
-		fmt.Fprintf(w, "Image:\t%s\n", sb.Image)
+		fmt.Fprintf(w, "Image:\t%s\n", sb.ImageLabel())
 		if sb.ImageDigest != "" {
 			fmt.Fprintf(w, "Digest:\t%s\n", sb.ImageDigest)
 		}

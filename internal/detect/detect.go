@@ -54,15 +54,40 @@ type Result struct {
 	// ("go.mod"), the Procfile process ("Procfile: web") or the config key
 	// ("base_image", "runtime = python"). Empty for flag and default.
 	Detail string `json:"detail,omitempty"`
+	// Fallback, when set, says that the image is not cached and that a
+	// run falls back to the host's own tools if its registry cannot be
+	// reached (the caller fills it: detection knows no cache).
+	Fallback string `json:"fallback,omitempty"`
 }
 
 // String renders the result the way 'agentkernel detect' prints it, e.g.
-// `python:3.12-alpine  (rule: command "python3")`.
+// `python:3.12-alpine  (rule: command "python3")`, with the fallback
+// note on a second line when there is one.
 func (r Result) String() string {
-	if r.Detail == "" {
-		return r.Image + "  (rule: " + r.Rule + ")"
+	s := r.Image + "  (rule: " + r.Rule + ")"
+	if r.Detail != "" {
+		s = r.Image + "  (rule: " + r.Rule + " \"" + r.Detail + "\")"
 	}
-	return r.Image + "  (rule: " + r.Rule + " \"" + r.Detail + "\")"
+	if r.Fallback != "" {
+		s += "\n" + r.Fallback
+	}
+	return s
+}
+
+// CanFallBack reports whether an image chosen by rule may be replaced by
+// the host's own tools when it is not cached and its registry cannot be
+// reached: only images detection chose; one the user named (flag or
+// config) never falls back, and "host" is the host already.
+func CanFallBack(image, rule string) bool {
+	if image == "host" || image == "host:latest" {
+		return false
+	}
+	return rule != RuleFlag && rule != RuleConfig
+}
+
+// FallbackNote is Result.Fallback for image.
+func FallbackNote(image string) string {
+	return "note: " + image + " is not cached: if its registry cannot be reached, the run falls back to the host's own tools, read-only (image host)"
 }
 
 // Image applies the detection precedence to in and never fails: a

@@ -201,29 +201,29 @@ func TestPrecedence(t *testing.T) {
 		want Result
 	}{
 		{"flag beats everything", Input{ExplicitImage: "busybox", ConfigImage: "x:1", ConfigRuntime: "node", Args: []string{"cargo"}, Dir: full},
-			Result{"busybox", RuleFlag, ""}},
+			Result{Image: "busybox", Rule: RuleFlag, Detail: ""}},
 		{"config base_image beats runtime and command", Input{ConfigImage: "x:1", ConfigRuntime: "node", Args: []string{"cargo"}, Dir: full},
-			Result{"x:1", RuleConfig, "base_image"}},
+			Result{Image: "x:1", Rule: RuleConfig, Detail: "base_image"}},
 		{"config runtime beats command", Input{ConfigRuntime: "node", Args: []string{"cargo"}, Dir: full},
-			Result{"node:22-alpine", RuleConfig, "runtime = node"}},
+			Result{Image: "node:22-alpine", Rule: RuleConfig, Detail: "runtime = node"}},
 		{"config runtime base", Input{ConfigRuntime: "base", Args: []string{"cargo"}, Dir: full},
-			Result{"alpine:3.20", RuleConfig, "runtime = base"}},
+			Result{Image: "alpine:3.20", Rule: RuleConfig, Detail: "runtime = base"}},
 		{"command beats project files", Input{Args: []string{"cargo", "test"}, Dir: full},
-			Result{"rust:1.85-alpine", RuleCommand, "cargo"}},
+			Result{Image: "rust:1.85-alpine", Rule: RuleCommand, Detail: "cargo"}},
 		{"project files beat Procfile", Input{Args: []string{"ls"}, Dir: full},
-			Result{"golang:1.23-alpine", RuleProject, "go.mod"}},
+			Result{Image: "golang:1.23-alpine", Rule: RuleProject, Detail: "go.mod"}},
 		{"no command: project files", Input{Dir: full},
-			Result{"golang:1.23-alpine", RuleProject, "go.mod"}},
+			Result{Image: "golang:1.23-alpine", Rule: RuleProject, Detail: "go.mod"}},
 		{"Procfile beats default", Input{Args: []string{"./run"}, Dir: procOnly},
-			Result{"ruby:3.3-alpine", RuleProcfile, "Procfile: web"}},
+			Result{Image: "ruby:3.3-alpine", Rule: RuleProcfile, Detail: "Procfile: web"}},
 		{"default", Input{Args: []string{"ls"}, Dir: t.TempDir()},
-			Result{"alpine:3.20", RuleDefault, ""}},
+			Result{Image: "alpine:3.20", Rule: RuleDefault, Detail: ""}},
 		{"shell defers to project files", Input{Args: []string{"bash", "-c", "go test"}, Dir: full},
-			Result{"golang:1.23-alpine", RuleProject, "go.mod"}},
+			Result{Image: "golang:1.23-alpine", Rule: RuleProject, Detail: "go.mod"}},
 		{"shell defers to Procfile", Input{Args: []string{"sh"}, Dir: procOnly},
-			Result{"ruby:3.3-alpine", RuleProcfile, "Procfile: web"}},
+			Result{Image: "ruby:3.3-alpine", Rule: RuleProcfile, Detail: "Procfile: web"}},
 		{"shell alone is a command match", Input{Args: []string{"/bin/sh"}, Dir: t.TempDir()},
-			Result{"alpine:3.20", RuleCommand, "sh"}},
+			Result{Image: "alpine:3.20", Rule: RuleCommand, Detail: "sh"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -295,5 +295,29 @@ func touch(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFallbackNote(t *testing.T) {
+	for _, c := range []struct {
+		image, rule string
+		can         bool
+	}{
+		{"node:22-alpine", RuleCommand, true}, {"alpine:3.20", RuleDefault, true}, {"golang:1.23-alpine", RuleProject, true},
+		{"python:3.12-alpine", RuleProcfile, true}, {"node:22-alpine", RuleFlag, false}, {"x:1", RuleConfig, false},
+		{"host", RuleCommand, false}, {"host:latest", RuleDefault, false},
+	} {
+		if got := CanFallBack(c.image, c.rule); got != c.can {
+			t.Errorf("CanFallBack(%q, %q) = %v, want %v", c.image, c.rule, got, c.can)
+		}
+	}
+	r := Result{Image: "node:22-alpine", Rule: RuleCommand, Detail: "node", Fallback: FallbackNote("node:22-alpine")}
+	got := r.String()
+	if !strings.HasPrefix(got, `node:22-alpine  (rule: command "node")`+"\n") || !strings.Contains(got, "host") || !strings.Contains(got, "not cached") {
+		t.Errorf("String() with a fallback note = %q", got)
+	}
+	r.Fallback = ""
+	if got := r.String(); got != `node:22-alpine  (rule: command "node")` {
+		t.Errorf("String() without a note = %q", got)
 	}
 }

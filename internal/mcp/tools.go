@@ -352,6 +352,9 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	if err != nil {
 		return sandboxError(in.Name, err), nil, nil
 	}
+	if info.RequestedImage != "" {
+		return textResult(fmt.Sprintf("Sandbox '%s' created and started with image 'host': %s is not cached and its registry cannot be reached, so the sandbox runs the host's own tools (read-only) instead.", info.Name, info.RequestedImage)), nil, nil
+	}
 	return textResult(fmt.Sprintf("Sandbox '%s' created and started with image '%s'.", info.Name, info.Image)), nil, nil
 }
 
@@ -396,7 +399,7 @@ func (t *tools) list(ctx context.Context, req *sdk.CallToolRequest, in listInput
 	tw := tabwriter.NewWriter(&b, 0, 4, 1, '\t', 0)
 	fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND")
 	for _, sb := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.Image, sb.Backend)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.ImageLabel(), sb.Backend)
 	}
 	_ = tw.Flush()
 	return textResult(b.String()), nil, nil

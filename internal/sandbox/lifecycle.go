@@ -133,7 +133,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	if backend == "" {
 		backend = "native"
 	}
-	info = &Info{Name: req.Name, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, Backend: backend,
+	info = &Info{Name: req.Name, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, RequestedImage: spec.RequestedImage, Backend: backend,
 		Status: StatusStopped, Profile: spec.Profile, Resources: spec.Resources, Labels: req.Labels, Description: req.Description}
 	if req.TTL > 0 {
 		exp := time.Now().Add(req.TTL).UTC()

@@ -99,8 +99,9 @@ func (m *Manager) backendNames() string {
 
 // PrepareRootfs fills spec.Rootfs from the image store. An image chosen by
 // auto-detection that is not cached while its registry cannot be reached
-// falls back to the host image with one warning; an image the user named
-// never falls back.
+// falls back to the host image with one warning, and the spec records it
+// (Image "host", RequestedImage the one asked for); an image the user
+// named never falls back.
 func (m *Manager) PrepareRootfs(ctx context.Context, spec *Spec) error {
 	if m.opts.Images == nil {
 		return errors.New("no image store configured")
@@ -110,6 +111,7 @@ func (m *Manager) PrepareRootfs(ctx context.Context, spec *Spec) error {
 		if m.opts.Images.Unreachable(err) && autoDetected(spec.ImageRule) {
 			m.opts.Warn("%s is not cached and its registry cannot be reached; running with the host's own tools (read-only) instead", spec.Image)
 			spec.Rootfs = m.opts.Images.Host()
+			spec.Image, spec.RequestedImage = image.HostRef, spec.Image
 			return nil
 		}
 		return err

@@ -60,6 +60,10 @@ func TestManagerHostFallback(t *testing.T) {
 			if err != nil || !spec.Rootfs.Host || res.ExitCode != 7 || len(warned) != 1 || !strings.Contains(warned[0], "python:3.12-alpine") {
 				t.Errorf("rule %s: want host fallback with one warning, got err=%v rootfs=%+v warned=%q", c.rule, err, spec.Rootfs, warned)
 			}
+			// What runs is recorded, and what was asked for beside it.
+			if spec.Image != "host" || spec.RequestedImage != "python:3.12-alpine" || be.got == nil || be.got.Image != "host" {
+				t.Errorf("rule %s: the fallback is recorded as image %q requested %q; want host for python:3.12-alpine", c.rule, spec.Image, spec.RequestedImage)
+			}
 		} else if err == nil || be.got != nil || len(warned) != 0 {
 			t.Errorf("rule %s: a named image must never fall back (err=%v ran=%v warned=%q)", c.rule, err, be.got != nil, warned)
 		}

@@ -20,8 +20,11 @@ type Info struct {
 	UUID        string `json:"uuid"`
 	Image       string `json:"image"`
 	ImageDigest string `json:"image_digest,omitempty"`
-	Backend     string `json:"backend"`
-	Status      string `json:"status"`
+	// RequestedImage is the image that was asked for when the host's
+	// own tools run instead (Image is then "host").
+	RequestedImage string `json:"requested_image,omitempty"`
+	Backend        string `json:"backend"`
+	Status         string `json:"status"`
 	// StopReason says why a stopped sandbox stopped ("stopped by user",
 	// "supervisor (pid N) exited unexpectedly", …).
 	StopReason  string            `json:"stop_reason,omitempty"`
@@ -42,6 +45,19 @@ type Info struct {
 	Network NetworkMode   `json:"network,omitempty"`
 	IP      string        `json:"ip,omitempty"`
 	Ports   []PortMapping `json:"ports,omitempty"`
+}
+
+// ImageLabel is the image as the faces print it: "host (fallback for
+// node:22-alpine)" for a sandbox that runs the host's tools in place of
+// the image it asked for.
+func (i *Info) ImageLabel() string { return ImageLabel(i.Image, i.RequestedImage) }
+
+// ImageLabel names what runs: image, or the host fallback for requested.
+func ImageLabel(image, requested string) string {
+	if requested == "" {
+		return image
+	}
+	return image + " (fallback for " + requested + ")"
 }
 
 // ExecRequest is a command to run in a running sandbox. Empty fields take

@@ -22,6 +22,10 @@ type Spec struct {
 	// ImageRule says which rule chose it ("flag", "config", "command", ...).
 	Image     string `json:"image"`
 	ImageRule string `json:"image_rule,omitempty"`
+	// RequestedImage is set when the image could not be had and the
+	// host's own tools run instead: Image is then "host" and this is the
+	// image that was asked for.
+	RequestedImage string `json:"requested_image,omitempty"`
 	// Pull is the pull policy: "missing" (default), "always" or "never".
 	Pull string `json:"pull,omitempty"`
 	// Rootfs is filled by the image store before the backend runs.

@@ -138,10 +138,12 @@ func (m *Manager) info(sb *store.Sandbox) *sandbox.Info {
 		i.SupervisorPID = sb.SupervisorPID
 	}
 	var sp struct {
-		Network sandbox.Network `json:"network"`
+		Network        sandbox.Network `json:"network"`
+		RequestedImage string          `json:"requested_image"`
 	}
 	if len(sb.Spec) > 0 && json.Unmarshal(sb.Spec, &sp) == nil {
 		i.Network, i.Ports = sp.Network.Mode, sp.Network.Ports
+		i.RequestedImage = sp.RequestedImage
 		if sp.Network.Mode.Egress() {
 			i.IP = tundev.DefaultLayout().Addr4.Addr().String()
 		}

@@ -276,7 +276,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile)
 	cfg.Exec = execConfig{
 		Args:       args,
-		Env:        mergeEnv(spec.Rootfs.Config.Env, spec.Env, spec.TTY),
+		Env:        mergeEnv(hostImageEnv(spec.Rootfs.Config.Env, spec.Rootfs.Host), spec.Env, spec.TTY),
 		Workdir:    wd,
 		User:       user,
 		TTY:        spec.TTY,

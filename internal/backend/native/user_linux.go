@@ -35,6 +35,9 @@ func (s *initState) prepareProcess() error {
 	if !hasEnv(e.Env, "HOME") {
 		e.Env = append(e.Env, "HOME="+u.home)
 		s.homeAdded = true
+		if s.cfg.Host {
+			s.makeHostHome(rootFd, u)
+		}
 	}
 	if fd, err := openInRoot(rootFd, e.Workdir, unix.O_PATH); err == nil {
 		unix.Close(fd) // it exists: the usual case

@@ -30,7 +30,12 @@ node:22-alpine, go → golang:1.23-alpine, …), else from the project files in
 the current directory, else alpine:3.20; --image or agentkernel.toml override
 that ('agentkernel detect' shows the choice). An auto-detected image that is
 not cached while its registry cannot be reached falls back to the host's own
-tools, read-only, with a warning; an image you name never falls back.
+tools, read-only, with a warning; an image you name never falls back. Such a
+sandbox is recorded as image host ('sandbox list' shows "host (fallback for
+IMAGE)"); 'detect' and --dry-run say beforehand when the image is not cached.
+In the host image (--image host, or the fallback) PATH holds the host's bin
+directories that the image shows (/usr/local/go/bin among them when the host
+has it) and HOME is an empty directory of the sandbox's own, writable.
 
 The security profile decides what the sandbox sees (see 'agentkernel
 profiles'): moderate (default) shows the current directory at /workspace
@@ -145,6 +150,9 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		return err
 	}
 	if o.dryRun {
+		if n := a.FallbackNote(spec.Image, spec.ImageRule); n != "" {
+			a.Warnf("%s", n)
+		}
 		a.FlushWarnings()
 		enc := json.NewEncoder(a.Stdout)
 		enc.SetIndent("", "  ")
