@@ -27,6 +27,10 @@ var exceptions = []exception{
 		Why: "permissive and moderate give the sandbox a writable layer of its own (a tmpfs upper dir); the image layers stay unchanged (host check)",
 	},
 	{
+		Probe: "landlock_fence", Profiles: []string{"permissive", "moderate"}, Want: "allowed",
+		Why: "as write_root: a writable root takes new top-level entries, as a docker container's does, and Landlock grants the whole writable layer (device nodes and device ioctls aside); restrictive's root is read-only and Landlock gives it read and execute only",
+	},
+	{
 		Probe: "read_home_canary", Profiles: []string{"permissive"}, Want: "allowed",
 		Why: "permissive mounts $HOME read-only at /home/user by design (write_home checks it stays read-only)",
 	},

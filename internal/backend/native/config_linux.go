@@ -113,11 +113,13 @@ type execConfig struct {
 	Seccomp    string `json:"seccomp,omitempty"`
 	NoNewPrivs bool   `json:"nnp,omitempty"`
 	Landlock   bool   `json:"landlock,omitempty"`
-	// LandlockRW are the paths the command may write when Landlock is on,
-	// and LandlockDirs more of them that are known to be directories (the
-	// root's top-level ones), which need no look-up.
-	LandlockRW   []string `json:"landlock_rw,omitempty"`
-	LandlockDirs []string `json:"landlock_dirs,omitempty"`
+	// LandlockRW are the paths the command may write when Landlock is on
+	// (the writable volumes). LandlockRootRW: the root has a writable
+	// layer, and Landlock lets the command write anywhere in it, top level
+	// included (llRootRW), as the layer itself does; a read-only root
+	// gets read and execute only.
+	LandlockRW     []string `json:"landlock_rw,omitempty"`
+	LandlockRootRW bool     `json:"landlock_root_rw,omitempty"`
 	// Filter is the compiled seccomp program (sock_filter array), built by
 	// the parent while the init boots.
 	Filter []byte `json:"filter,omitempty"`

@@ -333,11 +333,10 @@
 //   - Rootless runs map one uid; newuidmap/newgidmap with /etc/subuid
 //     ranges are not used yet, so multi-uid images show unmapped files.
 //   - Persistent sandboxes need the stub, built for amd64 only.
-//   - The tty's pty comes from the host's devpts (the command's ttyname
-//     fails; isatty, stty and the window size work).
+//   - A run's tty (run -t) comes from the host's devpts (the command's
+//     ttyname fails; isatty, stty and the window size work). A
+//     persistent sandbox's exec -t and attach get theirs from the
+//     sandbox's own devpts (ptybridge_linux.go), bridged to the caller's.
 //   - DiskMB is not enforced for --keep (the upper dir is on disk).
-//   - With a writable root, Landlock grants write on every top-level
-//     directory but /proc, /sys and /dev; new top-level entries and files
-//     directly in / cannot be created while Landlock is on.
 //   - The stub exists for amd64 only; arm64 uses the Go exec stage.
 package native

@@ -17,7 +17,23 @@ const (
 	llIoctl   = unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 	llFileRW  = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_READ_FILE | llTrunc | llIoctl
 	llDevices = unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_READ_FILE | llTrunc | llIoctl
+	// llRootRW is what a writable root grants beneath "/": all that its
+	// writable layer allows (new entries at the top level included, as a
+	// docker container's root), but making device nodes and device
+	// ioctls, which only the listed devices get. What stays read-only
+	// under a writable root (/proc/sys, /sys, the host image's binds,
+	// read-only volumes) is so by its mount, not by Landlock.
+	llRootRW = ^uint64(0) &^ (unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK | llIoctl)
 )
+
+// rootAccess is the Landlock right on "/": llRootRW for a writable root,
+// read and execute for a read-only one.
+func rootAccess(c *execConfig) uint64 {
+	if c.LandlockRootRW {
+		return llRootRW
+	}
+	return llRead
+}
 
 // landlockHandled is every filesystem right the running kernel's Landlock
 // ABI knows (best effort: older kernels enforce what they can), or 0
@@ -41,8 +57,8 @@ func landlockHandled() uint64 {
 }
 
 // restrictPaths is the Landlock fence: read and execute everywhere, write
-// only where the sandbox is meant to write (c.LandlockRW, /tmp, /run,
-// /dev/shm, /dev/pts and the harmless devices). It applies to the calling
+// only where the sandbox is meant to write (its writable root, c.LandlockRW,
+// /tmp, /run, /dev/shm, /dev/pts and the harmless devices). It applies to the calling
 // thread only — the one that execs — which is all that matters and avoids
 // signalling every runtime thread as an all-threads restrict would.
 // no_new_privs is already set.
@@ -80,10 +96,10 @@ func restrictPaths(c *execConfig) error {
 		}
 		return nil
 	}
-	if err := add("/", llRead); err != nil {
+	if err := add("/", rootAccess(c)); err != nil {
 		return err
 	}
-	for _, p := range append(append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockDirs...), c.LandlockRW...) {
+	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockRW...) {
 		if err := add(p, handled); err != nil {
 			return err
 		}

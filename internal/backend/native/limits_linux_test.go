@@ -458,18 +458,39 @@ func TestSeccompProfiles(t *testing.T) {
 	}
 }
 
+// TestLandlock: on a writable root Landlock allows what the root's
+// writable layer allows, new top-level entries included (as docker's root
+// does), and still refuses device nodes, which nothing else would refuse
+// before it (EACCES: Landlock; EPERM: the capability check after it); a
+// read-only root stays read-only, with /tmp writable.
 func TestLandlock(t *testing.T) {
-	for _, ll := range []bool{false, true} {
-		spec := newSpec("sh", "-c", "touch /newfile 2>/dev/null && echo NEW; touch /etc/x /tmp/x && echo OK")
-		spec.Security.Landlock = ll
-		o := mustRun(t, spec, 0)
-		want := "NEW\nOK\n"
-		if ll {
-			want = "OK\n"
-		}
-		if o.stdout != want {
-			t.Errorf("landlock %v: %q %q", ll, o.stdout, o.stderr)
-		}
+	const script = `mkdir /newdir && echo hi >/newdir/f && touch /newfile && ln -s /newdir /newlink && cat /newlink/f
+touch /etc/x /tmp/x && echo OK
+mknod /node c 1 3 2>&1 | grep -qi 'permission denied' && echo FENCED
+true`
+	for _, reexec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reexec=%v", reexec), func(t *testing.T) {
+			if reexec {
+				t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+			}
+			for _, ll := range []bool{false, true} {
+				spec := newSpec("sh", "-c", script)
+				spec.Security.Landlock = ll
+				o := mustRun(t, spec, 0)
+				want := "hi\nOK\n"
+				if ll && landlockHandled() != 0 {
+					want += "FENCED\n"
+				}
+				if o.stdout != want {
+					t.Errorf("writable root, landlock %v: %q, want %q (stderr %q)", ll, o.stdout, want, o.stderr)
+				}
+			}
+			spec := newSpec("sh", "-c", "touch /newfile 2>/dev/null && echo NEW; touch /etc/x 2>/dev/null && echo ETC; touch /tmp/x && echo OK")
+			spec.ReadOnlyRoot = true
+			if o := mustRun(t, spec, 0); o.stdout != "OK\n" {
+				t.Errorf("read-only root: %q %q", o.stdout, o.stderr)
+			}
+		})
 	}
 }
 

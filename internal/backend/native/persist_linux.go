@@ -429,7 +429,27 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: errno, Msg: err.Error()}
 	}
 	c.rootFd, c.inRoot = i.rootFd, true
-	return i.startExec(&c, p, stdio)
+	if !c.TTY {
+		return i.startExec(&c, p, stdio)
+	}
+	// The terminal comes from the sandbox's own devpts (its /dev/pts/N
+	// exists inside), bridged to the caller's.
+	uid, gid := -1, -1
+	if !i.rootless {
+		uid, gid = i.rootUID+c.UID, i.rootGID+5 // tty
+	}
+	t, err := openSandboxPTY(i.rootFd, stdio[0], stdio[1], uid, gid)
+	if err != nil {
+		return nil, setupErr(err)
+	}
+	proc, err := i.startExec(&c, p, [3]int{t.slave, t.slave, t.slave})
+	t.closeSlave()
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	t.bridge()
+	return proc, nil
 }
 
 // startExec forks the stub that starts the command (see the top of this

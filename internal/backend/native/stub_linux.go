@@ -472,11 +472,11 @@ const (
 )
 
 // landlockRules lists the Landlock rules of restrictPaths. What the
-// stages made themselves (the mounts under /dev, /tmp, /run, the device
-// nodes) and the root's top-level directories are known; volumes are not.
+// stages made themselves (the root, the mounts under /dev, /tmp, /run,
+// the device nodes) are known; volumes are not.
 func landlockRules(c *execConfig) []landlockRule {
-	rules := []landlockRule{{"/", llRead, ruleDir}}
-	for _, p := range append([]string{"/tmp", "/run", "/dev/shm", "/dev/pts"}, c.LandlockDirs...) {
+	rules := []landlockRule{{"/", rootAccess(c), ruleDir}}
+	for _, p := range []string{"/tmp", "/run", "/dev/shm", "/dev/pts"} {
 		rules = append(rules, landlockRule{p, ^uint64(0), ruleDir})
 	}
 	for _, p := range c.LandlockRW {

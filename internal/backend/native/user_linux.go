@@ -58,28 +58,7 @@ func (s *initState) prepareProcess() error {
 				e.LandlockRW = append(e.LandlockRW, m.Dest)
 			}
 		}
-		if !s.cfg.ReadOnlyRoot {
-			ents, err := os.ReadDir(s.root)
-			if err != nil {
-				return err
-			}
-			for _, ent := range ents {
-				switch ent.Name() {
-				case "proc", "sys", "dev":
-					continue
-				}
-				// Directories only (following symlinks): Landlock's
-				// directory rights do not apply to files. The entry's type
-				// says so but for symlinks.
-				if ent.IsDir() {
-					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
-				} else if ent.Type()&os.ModeSymlink == 0 {
-					continue
-				} else if isDirIn(s.root, rootFd, "/"+ent.Name()) {
-					e.LandlockDirs = append(e.LandlockDirs, "/"+ent.Name())
-				}
-			}
-		}
+		e.LandlockRootRW = !s.cfg.ReadOnlyRoot
 	}
 	return nil
 }

@@ -1,10 +1,11 @@
 //go:build linux
 
-// Probe landlock_fence isolates the Landlock fence: as root with
-// CAP_DAC_OVERRIDE on a writable root (permissive, moderate) nothing but
-// Landlock stops it from creating new top-level entries or writing under
-// /proc and /dev; in restrictive the root is read-only as well. Any
-// success means Landlock is off.
+// Probe landlock_fence creates new entries at the top of the root. A
+// writable root (permissive, moderate) takes them, as a docker
+// container's does: Landlock grants the whole writable layer (device
+// nodes and device ioctls aside). In restrictive the root is read-only
+// and Landlock grants it read and execute only: any success there means
+// both fences are off.
 package main
 
 import (
