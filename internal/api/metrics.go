@@ -173,9 +173,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, st := range []string{sandbox.StatusRunning, sandbox.StatusStopped} {
 		fmt.Fprintf(&b, "agentkernel_sandboxes{%s} %d\n", label("status", st), counts[st])
 	}
-	family(&b, "agentkernel_pool_warm_sandboxes", "gauge", "Warm sandboxes ready in the pools, by image and profile.")
+	family(&b, "agentkernel_pool_warm_sandboxes", "gauge", "Warm sandboxes ready in the pools, by image, profile and agent mode.")
 	for _, ps := range s.pools.sizes() {
-		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{%s,%s} %d\n", label("image", ps.image), label("profile", ps.profile), ps.ready)
+		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{%s,%s,%s} %d\n", label("image", ps.image), label("profile", ps.profile), label("mode", ps.mode), ps.ready)
 	}
 	family(&b, "agentkernel_goroutines", "gauge", "Goroutines of the server process.")
 	fmt.Fprintf(&b, "agentkernel_goroutines %d\n", runtime.NumGoroutine())

@@ -82,6 +82,7 @@ type warmPool struct {
 	key     string
 	image   string
 	profile string
+	mode    string
 	tmpl    *sandbox.Spec
 	ready   []sandbox.Prepared
 	filling int // preparations in flight
@@ -296,7 +297,7 @@ func (p *pools) take(spec *sandbox.Spec) (sb sandbox.Prepared, why string, done 
 func (p *pools) newPoolLocked(key string, spec *sandbox.Spec) *warmPool {
 	tmpl := *spec
 	tmpl.ID, tmpl.Name, tmpl.Args = "", "", nil
-	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, tmpl: &tmpl, target: p.opts.MinWarm, floor: p.opts.MinWarm, lastUsed: time.Now()}
+	wp := &warmPool{key: key, image: spec.Image, profile: spec.Profile, mode: spec.Mode, tmpl: &tmpl, target: p.opts.MinWarm, floor: p.opts.MinWarm, lastUsed: time.Now()}
 	p.byKey[key] = wp
 	return wp
 }
@@ -404,28 +405,32 @@ func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
 	return nil
 }
 
-// poolSize is one pool's ready count for /metrics.
+// poolSize is the ready count of the pools of one image, profile and
+// mode, for /status and /metrics.
 type poolSize struct {
-	image, profile string
-	ready          int
+	image, profile, mode string
+	ready                int
 }
 
 func (p *pools) sizes() []poolSize {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sum := map[[2]string]int{}
+	sum := map[[3]string]int{}
 	for _, wp := range p.byKey {
-		sum[[2]string{wp.image, wp.profile}] += len(wp.ready)
+		sum[[3]string{wp.image, wp.profile, wp.mode}] += len(wp.ready)
 	}
 	out := make([]poolSize, 0, len(sum))
 	for k, n := range sum {
-		out = append(out, poolSize{k[0], k[1], n})
+		out = append(out, poolSize{k[0], k[1], k[2], n})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].image != out[j].image {
 			return out[i].image < out[j].image
 		}
-		return out[i].profile < out[j].profile
+		if out[i].profile != out[j].profile {
+			return out[i].profile < out[j].profile
+		}
+		return out[i].mode < out[j].mode
 	})
 	return out
 }

@@ -342,6 +342,7 @@ type daemonStatus struct {
 type poolStatus struct {
 	Image   string `json:"image"`
 	Profile string `json:"profile"`
+	Mode    string `json:"mode,omitempty"`
 	Ready   int64  `json:"ready"`
 }
 
@@ -387,7 +388,11 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 					fmt.Fprintln(a.Stdout, "  warm pools: none yet (the first run of a spec creates its pool)")
 				}
 				for _, ps := range st.Pools {
-					fmt.Fprintf(a.Stdout, "  warm pool: image %s, profile %s: %d ready\n", ps.Image, ps.Profile, ps.Ready)
+					mode := ps.Mode
+					if mode == "" {
+						mode = "native"
+					}
+					fmt.Fprintf(a.Stdout, "  warm pool: image %s, profile %s, mode %s: %d ready\n", ps.Image, ps.Profile, mode, ps.Ready)
 				}
 			}
 			if !st.Running {
@@ -419,7 +424,7 @@ func readDaemonStatus(p daemon.Paths, st *daemonStatus) error {
 	}
 	st.Uptime = env.Data.UptimeSeconds
 	for _, ps := range env.Data.Pools {
-		st.Pools = append(st.Pools, poolStatus{Image: ps.Image, Profile: ps.Profile, Ready: int64(ps.Ready)})
+		st.Pools = append(st.Pools, poolStatus{Image: ps.Image, Profile: ps.Profile, Mode: ps.Mode, Ready: int64(ps.Ready)})
 	}
 	for k, n := range env.Data.PoolRuns {
 		st.PoolRuns[k] = int64(n)

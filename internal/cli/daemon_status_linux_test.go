@@ -71,7 +71,7 @@ func TestDaemonStatusReadsStatus(t *testing.T) {
 	}()
 
 	const img = `registry.example/a"b\c:1` + "\n" + `é`
-	spec := &sandbox.Spec{Args: []string{"true"}, Image: img, Profile: "moderate", Rootfs: image.Rootfs{Host: true}}
+	spec := &sandbox.Spec{Args: []string{"true"}, Image: img, Profile: "moderate", Mode: "claude", Rootfs: image.Rootfs{Host: true}}
 	if err := srv.Prewarm(spec, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,8 @@ func TestDaemonStatusReadsStatus(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(st.Pools) != 1 || st.Pools[0] != (poolStatus{Image: img, Profile: "moderate", Ready: 3}) {
+	// A pool is per spec, agent mode included: status names it.
+	if len(st.Pools) != 1 || st.Pools[0] != (poolStatus{Image: img, Profile: "moderate", Mode: "claude", Ready: 3}) {
 		t.Errorf("pools: %+v", st.Pools)
 	}
 	if st.PoolRuns["hit"]+st.PoolRuns["miss"] != 2 || len(st.PoolRuns) != 3 {
