@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -27,18 +25,8 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	name := r.Name
-	switch {
-	case r.Branch:
-		if name, err = branchName(dir); err != nil {
-			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--branch: %w", err)}
-		}
-	case name == "":
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		name = "sandbox-" + hex.EncodeToString(b[:])
-	}
-	if err := validName(name); err != nil {
+	name, err := newSandboxName(dir, r.Name, r.Branch)
+	if err != nil {
 		return err
 	}
 	ov := r.Overrides

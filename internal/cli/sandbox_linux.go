@@ -272,19 +272,10 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 			return usageError("--dir %s: not a directory", o.dir)
 		}
 	}
-	switch {
-	case o.branch && name != "":
+	if o.branch && name != "" {
 		return usageError("give either NAME or --branch, not both")
-	case o.branch:
-		if name, err = branchName(dir); err != nil {
-			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--branch: %w", err)}
-		}
-	case name == "":
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		name = "sandbox-" + hex.EncodeToString(b[:])
 	}
-	if err := validName(name); err != nil {
+	if name, err = newSandboxName(dir, name, o.branch); err != nil {
 		return err
 	}
 	labels, err := parseLabels(o.labels)
@@ -331,6 +322,26 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 // branchName is <project>-<git-branch> for the git work tree holding
 // dir, made a valid sandbox name: runs of other characters become one
 // '-', at most 63 characters.
+// newSandboxName is the name a new sandbox gets: name as given, the
+// branch's (--branch, branchName) or a random sandbox-XXXXXXXX, checked.
+func newSandboxName(dir, name string, branch bool) (string, error) {
+	var err error
+	switch {
+	case branch:
+		if name, err = branchName(dir); err != nil {
+			return "", &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--branch: %w", err)}
+		}
+	case name == "":
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		name = "sandbox-" + hex.EncodeToString(b[:])
+	}
+	if err := validName(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
 func branchName(dir string) (string, error) {
 	root, branch, err := gitBranch(dir)
 	if err != nil {

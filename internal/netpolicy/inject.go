@@ -380,20 +380,7 @@ func (e *Engine) spliceInject(c, up net.Conn, dst netip.AddrPort, check nameChec
 			return
 		}
 	}
-	var err error
-	if ok && n > 0 {
-		_, err = up.Write(buf[:n])
-	}
-	if ok && err == nil {
-		err = copyConn(up, c, buf)
-	}
-	if !ok || err != nil {
-		abort(c, up)
-	}
-	bufPool.Put(bp)
-	<-done
-	c.Close()
-	up.Close()
+	relayClient(c, up, bp, n, ok, done)
 }
 
 var errGateStopped = errors.New("stopped for interception")

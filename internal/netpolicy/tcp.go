@@ -140,8 +140,16 @@ func (e *Engine) splice(c, up net.Conn, dst netip.AddrPort, check nameCheck) {
 	}()
 
 	bp := bufPool.Get().(*[]byte)
+	n, ok := e.inspect(c, *bp, dst, check)
+	relayClient(c, up, bp, n, ok, done)
+}
+
+// relayClient ends a splice: when the inspection allowed it (ok), the
+// client's first n bytes in *bp go up, then the rest of its stream;
+// otherwise, or when that fails, both sides are aborted. It then waits for
+// the other direction (done) and closes both.
+func relayClient(c, up net.Conn, bp *[]byte, n int, ok bool, done <-chan struct{}) {
 	buf := *bp
-	n, ok := e.inspect(c, buf, dst, check)
 	var err error
 	if ok && n > 0 {
 		_, err = up.Write(buf[:n])
