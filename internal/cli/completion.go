@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -101,10 +100,7 @@ func (a *App) completeImages(cmd *cobra.Command, _ []string, _ string) ([]cobra.
 		s, err := image.Open(a.DataDir, image.Options{IDMap: image.DefaultIDMap(), Progress: io.Discard, Quiet: true,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err == nil {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := cmdContext(cmd)
 			list, _ := s.List(ctx)
 			s.Close()
 			for _, im := range list {

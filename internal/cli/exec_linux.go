@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"os"
 
@@ -98,10 +97,7 @@ func (a *App) runSandboxCommand(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer done()
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := cmdContext(cmd)
 	err = a.RunSandboxCommand(ctx, m, l)
 	if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 		return sandboxError(l.Name, err)

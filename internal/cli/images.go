@@ -408,10 +408,7 @@ func (a *App) withImageStore(cmd *cobra.Command, fn func(ctx context.Context, s 
 }
 
 func imagesContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	ctx := cmd.Context()
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := cmdContext(cmd)
 	return signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 }
 

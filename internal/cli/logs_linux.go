@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,10 +53,7 @@ sandbox's supervisor and init instead (its supervisor.log).`,
 				return err
 			}
 			defer done()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := cmdContext(cmd)
 			sb, err := m.Get(ctx, name)
 			if err != nil {
 				return sandboxError(name, err)

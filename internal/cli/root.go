@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -93,4 +94,13 @@ func newCompletionCmd(a *App) *cobra.Command {
 			return usageError("unknown shell %q: use bash, zsh or fish", args[0])
 		},
 	}
+}
+
+// cmdContext is cmd's context, or the background one for a command run
+// without one (tests that call RunE directly).
+func cmdContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }

@@ -439,10 +439,7 @@ func nameCmd(a *App, use, short, example string, run func(ctx context.Context, m
 				return err
 			}
 			defer done()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := cmdContext(cmd)
 			return sandboxError(args[0], run(ctx, m, args[0]))
 		},
 	}
@@ -464,10 +461,7 @@ func namesCmd(a *App, use, short, example string, run func(ctx context.Context, 
 				return err
 			}
 			defer done()
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
+			ctx := cmdContext(cmd)
 			return a.eachName(args, func(name string) error {
 				if err := validName(name); err != nil {
 					return err
