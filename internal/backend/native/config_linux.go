@@ -128,8 +128,13 @@ type execConfig struct {
 	ExtraSeccomp bool `json:"extra_seccomp,omitempty"`
 	// RecvStdio: the stub receives the command's stdio after its script
 	// (prepared sandboxes, stubRecvStdio).
-	RecvStdio bool   `json:"recv_stdio,omitempty"`
-	NoFile    uint64 `json:"nofile,omitempty"`
+	RecvStdio bool `json:"recv_stdio,omitempty"`
+	// SandboxPTY: the command's terminal (TTY) is a pty of the sandbox's
+	// own devpts, which the builder opens once the root is in place and
+	// sends the stub as its stdio (the master goes to the parent), so
+	// that the command's /dev/pts/N exists inside. Thread-built runs.
+	SandboxPTY bool   `json:"sandbox_pty,omitempty"`
+	NoFile     uint64 `json:"nofile,omitempty"`
 	// filterLoaded: the stub loaded Filter in its first script
 	// (initState.earlyFilter), so its last one does not.
 	filterLoaded bool

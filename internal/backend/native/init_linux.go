@@ -303,7 +303,7 @@ func (s *initState) startExecStage() error {
 	sys := &syscall.SysProcAttr{
 		Cloneflags: unix.CLONE_NEWCGROUP,
 		Setsid:     true,
-		Setctty:    s.cfg.Exec.TTY,
+		Setctty:    s.cfg.Exec.TTY && !s.cfg.Exec.SandboxPTY, // else its script takes the terminal
 		Ctty:       0,
 		Pdeathsig:  unix.SIGKILL,
 	}
@@ -550,6 +550,11 @@ func (s *initState) releaseStub() error {
 	}
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: path found\n", monotonic())
+	}
+	if c.SandboxPTY && s.cmdStdio == nil && s.thread != nil {
+		if err := s.openCommandPTY(); err != nil {
+			return err
+		}
 	}
 	script := s.prefix
 	if script != nil {

@@ -406,7 +406,7 @@ func TestTTY(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {
 		t.Fatal(err)
 	}
-	spec := newSpec("sh", "-c", "[ -t 0 ] && [ -t 1 ] && echo IS-TTY; stty size; echo $TERM; read line; echo got:$line")
+	spec := newSpec("sh", "-c", "[ -t 0 ] && [ -t 1 ] && echo IS-TTY; t=$(tty) && test -c \"$t\" && echo \"NAMED:$t\"; stty size; echo $TERM; read line; echo got:$line")
 	spec.TTY = true
 	errc := make(chan error, 1)
 	resc := make(chan sandbox.Result, 1)
@@ -433,7 +433,7 @@ func TestTTY(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%v %+v output %q", err, res, got.String())
 	}
-	for _, want := range []string{"IS-TTY", "33 101", "xterm", "got:hello"} {
+	for _, want := range []string{"IS-TTY", "NAMED:/dev/pts/", "33 101", "xterm", "got:hello"} {
 		if !strings.Contains(got.String(), want) {
 			t.Errorf("missing %q in %q", want, got.String())
 		}

@@ -40,27 +40,10 @@ func openSandboxPTY(rootFd, in, out, uid, gid int) (*sandboxPTY, error) {
 		master.Close()
 		return nil, err
 	}
-	var fs unix.Statfs_t
-	var st unix.Stat_t
-	if err := unix.Fstatfs(fd, &fs); err != nil {
+	slave, err := devptsPeer(fd)
+	if err != nil {
 		return fail(err)
 	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fail(err)
-	}
-	if fs.Type != unix.DEVPTS_SUPER_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
-		return fail(errors.New("the sandbox's /dev/pts/ptmx is not its devpts multiplexer"))
-	}
-	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		return fail(fmt.Errorf("unlocking the pty: %w", err))
-	}
-	// TIOCGPTPEER opens the slave with the flags its argument gives,
-	// without a path look-up.
-	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(unix.TIOCGPTPEER), uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
-	if e != 0 {
-		return fail(fmt.Errorf("opening the pty's slave: %w", e))
-	}
-	slave := int(r)
 	if uid >= 0 {
 		_ = unix.Fchown(slave, uid, gid)
 	}
@@ -91,6 +74,33 @@ func openSandboxPTY(rootFd, in, out, uid, gid int) (*sandboxPTY, error) {
 	p.in = os.NewFile(uintptr(dupIn), "caller-stdin")
 	p.out = os.NewFile(uintptr(dupOut), "caller-stdout")
 	return p, nil
+}
+
+// devptsPeer checks that fd is a devpts multiplexer (/dev/pts/ptmx of a
+// devpts instance, not a file, FIFO or other device put in its place),
+// unlocks its pty and opens the slave without a path look-up.
+func devptsPeer(fd int) (int, error) {
+	var fs unix.Statfs_t
+	var st unix.Stat_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return -1, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return -1, err
+	}
+	if fs.Type != unix.DEVPTS_SUPER_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
+		return -1, errors.New("the sandbox's /dev/pts/ptmx is not its devpts multiplexer")
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		return -1, fmt.Errorf("unlocking the pty: %w", err)
+	}
+	// TIOCGPTPEER opens the slave with the flags its argument gives,
+	// without a path look-up.
+	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(unix.TIOCGPTPEER), uintptr(unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC))
+	if e != 0 {
+		return -1, fmt.Errorf("opening the pty's slave: %w", e)
+	}
+	return int(r), nil
 }
 
 // bridge copies between the caller's terminal and the pty until the

@@ -424,14 +424,25 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	var tty *ttyState
 	var io3 *stdioFiles
 	var err error
-	if cfg.Exec.TTY {
+	switch {
+	case cfg.Exec.TTY && r.threadable(cfg):
+		// The terminal comes from the sandbox's own devpts once its root
+		// is built (openCommandPTY), so that its /dev/pts/N exists
+		// inside; until then the exec stage holds /dev/null.
+		cfg.Exec.SandboxPTY = true
+		tty = userTerminal(stdio)
+		defer tty.restore()
+		if io3, err = newStdioFiles(sandbox.Stdio{}); err != nil {
+			return sandbox.Result{}, err
+		}
+	case cfg.Exec.TTY:
 		tty, err = openTTY(stdio)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
 		defer tty.restore()
 		io3 = &stdioFiles{child: [3]*os.File{tty.slave, tty.slave, tty.slave}}
-	} else {
+	default:
 		io3, err = newStdioFiles(stdio)
 		if err != nil {
 			return sandbox.Result{}, err
@@ -454,8 +465,8 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	// reads any more, instead of the default action.
 	defer func() { go signal.Stop(sigCh) }()
 	var l *launched
+	var tl *threadLaunch
 	if r.threadable(cfg) {
-		var tl *threadLaunch
 		if tl, err = r.launchThread(cfg, io3, catch); err == nil {
 			l = tl.l
 		}
@@ -468,7 +479,13 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	}
 	defer l.sock.Close()
 	io3.start()
-	if tty != nil {
+	if tty != nil && tl != nil && tl.pty != nil {
+		// Sent before the command may start, or nil when the build failed
+		// (wait reports why).
+		tty.master = <-tl.pty
+		tty.inheritSize()
+	}
+	if tty != nil && tty.master != nil {
 		tty.slave.Close()
 		tty.copy()
 	}

@@ -220,6 +220,11 @@ func buildStubPrefixAt(c *execConfig, dataOff int) (*stubScript, error) {
 	s := &stubScript{dataOff: dataOff, recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
 	if c.RecvStdio {
 		stubRecvStdio(s)
+		if c.SandboxPTY {
+			// A session leader (forked with setsid) without a terminal
+			// takes the one it received.
+			s.add("controlling terminal", unix.SYS_IOCTL, 0, unix.TIOCSCTTY, 0)
+		}
 	}
 	if err := stubSetup(s, c); err != nil {
 		return nil, err
@@ -288,7 +293,7 @@ var stubLateSyscalls = []uint32{
 	unix.SYS_FCNTL, unix.SYS_PRCTL, unix.SYS_SETGROUPS, unix.SYS_SETRESGID, unix.SYS_SETRESUID,
 	unix.SYS_CAPSET, unix.SYS_CHDIR, unix.SYS_PRLIMIT64,
 	unix.SYS_LANDLOCK_CREATE_RULESET, unix.SYS_OPENAT, unix.SYS_LANDLOCK_ADD_RULE, unix.SYS_LANDLOCK_RESTRICT_SELF,
-	unix.SYS_CLOSE, unix.SYS_RECVMSG, unix.SYS_EXECVE,
+	unix.SYS_CLOSE, unix.SYS_RECVMSG, unix.SYS_EXECVE, unix.SYS_IOCTL,
 }
 
 // earlySeccomp returns the seccomp program of the filter message msg

@@ -105,6 +105,10 @@ type threadLaunch struct {
 	ready chan struct{}
 	cmd   chan threadCmd
 	sent  bool // cmd was sent on or closed (guarded by Prepared.mu's used)
+	// pty: with Exec.SandboxPTY, the master of the command's terminal,
+	// opened in the sandbox's devpts (openCommandPTY); nil when the
+	// build failed first. Buffered: the first send wins.
+	pty chan *os.File
 }
 
 // threadCmd is a prepared sandbox's command: its argv and stdio (the
@@ -131,6 +135,9 @@ func (r *runState) launchThread(cfg *initConfig, io3 *stdioFiles, before func())
 		io3:     io3,
 		filter:  make(chan []byte, 1),
 		started: make(chan error, 1),
+	}
+	if cfg.Exec.SandboxPTY {
+		tl.pty = make(chan *os.File, 1)
 	}
 	if cfg.Deferred {
 		tl.ready, tl.cmd = make(chan struct{}), make(chan threadCmd, 1)
@@ -256,6 +263,14 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 		}
 	}
 	defer s.closeThreadFiles()
+	if tl.pty != nil {
+		defer func() {
+			select {
+			case tl.pty <- nil: // the build failed before the terminal was made
+			default:
+			}
+		}()
+	}
 	defer func() {
 		if s.cgroupFD >= 0 {
 			unix.Close(s.cgroupFD)
@@ -476,4 +491,45 @@ func (s *initState) closeThreadFiles() {
 	for _, fd := range s.cmdStdio {
 		unix.Close(fd)
 	}
+}
+
+// openCommandPTY makes the command's terminal in the sandbox's own devpts
+// (Exec.SandboxPTY): the thread has pivoted into the sandbox's root, and
+// the command has not started, so /dev/pts/ptmx is the one the stages
+// mounted; devptsPeer checks it all the same. The slave, owned by the
+// command's user and the tty group as the host sees them, becomes the
+// stub's stdio (stubRecvStdio); the master goes to the parent.
+func (s *initState) openCommandPTY() error {
+	fd, err := unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the sandbox's /dev/pts/ptmx: %w", err)
+	}
+	master := os.NewFile(uintptr(fd), "ptmx")
+	slave, err := devptsPeer(fd)
+	if err != nil {
+		master.Close()
+		return err
+	}
+	c := &s.cfg.Exec
+	uid, gid := c.UID, 5
+	if s.cfg.NestUserNS {
+		uid, gid = s.cfg.RootUID+c.UID, s.cfg.RootGID+5
+	}
+	_ = unix.Fchown(slave, uid, gid)
+	fds := []int{slave}
+	for len(fds) < 3 {
+		d, err := unix.FcntlInt(uintptr(slave), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range fds {
+				unix.Close(f)
+			}
+			master.Close()
+			return err
+		}
+		fds = append(fds, d)
+	}
+	s.cmdStdio = fds
+	c.RecvStdio = true
+	s.thread.launch.pty <- master
+	return nil
 }

@@ -40,6 +40,26 @@ func openTTY(stdio sandbox.Stdio) (*ttyState, error) {
 	return t, nil
 }
 
+// userTerminal is openTTY without the pty, which the sandbox's devpts
+// gives later (Exec.SandboxPTY): the user's terminal goes raw now.
+func userTerminal(stdio sandbox.Stdio) *ttyState {
+	t := &ttyState{stdio: stdio}
+	if f, ok := stdio.Stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		t.inFile = f
+		if st, err := term.MakeRaw(int(f.Fd())); err == nil {
+			t.saved = st
+		}
+	}
+	return t
+}
+
+// inheritSize gives the pty the user's terminal's size, when both exist.
+func (t *ttyState) inheritSize() {
+	if t.inFile != nil && t.master != nil {
+		_ = pty.InheritSize(t.inFile, t.master)
+	}
+}
+
 // copy starts the two copy loops. Output ends when the last holder of the
 // slave end (the sandbox) is gone; input runs until the process exits.
 func (t *ttyState) copy() {
@@ -58,11 +78,7 @@ func (t *ttyState) copy() {
 }
 
 // resize copies the user's terminal size to the pty (SIGWINCH).
-func (t *ttyState) resize() {
-	if t.inFile != nil {
-		_ = pty.InheritSize(t.inFile, t.master)
-	}
-}
+func (t *ttyState) resize() { t.inheritSize() }
 
 // wait waits for the output to drain.
 func (t *ttyState) wait() { t.outDone.Wait() }
