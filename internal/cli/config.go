@@ -87,7 +87,9 @@ func newConfigShowCmd(a *App) *cobra.Command {
 
 'config show' prints every key of the schema. "unset (profile decides)"
 marks values that the security profile chooses; API keys and tokens are
-masked.`,
+masked. Keys that upstream's files use but that change nothing in this
+build are marked in the NOTE column ("SET, BUT NO EFFECT" when a file sets
+one) and explained below the table; --json gives the reason as no_effect.`,
 		Example: `  agentkernel config show
   agentkernel config show --json | jq '.values[] | select(.source.kind != "default")'
   agentkernel --config ci.toml config show`,
@@ -113,7 +115,7 @@ masked.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {files, values: [{key, value, text, source}]}")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {files, values: [{key, value, text, source, no_effect}]}")
 	return cmd
 }
 
@@ -132,9 +134,26 @@ func (a *App) printConfig(c *config.Config) {
 		}
 	}
 	tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE\tNOTE")
+	marked := map[string]bool{}
 	for _, v := range c.Values() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Key, v.Text, v.Source)
+		note := ""
+		if v.NoEffect != "" {
+			note = "no effect (see below)"
+			if v.Source.Kind != config.SourceDefault {
+				marked[v.NoEffect] = true
+				note = "SET, BUT NO EFFECT (see below)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Key, v.Text, v.Source, note)
 	}
 	tw.Flush()
+	fmt.Fprintln(a.Stdout, "\n# Accepted for compatibility with upstream's files, but no effect in this build:")
+	for _, g := range config.NoEffectGroups() {
+		mark := " "
+		if marked[g[1]] {
+			mark = "!"
+		}
+		fmt.Fprintf(a.Stdout, "# %s %s: %s\n", mark, g[0], g[1])
+	}
 }

@@ -20,6 +20,9 @@ type Value struct {
 	Text string `json:"text"`
 	// Source is where it came from.
 	Source Source `json:"source"`
+	// NoEffect, when set, says why the key changes nothing in this
+	// build (the schema accepts it for upstream's files).
+	NoEffect string `json:"no_effect,omitempty"`
 }
 
 // unsetText marks values left to the security profile.
@@ -35,6 +38,9 @@ func secretKey(key string) bool {
 func (c *Config) Values() []Value {
 	var out []Value
 	c.walkValues(reflect.ValueOf(c).Elem(), "", &out)
+	for i := range out {
+		out[i].NoEffect = NoEffect(out[i].Key)
+	}
 	return out
 }
 
