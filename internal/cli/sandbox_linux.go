@@ -633,8 +633,8 @@ func newSandboxInfoCmd(a *App) *cobra.Command {
 		if sb.ImageDigest != "" {
 			fmt.Fprintf(w, "Digest:\t%s\n", sb.ImageDigest)
 		}
-		res, _ := json.Marshal(sb.Resources)
-		fmt.Fprintf(w, "Backend:\t%s\nProfile:\t%s\nResources:\t%s\n", sb.Backend, sb.Profile, res)
+		fmt.Fprintf(w, "Backend:\t%s\nProfile:\t%s\n", sb.Backend, sb.Profile)
+		writeResources(w, sb.Resources)
 		if len(sb.Labels) > 0 {
 			fmt.Fprintf(w, "Labels:\t%s\n", labelString(sb.Labels))
 		}
