@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -16,7 +17,10 @@ import (
 // runs in it as 'exec -i' would, with run's terminal (-t) and stdin, and
 // the sandbox keeps running afterwards. --branch reuses the sandbox of its
 // name when it exists (its spec as it was made). -d prints the name
-// instead of running anything.
+// instead of running anything. --keep is the same with a random name
+// (unless --name) and an expiry (1h unless --ttl): the name is printed
+// on stderr once the command is done, even with --quiet, since it is
+// the only way to the sandbox.
 func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	if err := a.SetupLogging(); err != nil {
 		return err
@@ -42,12 +46,22 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	}
 	// The sandbox idles; the command runs in it by exec.
 	spec.Args = nil
+	// The configuration's [[files]], copied in at each start (its
+	// warnings were given as the spec was resolved).
+	cfg, _, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: dir})
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	files, err := configFiles(cfg, dir)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
 	m, done, err := a.sandboxes()
 	if err != nil {
 		return err
 	}
 	defer done()
-	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, TTL: r.TTL, Start: true, Reuse: r.Branch})
+	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, TTL: r.TTL, Start: true, Reuse: r.Branch, Files: files})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrSandboxExists) {
 			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q already exists", name),
@@ -66,7 +80,10 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 		a.Infof("agentkernel: running in the existing sandbox %s", name)
 	}
 	err = a.RunExec(ctx, m, name, r.Args, &runcli.ExecOptions{TTY: tty, Interactive: true})
-	if created {
+	if r.Keep {
+		fmt.Fprintf(a.Stderr, "agentkernel: kept as sandbox %s; agentkernel exec %s -- COMMAND runs more in it, agentkernel rm -f %s removes it (it expires in %s otherwise)\n",
+			name, name, name, r.TTL)
+	} else if created {
 		a.Infof("agentkernel: sandbox %s keeps running: 'agentkernel exec %s -- COMMAND' runs more in it, 'agentkernel rm -f %s' removes it", name, name, name)
 	}
 	if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {

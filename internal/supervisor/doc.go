@@ -40,6 +40,15 @@
 // it could record the supervisor leaves it running, and the next read or
 // start adopts it.
 //
+// A sandbox's TTL is kept on time by its supervisor (ttl_linux.go): the
+// expiry is in its directory, watched with inotify, and once it has
+// passed the supervisor calls Serve's WithExpiry (the CLI's: a detached
+// `sandbox expire NAME`, which stops and removes it through the state
+// store). A stopped sandbox that has expired is removed by the next
+// List or Start, and by GC. The configuration's [[files]] (files.json)
+// are copied in by Start once the supervisor serves, through its socket
+// as cp does.
+//
 // State lives in package store (SQLite). The supervisor never opens it:
 // it gets its spec from spec.json in its directory, which keeps it small
 // and keeps SQLite's writers to the short-lived CLI processes.
@@ -48,6 +57,11 @@
 //
 //	spec.json        the resolved sandbox.Spec (root filesystem included)
 //	upper/, work/    the overlay's writable layer: survives stop/start
+//	cow<i>/upper/, cow<i>/work/  the writable layer of copy-on-write
+//	                 volume i (the project at /workspace, profile
+//	                 moderate): survives stop/start too
+//	expires          the expiry (RFC 3339) while the sandbox has one
+//	files.json       host files copied in at each start ([[files]])
 //	sock             the supervisor's socket while it runs
 //	supervisor.log   the supervisor's and init's diagnostics
 //	exit-reason      why the sandbox last stopped on its own

@@ -74,7 +74,6 @@ type killPlan struct {
 	i         int
 	delay     time.Duration
 	killInit  bool // SIGKILL the sandbox init rather than agentkernel
-	keep      bool // run with --keep (a run directory on disk)
 	parentToo bool // after killing the init, kill agentkernel as well
 	// caller, when set, is a cgroup v1 memory cgroup agentkernel is
 	// started in: another caller than the one that runs gc (a service
@@ -131,7 +130,6 @@ func TestCrashConsistency(t *testing.T) {
 		u := rng.Float64()
 		p := killPlan{i: i, delay: time.Duration(u * u * float64(maxKillDelay))}
 		p.killInit = i%4 == 3
-		p.keep = i%10 == 7
 		p.parentToo = p.killInit && i%8 == 7
 		if i%10 == 4 {
 			p.caller = caller
@@ -285,9 +283,6 @@ func loadTestImage(t *testing.T, a *ak) {
 func killOne(a *ak, mark string, p killPlan) outcome {
 	o := outcome{plan: p}
 	args := []string{"run", "--image", imageRef, "--pull", "never", "-e", mark}
-	if p.keep {
-		args = append(args, "--keep")
-	}
 	args = append(args, "--", "sh", "-c", "sleep 0.2; echo done")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

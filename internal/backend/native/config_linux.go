@@ -67,7 +67,12 @@ type initConfig struct {
 	Host   bool     `json:"host,omitempty"`
 	// Upper is a host directory holding upper/ and work/ (--keep); empty
 	// means a tmpfs of DiskMB megabytes.
-	Upper        string          `json:"upper,omitempty"`
+	Upper string `json:"upper,omitempty"`
+	// CowDir is a host directory holding cow<i>/upper and cow<i>/work,
+	// the writable layers of copy-on-write volumes (Mounts[i]) of a
+	// persistent sandbox, kept across its starts; empty means the
+	// scratch tmpfs (a run's).
+	CowDir       string          `json:"cow_dir,omitempty"`
 	DiskMB       int64           `json:"disk_mb,omitempty"`
 	ReadOnlyRoot bool            `json:"ro_root,omitempty"`
 	Mounts       []sandbox.Mount `json:"mounts,omitempty"`

@@ -77,14 +77,19 @@ func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) 
 	if err != nil {
 		return 0, fmt.Errorf("reserving the sandbox's host uid range: %w", err)
 	}
-	if err := idshift.Tree(filepath.Join(dir, "upper"), old, base, idrange.Size, nil); err != nil {
-		_ = alloc.Free(base, r)
-		return 0, fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
-	}
-	// The work directory holds nothing between mounts.
-	if ents, err := os.ReadDir(filepath.Join(dir, "work")); err == nil {
-		for _, e := range ents {
-			_ = os.RemoveAll(filepath.Join(dir, "work", e.Name()))
+	// The root's writable layer and those of its copy-on-write volumes
+	// (cow<i>/, mountCow).
+	layers, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
+	for _, l := range append([]string{dir}, layers...) {
+		if err := idshift.Tree(filepath.Join(l, "upper"), old, base, idrange.Size, nil); err != nil {
+			_ = alloc.Free(base, r)
+			return 0, fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
+		}
+		// The work directory holds nothing between mounts.
+		if ents, err := os.ReadDir(filepath.Join(l, "work")); err == nil {
+			for _, e := range ents {
+				_ = os.RemoveAll(filepath.Join(l, "work", e.Name()))
+			}
 		}
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, idrangeFile), []byte(strconv.FormatUint(uint64(base), 10)+"\n"), 0o600); err != nil {

@@ -51,8 +51,9 @@ import (
 //     but PID 1, waits up to termGrace, then closes the config socket:
 //     PID 1 exits and the kernel kills what is left.
 //
-// The writable layer lives on disk (dir/upper and dir/work), so a
-// stopped sandbox keeps its files. Persistent sandboxes need the stub
+// The writable layer lives on disk (dir/upper and dir/work), and so do
+// those of copy-on-write volumes (dir/cow<i>/, initConfig.CowDir), so a
+// stopped sandbox keeps its files; /tmp and /run stay tmpfs. Persistent sandboxes need the stub
 // (amd64): a Go process cannot enter another user namespace.
 
 // The native backend hosts persistent sandboxes, and its Instance is
@@ -152,6 +153,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		}
 		cfg.Upper = dir
 	}
+	cfg.CowDir = dir
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package native
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -210,7 +211,7 @@ func (s *initState) prepareScratch() error {
 // scratchDir picks the directory the scratch tmpfs is mounted on: the
 // first candidate that exists and holds no layer, upper dir or volume.
 func scratchDir(cfg *initConfig) (string, error) {
-	used := append(append([]string{}, cfg.Layers...), cfg.Upper)
+	used := append(append([]string{}, cfg.Layers...), cfg.Upper, cfg.CowDir)
 	for _, m := range cfg.Mounts {
 		used = append(used, m.Source)
 	}
@@ -835,7 +836,9 @@ func (s *initState) idmappedVia(userns int, src, dst string, flags uint64) error
 }
 
 // mountCow shows src at dst through an overlay whose upper layer lives on
-// the scratch tmpfs: the sandbox writes freely, the host copy never
+// the scratch tmpfs (a run's: gone with it) or, for a persistent
+// sandbox, on disk under CowDir (cow<i>/upper and cow<i>/work, kept
+// across its starts): the sandbox writes freely, the host copy never
 // changes.
 func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 	m, release, err := pinSource(m)
@@ -853,7 +856,16 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 	base := s.scratch + "/cow" + strconv.Itoa(i)
 	lower, upper, work := base+"/lower", base+"/upper", base+"/work"
 	for _, d := range []string{base, lower, upper, work} {
+		if s.cfg.CowDir != "" && d != base && d != lower {
+			continue
+		}
 		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
+	fresh := true
+	if s.cfg.CowDir != "" {
+		if upper, work, fresh, err = keptCowDirs(s.cfg.CowDir, i); err != nil {
 			return err
 		}
 	}
@@ -864,25 +876,60 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 	} else if err := bindMount(m.Source, lower, true, false); err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(lower, &st); err != nil {
-		return err
-	}
-	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
-		// Rootless, a directory whose owner or group the one-id map does
-		// not cover (a group other than the caller's) shows as the
-		// overflow id, which cannot be given: the caller's stays.
-		if !s.cfg.Rootless || !errors.Is(err, unix.EINVAL) {
+	// The merged directory's owner and mode come from the upper one: the
+	// project's, as the sandbox sees it, when the layer is made; a kept
+	// layer keeps what the sandbox made of them.
+	if fresh {
+		var st unix.Stat_t
+		if err := unix.Stat(lower, &st); err != nil {
 			return err
 		}
-	}
-	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
-		return err
+		if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+			// Rootless, a directory whose owner or group the one-id map does
+			// not cover (a group other than the caller's) shows as the
+			// overflow id, which cannot be given: the caller's stays.
+			if !s.cfg.Rootless || !errors.Is(err, unix.EINVAL) {
+				return err
+			}
+		}
+		if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
 	return s.mountOverlay([]string{lower}, upper, work, dst, unix.MS_NOSUID|unix.MS_NODEV)
+}
+
+// keptCowDirs returns the upper and work directories of a persistent
+// sandbox's copy-on-write volume i under dir (cow<i>/upper and
+// cow<i>/work), creating what is missing; fresh says the upper one was
+// made now. Neither may be anything but a directory (no symlink is
+// followed out of dir).
+func keptCowDirs(dir string, i int) (upper, work string, fresh bool, err error) {
+	base := filepath.Join(dir, "cow"+strconv.Itoa(i))
+	upper, work = filepath.Join(base, "upper"), filepath.Join(base, "work")
+	for _, d := range []string{base, upper, work} {
+		err := os.Mkdir(d, 0o700)
+		switch {
+		case err == nil:
+			if d == upper {
+				fresh = true
+			}
+			continue
+		case !errors.Is(err, fs.ErrExist):
+			return "", "", false, err
+		}
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return "", "", false, err
+		}
+		if !fi.IsDir() {
+			return "", "", false, fmt.Errorf("%s: not a directory", d)
+		}
+	}
+	return upper, work, fresh, nil
 }
 
 // needsIDMap reports whether the init needs the command's user namespace

@@ -80,6 +80,11 @@ func TestRunUpstreamFlags(t *testing.T) {
 		{"run -d --name box --ttl 90", PersistentRun{Name: "box", Detach: true, TTL: 90 * time.Second}},
 		{"run -d", PersistentRun{Detach: true}},
 		{"run --fast=false --name dev true", PersistentRun{Name: "dev", Args: []string{"true"}}},
+		// --keep: a new persistent sandbox, 1h unless --ttl says.
+		{"run --keep -- make", PersistentRun{Keep: true, TTL: time.Hour, Args: []string{"make"}}},
+		{"run -k --ttl 1d2h true", PersistentRun{Keep: true, TTL: 26 * time.Hour, Args: []string{"true"}}},
+		{"run --keep --name dev --ttl 30 true", PersistentRun{Name: "dev", Keep: true, TTL: 30 * time.Second, Args: []string{"true"}}},
+		{"run --fast=false --keep true", PersistentRun{Keep: true, TTL: time.Hour, Args: []string{"true"}}},
 	} {
 		argv := strings.Fields(c.argv)
 		if _, _, _, err := runLine(t, false, argv...); !errors.Is(err, ErrNeedsFull) {
@@ -90,7 +95,7 @@ func TestRunUpstreamFlags(t *testing.T) {
 			t.Errorf("%s: %v, RunPersistent not called", c.argv, err)
 			continue
 		}
-		if got.Name != c.want.Name || got.Branch != c.want.Branch || got.Detach != c.want.Detach || got.TTL != c.want.TTL ||
+		if got.Name != c.want.Name || got.Branch != c.want.Branch || got.Detach != c.want.Detach || got.Keep != c.want.Keep || got.TTL != c.want.TTL ||
 			strings.Join(got.Args, " ") != strings.Join(c.want.Args, " ") || got.Overrides == nil {
 			t.Errorf("%s: %+v, want %+v", c.argv, *got, c.want)
 		}
@@ -106,13 +111,17 @@ func TestRunUpstreamFlags(t *testing.T) {
 		"run -F -k true":                                 "cannot use --fast with --keep",
 		"run --fast --name dev true":                     "cannot use --fast with --name",
 		"run --fast --no-daemon true":                    "--fast and --no-daemon contradict",
-		"run --ttl 1h true":                              "--ttl sets when a sandbox kept with --name, -d or --branch expires",
-		"run --ttl 1h --keep true":                       "--ttl sets when",
-		"run --name dev --ttl 0 true":                    "--ttl must be a positive duration",
+		"run --ttl 1h true":                              "--ttl sets when a sandbox kept with --keep, --name, -d or --branch expires",
+		"run --keep=false --ttl 1h true":                 "--ttl sets when",
+		"run --name dev --ttl 0 true":                    "longer than zero",
+		"run --keep --ttl 0s true":                       "longer than zero",
+		"run --keep":                                     "--keep needs a command",
+		"run --keep --branch true":                       "--keep and --branch",
+		"run --keep -d":                                  "--keep and -d",
+		"run --keep --timeout 5s true":                   "--timeout and --keep",
 		"run --rm --keep true":                           "--rm and --keep contradict",
 		"run --rm --name dev true":                       "--rm and --name contradict",
 		"run --name dev --branch true":                   "give either --name or --branch",
-		"run --name dev --keep true":                     "--keep and --name contradict",
 		"run --name dev":                                 "--name needs a command",
 		"run --branch":                                   "--branch needs a command",
 		"run -d -- sleep 100":                            "run -d with a command",
@@ -136,6 +145,10 @@ func TestRunUpstreamFlags(t *testing.T) {
 	// --fast=false with --keep is upstream's own advice.
 	if _, _, _, err := runLine(t, false, "run", "--dry-run", "--fast=false", "--keep", "-i", "alpine", "true"); err != nil {
 		t.Errorf("--fast=false --keep: %v", err)
+	}
+	// --keep is no flag of the spec any more: nothing keeps a run's layer.
+	if _, _, out, err := runLine(t, false, "run", "--dry-run", "--keep", "-i", "alpine", "true"); err != nil || strings.Contains(out, `"keep"`) {
+		t.Errorf("--keep in the spec: %v\n%s", err, out)
 	}
 }
 

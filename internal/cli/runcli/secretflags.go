@@ -223,8 +223,8 @@ func (a *App) checkSecretRun(o *RunOptions) error {
 	}
 	if len(o.secrets) > 0 {
 		if o.habits.persistent() {
-			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
-				Hint: "drop --name/-d/--branch, or give the value to the sandbox another way"}
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep, --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
+				Hint: "drop --keep/--name/-d/--branch, or give the value to the sandbox another way"}
 		}
 		if o.overrides.Keep {
 			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep is not supported yet")}
@@ -274,7 +274,7 @@ func (a *App) takeConfigSecrets(o *RunOptions) error {
 	why := ""
 	switch {
 	case o.habits.persistent():
-		why = "a persistent sandbox (--name, -d, --branch)"
+		why = "a persistent sandbox (--keep, --name, -d, --branch)"
 	case o.overrides.Keep:
 		why = "--keep"
 	case o.backend != "" && !strings.EqualFold(o.backend, "native"):

@@ -1,0 +1,182 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/store"
+)
+
+// A sandbox's TTL is kept on time by its own supervisor: Manager.Start
+// and Manager.Update write the expiry into the sandbox's directory
+// (expires, RFC 3339), the supervisor watches that file (inotify: an
+// extension or a TTL given later is seen at once, without polling) and,
+// once the time has passed, calls its OnExpire (the CLI's: a detached
+// `sandbox expire NAME`, which stops the sandbox and removes it through
+// the state store, which the supervisor never opens). A stopped sandbox
+// that has expired is removed by the next List or Start, and by GC.
+
+// expiresFile holds the sandbox's expiry while it has one.
+const expiresFile = "expires"
+
+// expireRetry is how long the supervisor waits before it asks again
+// when the removal it asked for has not happened.
+const expireRetry = time.Minute
+
+// ServeOption changes how Serve serves a sandbox.
+type ServeOption func(*serveOptions)
+
+type serveOptions struct {
+	onExpire func()
+}
+
+// WithExpiry has Serve call onExpire once the sandbox's expiry (the
+// expires file in its directory) has passed, again every minute while
+// the sandbox still runs, and never while the file says otherwise.
+func WithExpiry(onExpire func()) ServeOption {
+	return func(o *serveOptions) { o.onExpire = onExpire }
+}
+
+// writeExpiry records exp (nil: none) in dir for its supervisor.
+func writeExpiry(dir string, exp *time.Time) error {
+	p := filepath.Join(dir, expiresFile)
+	if exp == nil {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return atomicfile.WriteFile(p, []byte(exp.UTC().Format(time.RFC3339Nano)+"\n"), 0o600)
+}
+
+// readExpiry is the expiry recorded in dir (ok false: none, or none
+// that can be read).
+func readExpiry(dir string) (exp time.Time, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, expiresFile))
+	if err != nil || len(b) > 64 {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(b)))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// watchExpiry calls expire once the expiry recorded in dir has passed
+// (and every expireRetry after that while it stays passed), re-reading
+// it whenever a file of dir changes. It returns the function that stops
+// the watch.
+func watchExpiry(dir string, expire func()) (stop func(), err error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("watching the sandbox's expiry: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_DELETE|unix.IN_CREATE); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("watching the sandbox's expiry: %w", err)
+	}
+	// Non-blocking: the runtime's poller waits for the events.
+	f := os.NewFile(uintptr(fd), "inotify")
+	changed := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				close(changed)
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		timer := time.NewTimer(time.Hour)
+		defer timer.Stop()
+		for {
+			timer.Stop()
+			if exp, ok := readExpiry(dir); ok {
+				timer.Reset(max(time.Until(exp), 0))
+			}
+			select {
+			case <-quit:
+				return
+			case _, ok := <-changed:
+				if !ok {
+					return
+				}
+			case <-timer.C:
+				if exp, ok := readExpiry(dir); ok && !time.Now().Before(exp) {
+					expire()
+					// Asked once: again only if the sandbox still runs
+					// a while later (the removal failed).
+					select {
+					case <-quit:
+						return
+					case <-time.After(expireRetry):
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+		f.Close()
+	}, nil
+}
+
+// expired reports whether sb's expiry has passed.
+func expired(sb *store.Sandbox, now time.Time) bool {
+	return sb.ExpiresAt != nil && !now.Before(*sb.ExpiresAt)
+}
+
+// removeIfExpired removes sb when it is stopped and its expiry has
+// passed, and reports whether it did. It takes the sandbox's lock and
+// decides on the state read under it.
+func (m *Manager) removeIfExpired(ctx context.Context, sb *store.Sandbox) (bool, error) {
+	if sb.Status == store.StatusRunning || !expired(sb, time.Now()) {
+		return false, nil
+	}
+	st, err := m.Store(ctx)
+	if err != nil {
+		return false, err
+	}
+	unlock, err := m.lock(sb.Name)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	cur, err := st.Get(ctx, sb.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil // removed meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	if cur.Status == store.StatusRunning || !expired(cur, time.Now()) {
+		return false, nil
+	}
+	return true, m.deleteLocked(ctx, st, cur)
+}
+
+// expiredError is the error of an operation on a sandbox that expired
+// and was removed.
+func expiredError(sb *store.Sandbox) error {
+	return fmt.Errorf("%q expired at %s and was removed: %w", sb.Name, sb.ExpiresAt.Local().Format(time.RFC3339), sandbox.ErrSandboxNotFound)
+}
