@@ -180,6 +180,9 @@ func (m *Manager) Create(ctx context.Context, info *sandbox.Info, spec *sandbox.
 }
 
 // Get returns the sandbox, its status reconciled with reality.
+// A stopped sandbox whose expiry has passed is still shown (Start, List
+// and GC remove it): a sandbox created with a TTL shorter than its
+// creation is reported, and 'sandbox gc --dry-run' can name it.
 func (m *Manager) Get(ctx context.Context, name string) (*sandbox.Info, error) {
 	sb, err := m.get(ctx, name)
 	if err != nil {
@@ -200,8 +203,15 @@ func (m *Manager) get(ctx context.Context, name string) (*store.Sandbox, error) 
 	return m.reconcile(ctx, sb)
 }
 
-// List returns every sandbox, reconciled.
+// List returns every sandbox, reconciled; stopped sandboxes whose expiry
+// has passed are removed and left out.
 func (m *Manager) List(ctx context.Context) ([]*sandbox.Info, error) {
+	return m.list(ctx, true)
+}
+
+// list is List; expire says whether to remove the stopped sandboxes
+// that have expired (GC judges them itself).
+func (m *Manager) list(ctx context.Context, expire bool) ([]*sandbox.Info, error) {
 	st, err := m.Store(ctx)
 	if err != nil {
 		return nil, err
@@ -217,6 +227,13 @@ func (m *Manager) List(ctx context.Context) ([]*sandbox.Info, error) {
 				continue // removed meanwhile (e.g. a warm pool's sandbox)
 			}
 			return nil, err
+		}
+		if expire {
+			if gone, err := m.removeIfExpired(ctx, sb); err != nil {
+				return nil, err
+			} else if gone {
+				continue
+			}
 		}
 		out = append(out, m.info(sb))
 	}
@@ -240,6 +257,12 @@ func (m *Manager) Update(ctx context.Context, name string, fn func(*sandbox.Info
 	})
 	if err != nil {
 		return nil, storeErr(name, err)
+	}
+	// The supervisor of a running sandbox keeps its expiry (ttl_linux.go).
+	if _, err := os.Stat(m.Dir(name)); err == nil {
+		if err := writeExpiry(m.Dir(name), sb.ExpiresAt); err != nil {
+			return nil, fmt.Errorf("recording the expiry of sandbox %q for its supervisor: %w", name, err)
+		}
 	}
 	return m.info(sb), nil
 }
@@ -361,14 +384,28 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 	if sb.Status == store.StatusRunning {
 		return m.info(sb), nil
 	}
+	if expired(sb, time.Now()) {
+		if err := m.deleteLocked(ctx, st, sb); err != nil {
+			return nil, err
+		}
+		return nil, expiredError(sb)
+	}
 	dir := m.Dir(name)
 	pid, start, ok := m.adopt(name)
 	if !ok {
 		if err := atomicfile.WriteFile(filepath.Join(dir, "spec.json"), sb.Spec, 0o600); err != nil {
 			return nil, err
 		}
+		if err := writeExpiry(dir, sb.ExpiresAt); err != nil {
+			return nil, err
+		}
 		m.removeCgroups(SpecID(sb))
 		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log")); err != nil {
+			return nil, err
+		}
+		if err := m.copyFiles(ctx, name); err != nil {
+			stopSpawned(ctx, dir, pid, start)
+			m.removeCgroups(SpecID(sb))
 			return nil, err
 		}
 	}
@@ -444,6 +481,14 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 		return err
 	}
 	defer unlock()
+	return m.deleteLocked(ctx, st, sb)
+}
+
+// deleteLocked deletes the stopped sandbox sb: its row, its host ids and
+// its directory (the writable layers with it). The caller holds its
+// lock.
+func (m *Manager) deleteLocked(ctx context.Context, st *store.Store, sb *store.Sandbox) error {
+	name := sb.Name
 	if err := st.Delete(ctx, name); err != nil {
 		return storeErr(name, err)
 	}
@@ -502,15 +547,22 @@ func (m *Manager) Spec(ctx context.Context, name string) (*sandbox.Spec, error) 
 	return &s, nil
 }
 
-// DiskUsage is the size of the sandbox's writable layer.
+// DiskUsage is the size of the sandbox's writable layers: its root's and
+// those of its copy-on-write volumes (cow<i>/).
 func (m *Manager) DiskUsage(_ context.Context, name string) (int64, error) {
-	return sandboxdir.UpperBytes(m.Dir(name)), nil
+	dir := m.Dir(name)
+	n := sandboxdir.UpperBytes(dir)
+	cows, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
+	for _, c := range cows {
+		n += sandboxdir.UpperBytes(c)
+	}
+	return n, nil
 }
 
 // GC removes expired sandboxes, the cgroups of stopped ones and
 // directories no sandbox owns. With dryRun it only reports.
 func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
-	all, err := m.List(ctx)
+	all, err := m.list(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -569,7 +621,9 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 			}
 		}
 	}
-	return removed, errors.Join(errs...)
+	// Snapshot layers nothing stacks any more (snapshot_linux.go).
+	layers, err := m.gcLayers(ctx, dryRun)
+	return append(removed, layers...), errors.Join(append(errs, err)...)
 }
 
 // locked reports whether another process holds the flock of path.

@@ -1,0 +1,206 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/audit"
+)
+
+// Snapshots of persistent sandboxes: a snapshot is the sandbox's writable
+// layer turned into read-only layers, kept with the spec they belong to.
+// Restoring one creates a new, stopped persistent sandbox that stacks the
+// source's layers and the snapshot's under a fresh writable layer of its
+// own: nothing is copied, whatever the size. The mechanism (package
+// supervisor) implements Snapshotter; the Manager adds names, defaults
+// and the audit log.
+
+// Errors of snapshots, mapped like the sandboxes' (HTTP 404 / 409, exit
+// 125).
+var (
+	// ErrSnapshotNotFound means no snapshot has that name.
+	ErrSnapshotNotFound = errors.New("snapshot not found")
+	// ErrSnapshotExists means the snapshot name is taken.
+	ErrSnapshotExists = errors.New("snapshot already exists")
+)
+
+// Snapshot is a snapshot as the faces show it (upstream's metadata
+// fields, without the image tag: no image is made).
+type Snapshot struct {
+	Name    string `json:"name"`
+	Sandbox string `json:"sandbox"`
+	Backend string `json:"backend"`
+	// BaseImage is the image the source sandbox was created from.
+	BaseImage string `json:"base_image"`
+	VCPUs     int64  `json:"vcpus,omitempty"`
+	MemoryMB  int64  `json:"memory_mb,omitempty"`
+	// Layers is how many read-only layers a restored sandbox stacks
+	// (the image's and every snapshot's it descends from).
+	Layers    int       `json:"layers"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Snapshotter takes, lists, restores and deletes snapshots. The Manager
+// finds it on its Store (package supervisor's Manager is both).
+type Snapshotter interface {
+	// TakeSnapshot turns the writable layer of sandbox into the
+	// snapshot name (ErrSandboxNotFound, ErrSnapshotExists). A running
+	// sandbox is frozen while its layer is copied; a stopped one's layer
+	// becomes the snapshot's as it is, and the sandbox stacks it.
+	TakeSnapshot(ctx context.Context, sandbox, name string) (*Snapshot, error)
+	// ListSnapshots returns every snapshot, oldest first.
+	ListSnapshots(ctx context.Context) ([]*Snapshot, error)
+	// GetSnapshot returns one (ErrSnapshotNotFound).
+	GetSnapshot(ctx context.Context, name string) (*Snapshot, error)
+	// RestoreSnapshot creates the stopped sandbox as from the snapshot
+	// name (ErrSnapshotNotFound, ErrSandboxExists) and returns it.
+	RestoreSnapshot(ctx context.Context, name, as string) (*Info, error)
+	// DeleteSnapshot removes the snapshot; layers a sandbox still
+	// stacks stay until no sandbox does (ErrSnapshotNotFound).
+	DeleteSnapshot(ctx context.Context, name string) error
+}
+
+// Freezer is what a backend offers to hold a running sandbox still
+// while its writable layer is copied (the cgroup freezer).
+type Freezer interface {
+	// Freeze freezes every process of the sandbox whose backend id is
+	// id; thaw lets them run again.
+	Freeze(id string) (thaw func() error, err error)
+}
+
+// Audit actions of snapshots.
+const (
+	ActionSnapshot       = "snapshot"
+	ActionSnapshotDelete = "snapshot_delete"
+	ActionRestore        = "restore"
+)
+
+func (m *Manager) snapshotter() (Snapshotter, error) {
+	if s, ok := m.opts.Store.(Snapshotter); ok {
+		return s, nil
+	}
+	return nil, m.missing("snapshots")
+}
+
+// DefaultSnapshotName is the name a snapshot of sandbox taken at t gets
+// when none is given: <sandbox>-YYYYMMDD (the sandbox's part shortened
+// so that the whole is a valid name).
+func DefaultSnapshotName(sandbox string, t time.Time) string {
+	suffix := "-" + t.Format("20060102")
+	base := sandbox
+	if len(base)+len(suffix) > 63 {
+		base = strings.TrimRight(base[:63-len(suffix)], "-_")
+	}
+	return base + suffix
+}
+
+// DefaultRestoreName is the name of a sandbox restored from a snapshot of
+// sandbox when none is given: <sandbox>-restored.
+func DefaultRestoreName(sandbox string) string {
+	const suffix = "-restored"
+	if len(sandbox)+len(suffix) > 63 {
+		sandbox = strings.TrimRight(sandbox[:63-len(suffix)], "-_")
+	}
+	return sandbox + suffix
+}
+
+// ValidateSnapshotName checks a snapshot name: the sandbox names' rule
+// (it is also a file name in the data directory).
+func ValidateSnapshotName(name string) error {
+	if err := ValidateName(name); err != nil {
+		return errors.New(strings.Replace(err.Error(), "sandbox name", "snapshot name", 1))
+	}
+	return nil
+}
+
+// TakeSnapshot snapshots the sandbox called sandbox as name (""
+// for DefaultSnapshotName).
+func (m *Manager) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snapshot, error) {
+	sn, err := m.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateName(sandbox); err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = DefaultSnapshotName(sandbox, time.Now())
+	}
+	if err := ValidateSnapshotName(name); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	s, err := sn.TakeSnapshot(ctx, sandbox, name)
+	if !errors.Is(err, ErrSandboxNotFound) {
+		m.audit(audit.Entry{Sandbox: sandbox, Action: ActionSnapshot, Details: "snapshot " + name}, start, err)
+	}
+	return s, err
+}
+
+// ListSnapshots returns every snapshot, oldest first.
+func (m *Manager) ListSnapshots(ctx context.Context) ([]*Snapshot, error) {
+	sn, err := m.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	return sn.ListSnapshots(ctx)
+}
+
+// GetSnapshot returns the snapshot called name.
+func (m *Manager) GetSnapshot(ctx context.Context, name string) (*Snapshot, error) {
+	sn, err := m.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateSnapshotName(name); err != nil {
+		return nil, err
+	}
+	return sn.GetSnapshot(ctx, name)
+}
+
+// RestoreSnapshot creates a new, stopped sandbox called as (""
+// for <source sandbox>-restored) from the snapshot name.
+func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*Info, error) {
+	sn, err := m.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	if err := ValidateSnapshotName(name); err != nil {
+		return nil, err
+	}
+	if as == "" {
+		s, err := sn.GetSnapshot(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		as = DefaultRestoreName(s.Sandbox)
+	}
+	if err := ValidateName(as); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	info, err := sn.RestoreSnapshot(ctx, name, as)
+	if !errors.Is(err, ErrSnapshotNotFound) && !errors.Is(err, ErrSandboxExists) {
+		m.audit(audit.Entry{Sandbox: as, Action: ActionRestore, Details: "from snapshot " + name}, start, err)
+	}
+	return info, err
+}
+
+// DeleteSnapshot removes the snapshot called name.
+func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
+	sn, err := m.snapshotter()
+	if err != nil {
+		return err
+	}
+	if err := ValidateSnapshotName(name); err != nil {
+		return err
+	}
+	start := time.Now()
+	err = sn.DeleteSnapshot(ctx, name)
+	if !errors.Is(err, ErrSnapshotNotFound) {
+		m.audit(audit.Entry{Sandbox: name, Action: ActionSnapshotDelete}, start, err)
+	}
+	return err
+}

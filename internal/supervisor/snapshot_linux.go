@@ -1,0 +1,674 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
+	"github.com/agentkernel/agentkernel/internal/idshift"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/store"
+)
+
+// Snapshots (sandbox.Snapshotter).
+//
+// A snapshot is read-only overlay layers plus the spec they belong to:
+//
+//	<data-dir>/snapshots/<name>.json    the metadata: sandbox.Snapshot and
+//	                                    the source's spec whose
+//	                                    Rootfs.Layers is the whole stack;
+//	                                    written last (temporary file,
+//	                                    rename), so a snapshot is listed
+//	                                    and restorable, or absent
+//	<data-dir>/snapshots/layers/<id>/   one layer (a former writable layer)
+//	<data-dir>/snapshots/lock           flock'ed by take, restore, delete
+//	                                    and the layers' gc
+//	<data-dir>/snapshots/<id>.pending   a stopped sandbox's writable layer
+//	                                    on its way to layers/<id>: the next
+//	                                    snapshot operation or gc finishes
+//	                                    the move (recoverPending)
+//
+// Layers live apart from the names: a layer belongs to every sandbox
+// whose spec stacks it (the snapshot's source, after a take of it while
+// stopped, and every sandbox restored from it) and to every snapshot
+// whose spec does. Deleting a snapshot removes its metadata; a layer
+// goes when nothing refers to it any more (gcLayers, at each delete and
+// in GC).
+//
+// Restore is one new record in the state store whose spec stacks the
+// snapshot's layers under a fresh writable layer: no file is copied or
+// touched, whatever the size.
+//
+// Ownership: a sandbox's writable layer is owned by its own block of
+// host ids (as root), while image layers keep the image's ids
+// (Rootfs.IDMap, the shift they were unpacked with) and every sandbox
+// sees them through idmapped mounts into its block. A snapshot layer is
+// made an image layer like those: at take time its owners are moved from
+// the sandbox's block to the image's shift (a chown walk, idshift), so
+// that any sandbox that stacks it sees the same owners, through the same
+// idmapped mounts. Rootless, layers and writable layers are the caller's
+// own files under the same map in every sandbox: nothing moves.
+//
+// Take: a stopped sandbox's writable layer is renamed into the store
+// (constant time, plus the chown walk) and the sandbox's own spec then
+// stacks it under a fresh writable layer. A running sandbox's overlay
+// keeps using its writable layer, so it is copied (copyLayer: clones
+// where the file system can) while the sandbox's processes are frozen
+// (the backend's sandbox.Freezer, the cgroup freezer) and after a
+// syncfs; running sandboxes need root (the copy keeps every owner).
+
+const (
+	snapshotsDir = "snapshots"
+	layersDir    = "layers"
+	// tmpLayerPrefix names a layer being copied (removed by gcLayers
+	// when a take was killed midway).
+	tmpLayerPrefix = "tmp-"
+	pendingSuffix  = ".pending"
+)
+
+// pendingMove is a stopped take's record of the move of its sandbox's
+// writable layer, written before the rename and removed once the
+// sandbox's spec stacks the layer: a take killed midway leaves the
+// layer to be stacked (the move finished), never to be collected as
+// nobody's.
+type pendingMove struct {
+	Sandbox string `json:"sandbox"`
+	Layer   string `json:"layer"`
+	From    uint32 `json:"from"`
+	To      uint32 `json:"to"`
+	Size    uint32 `json:"size"`
+}
+
+// snapshotMeta is a snapshot's metadata file.
+type snapshotMeta struct {
+	sandbox.Snapshot
+	// Spec is the source sandbox's spec, its Rootfs.Layers the whole
+	// stack a restored sandbox mounts.
+	Spec json.RawMessage `json:"spec"`
+	// Own are the layers this snapshot's take made.
+	Own []string `json:"own_layers,omitempty"`
+}
+
+func (m *Manager) snapshotsDir() string { return filepath.Join(m.DataDir, snapshotsDir) }
+
+// metaPath is the metadata file of the snapshot name, which must be a
+// valid name (no separator, no dot: no way out of the directory).
+func (m *Manager) metaPath(name string) (string, error) {
+	if err := sandbox.ValidateSnapshotName(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(m.snapshotsDir(), name+".json"), nil
+}
+
+// lockSnapshots takes the snapshots' lock.
+func (m *Manager) lockSnapshots() (func(), error) {
+	dir := m.snapshotsDir()
+	if err := os.MkdirAll(filepath.Join(dir, layersDir), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { f.Close() }, nil
+}
+
+func (m *Manager) readMeta(name string) (*snapshotMeta, error) {
+	p, err := m.metaPath(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := readNoFollow(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%q: %w", name, sandbox.ErrSnapshotNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var sm snapshotMeta
+	if err := json.Unmarshal(b, &sm); err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", name, err)
+	}
+	sm.Name = name
+	return &sm, nil
+}
+
+func readNoFollow(p string) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil || n == 0 {
+			return b, nil
+		}
+		if len(b) > 16<<20 {
+			return nil, fmt.Errorf("%s: too large", p)
+		}
+	}
+}
+
+// GetSnapshot returns the snapshot called name.
+func (m *Manager) GetSnapshot(_ context.Context, name string) (*sandbox.Snapshot, error) {
+	sm, err := m.readMeta(name)
+	if err != nil {
+		return nil, err
+	}
+	return &sm.Snapshot, nil
+}
+
+// ListSnapshots returns every snapshot, oldest first.
+func (m *Manager) ListSnapshots(_ context.Context) ([]*sandbox.Snapshot, error) {
+	metas, err := m.listMetas()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sandbox.Snapshot, 0, len(metas))
+	for _, sm := range metas {
+		out = append(out, &sm.Snapshot)
+	}
+	return out, nil
+}
+
+func (m *Manager) listMetas() ([]*snapshotMeta, error) {
+	ents, err := os.ReadDir(m.snapshotsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*snapshotMeta
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() || sandbox.ValidateSnapshotName(name) != nil {
+			continue // temporary files, the lock, layers
+		}
+		sm, err := m.readMeta(name)
+		if errors.Is(err, sandbox.ErrSnapshotNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sm)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// TakeSnapshot turns the writable layer of the sandbox src into the
+// snapshot name.
+func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.Snapshot, error) {
+	metaPath, err := m.metaPath(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandbox.ValidateName(src); err != nil {
+		return nil, err
+	}
+	unlockSnaps, err := m.lockSnapshots()
+	if err != nil {
+		return nil, err
+	}
+	defer unlockSnaps()
+	if err := m.recoverPending(ctx); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(metaPath); err == nil {
+		return nil, fmt.Errorf("%q: %w", name, sandbox.ErrSnapshotExists)
+	}
+	st, sb, unlock, err := m.lockedGet(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var spec sandbox.Spec
+	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("the spec of sandbox %q: %w", src, err)
+	}
+	if spec.Rootfs.Host {
+		return nil, fmt.Errorf("sandbox %q runs the host's own tools (read-only): it has no writable layer to snapshot: %w", src, sandbox.ErrUnsupported)
+	}
+	dir := m.Dir(src)
+	upper := filepath.Join(dir, "upper")
+	sh, err := m.ownerShift(&spec, dir)
+	if err != nil {
+		return nil, err
+	}
+	layers := m.snapshotsDir() + "/" + layersDir
+	id, err := randomHex()
+	if err != nil {
+		return nil, err
+	}
+	final := filepath.Join(layers, id)
+	var own []string
+	_, uerr := os.Lstat(upper)
+	switch {
+	case errors.Is(uerr, fs.ErrNotExist):
+		// Never started: the snapshot is its image.
+	case uerr != nil:
+		return nil, uerr
+	case sb.Status == store.StatusRunning:
+		if err := m.copyRunning(&spec, upper, filepath.Join(layers, tmpLayerPrefix+id), final, sh); err != nil {
+			return nil, err
+		}
+		own = []string{final}
+	default:
+		if err := m.moveStopped(ctx, st, src, upper, final, sh); err != nil {
+			return nil, err
+		}
+		own = []string{final}
+	}
+	snapSpec := spec
+	snapSpec.Rootfs.Layers = append(append([]string{}, spec.Rootfs.Layers...), own...)
+	snapSpec.ID, snapSpec.Name = "", ""
+	specJSON, err := json.Marshal(&snapSpec)
+	if err != nil {
+		return nil, err
+	}
+	sm := snapshotMeta{Snapshot: sandbox.Snapshot{Name: name, Sandbox: src, Backend: sb.Backend, BaseImage: sb.Image,
+		MemoryMB: spec.Resources.MemoryMB, Layers: len(snapSpec.Rootfs.Layers), CreatedAt: time.Now().UTC()}, Spec: specJSON, Own: own}
+	if c := spec.Resources.CPUPercent; c > 0 {
+		sm.VCPUs = (c + 99) / 100
+	}
+	b, err := json.MarshalIndent(&sm, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteFile(metaPath, b, 0o600); err != nil {
+		// A running sandbox's copy is nobody's: gcLayers removes it. A
+		// stopped one's layer is its source's now, and stays.
+		return nil, err
+	}
+	return &sm.Snapshot, nil
+}
+
+// idShift moves the ids of one block to another (none when !moves).
+type idShift struct {
+	from, to, size uint32
+	moves          bool
+}
+
+func (s idShift) apply(id uint32) uint32 {
+	if s.moves && id >= s.from && id-s.from < s.size {
+		return s.to + (id - s.from)
+	}
+	return id
+}
+
+// ownerShift returns how the owners of the sandbox's writable layer
+// (whose files live in dir) move to the image's shift: not at all
+// rootless, with --userns=host, or before the sandbox's first start.
+func (m *Manager) ownerShift(spec *sandbox.Spec, dir string) (idShift, error) {
+	if os.Geteuid() != 0 || spec.Security.HostUserNS {
+		return idShift{}, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "idrange"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return idShift{}, nil
+	}
+	if err != nil {
+		return idShift{}, err
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return idShift{}, fmt.Errorf("%s: %w", filepath.Join(dir, "idrange"), err)
+	}
+	sh := idShift{from: uint32(n), to: spec.Rootfs.IDMap.UID, size: spec.Rootfs.IDMap.Size}
+	if sh.size == 0 {
+		sh.size = 65536
+	}
+	sh.moves = sh.from != sh.to
+	return sh, nil
+}
+
+// moveStopped makes the stopped sandbox's writable layer the layer
+// final and stacks it in the sandbox's spec: a rename, the owners moved
+// to the image's shift, the spec updated; each step undone when a later
+// one fails. spec's layers stay those under final.
+func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string, upper, final string, sh idShift) error {
+	pm := pendingMove{Sandbox: name, Layer: final}
+	if sh.moves {
+		pm.From, pm.To, pm.Size = sh.from, sh.to, sh.size
+	}
+	marker := filepath.Join(m.snapshotsDir(), filepath.Base(final)+pendingSuffix)
+	b, err := json.Marshal(&pm)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(marker, b, 0o600); err != nil {
+		return err
+	}
+	defer os.Remove(marker)
+	if err := os.Rename(upper, final); err != nil {
+		if errors.Is(err, unix.EXDEV) {
+			return fmt.Errorf("the data directory's sandboxes and snapshots are on different file systems: %w", err)
+		}
+		return err
+	}
+	undo := func() {
+		if sh.moves {
+			_ = idshift.Tree(final, sh.to, sh.from, sh.size, nil)
+		}
+		_ = os.Rename(final, upper)
+	}
+	if sh.moves {
+		if err := idshift.Tree(final, sh.from, sh.to, sh.size, nil); err != nil {
+			undo()
+			return fmt.Errorf("moving the layer's files to the image's owners: %w", err)
+		}
+	}
+	if err := m.stackLayer(ctx, st, name, final); err != nil {
+		undo()
+		return err
+	}
+	return nil
+}
+
+// stackLayer puts layer on top of the image layers of the sandbox
+// name's spec (unless it is there already).
+func (m *Manager) stackLayer(ctx context.Context, st *store.Store, name, layer string) error {
+	var newSpec []byte
+	_, err := st.Update(ctx, name, func(s *store.Sandbox) error {
+		var cur sandbox.Spec
+		if err := json.Unmarshal(s.Spec, &cur); err != nil {
+			return err
+		}
+		for _, l := range cur.Rootfs.Layers {
+			if l == layer {
+				return nil
+			}
+		}
+		cur.Rootfs.Layers = append(cur.Rootfs.Layers, layer)
+		b, err := json.Marshal(&cur)
+		if err != nil {
+			return err
+		}
+		s.Spec, newSpec = b, b
+		return nil
+	})
+	if err != nil {
+		return storeErr(name, err)
+	}
+	if newSpec != nil {
+		// The next start writes spec.json from the store; it is written
+		// now too, so that no reader of the directory sees the old stack.
+		_ = atomicfile.WriteFile(filepath.Join(m.Dir(name), "spec.json"), newSpec, 0o600)
+	}
+	return nil
+}
+
+// recoverPending finishes the moves of stopped takes that were killed
+// midway (pendingMove): a layer that made it into the store gets the
+// image's owners and is stacked by its sandbox, which then sees its
+// files again (under whatever it wrote since); a move that never
+// happened, or whose sandbox is gone, leaves only its record, removed.
+func (m *Manager) recoverPending(ctx context.Context) error {
+	ents, err := os.ReadDir(m.snapshotsDir())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), pendingSuffix) || !e.Type().IsRegular() {
+			continue
+		}
+		marker := filepath.Join(m.snapshotsDir(), e.Name())
+		b, err := readNoFollow(marker)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var pm pendingMove
+		layers := filepath.Join(m.snapshotsDir(), layersDir)
+		if err := json.Unmarshal(b, &pm); err != nil || filepath.Dir(pm.Layer) != layers || sandbox.ValidateName(pm.Sandbox) != nil {
+			errs = append(errs, fmt.Errorf("%s: not a pending move", marker))
+			continue
+		}
+		if _, err := os.Lstat(pm.Layer); err == nil {
+			st, err := m.Store(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := st.Get(ctx, pm.Sandbox); err == nil {
+				if pm.Size > 0 {
+					if err := idshift.Tree(pm.Layer, pm.From, pm.To, pm.Size, nil); err != nil {
+						errs = append(errs, err)
+						continue
+					}
+				}
+				if err := m.stackLayer(ctx, st, pm.Sandbox, pm.Layer); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			} else if !errors.Is(err, store.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := os.Remove(marker); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// copyRunning copies the running sandbox's writable layer into tmp,
+// with its processes frozen, then renames tmp to final.
+func (m *Manager) copyRunning(spec *sandbox.Spec, upper, tmp, final string, sh idShift) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("a snapshot of a running sandbox needs root (its files keep their owners); stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", sandbox.ErrUnsupported)
+	}
+	fz, ok := m.Reclaimer.(sandbox.Freezer)
+	if !ok {
+		return fmt.Errorf("this backend cannot freeze a running sandbox; stop it first: %w", sandbox.ErrUnsupported)
+	}
+	thaw, err := fz.Freeze(spec.ID)
+	if err != nil {
+		return fmt.Errorf("freezing the sandbox: %w", err)
+	}
+	err = syncfs(upper)
+	if err == nil {
+		err = copyLayer(upper, tmp, sh.apply)
+	}
+	if terr := thaw(); terr != nil && err == nil {
+		err = fmt.Errorf("thawing the sandbox: %w", terr)
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("copying the writable layer: %w", err)
+	}
+	return nil
+}
+
+func syncfs(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
+}
+
+func randomHex() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// RestoreSnapshot creates the stopped sandbox as, whose spec stacks the
+// snapshot's layers under a fresh writable layer.
+func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*sandbox.Info, error) {
+	if err := sandbox.ValidateName(as); err != nil {
+		return nil, err
+	}
+	unlock, err := m.lockSnapshots()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	sm, err := m.readMeta(name)
+	if err != nil {
+		return nil, err
+	}
+	var spec sandbox.Spec
+	if err := json.Unmarshal(sm.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("the spec of snapshot %q: %w", name, err)
+	}
+	for _, l := range spec.Rootfs.Layers {
+		if _, err := os.Stat(l); err != nil {
+			return nil, fmt.Errorf("snapshot %q: layer %s: %w", name, l, err)
+		}
+	}
+	spec.Name, spec.ID = as, ""
+	info := &sandbox.Info{Name: as, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, RequestedImage: spec.RequestedImage,
+		Backend: sm.Backend, Status: sandbox.StatusStopped, Profile: spec.Profile, Resources: spec.Resources,
+		Description: "restored from snapshot " + name}
+	if err := m.Create(ctx, info, &spec); err != nil {
+		return nil, err
+	}
+	return m.Get(ctx, as)
+}
+
+// DeleteSnapshot removes the snapshot's metadata, then the layers that
+// nothing refers to any more.
+func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
+	p, err := m.metaPath(name)
+	if err != nil {
+		return err
+	}
+	unlock, err := m.lockSnapshots()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%q: %w", name, sandbox.ErrSnapshotNotFound)
+	}
+	if err := os.Remove(p); err != nil {
+		return err
+	}
+	_ = atomicfile.SyncDir(m.snapshotsDir())
+	_, err = m.gcLayersLocked(ctx, false)
+	return err
+}
+
+// gcLayers removes the snapshot layers that no snapshot and no sandbox
+// stacks, and copies a killed take left.
+func (m *Manager) gcLayers(ctx context.Context, dryRun bool) ([]string, error) {
+	if _, err := os.Stat(m.snapshotsDir()); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	unlock, err := m.lockSnapshots()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return m.gcLayersLocked(ctx, dryRun)
+}
+
+func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, error) {
+	if !dryRun {
+		if err := m.recoverPending(ctx); err != nil {
+			return nil, err
+		}
+	} else if pending, _ := filepath.Glob(filepath.Join(m.snapshotsDir(), "*"+pendingSuffix)); len(pending) > 0 {
+		return nil, nil // the layers of unfinished moves are not judged
+	}
+	used := map[string]bool{}
+	addSpec := func(b []byte) error {
+		if len(b) == 0 {
+			return nil
+		}
+		var s struct {
+			Rootfs struct {
+				Layers []string `json:"layers"`
+			} `json:"rootfs"`
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		for _, l := range s.Rootfs.Layers {
+			used[filepath.Clean(l)] = true
+		}
+		return nil
+	}
+	metas, err := m.listMetas()
+	if err != nil {
+		return nil, err
+	}
+	for _, sm := range metas {
+		if err := addSpec(sm.Spec); err != nil {
+			return nil, fmt.Errorf("snapshot %q: %w", sm.Name, err)
+		}
+	}
+	st, err := m.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, sb := range rows {
+		// A spec that cannot be read might stack any layer: keep all.
+		if err := addSpec(sb.Spec); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", sb.Name, err)
+		}
+	}
+	dir := filepath.Join(m.snapshotsDir(), layersDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if used[p] {
+			continue
+		}
+		removed = append(removed, "snapshot layer "+p)
+		if !dryRun {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+var _ sandbox.Snapshotter = (*Manager)(nil)
