@@ -8,8 +8,11 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Client is a client's connection to a sandbox's agent (Server): the
@@ -153,11 +156,27 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin, stdout, stder
 				_, _, _ = c.send(Request{Op: OpSignal, Target: id, Signal: int(s)})
 			}
 		case <-ctx.Done():
+			// Killed, and waited for (a while), so that its output is
+			// in and it is gone when the caller reports it.
 			_, _, _ = c.send(Request{Op: OpSignal, Target: id, Signal: int(syscall.SIGKILL)})
-			return 0, ctx.Err()
+			t := time.NewTimer(killWait)
+			defer t.Stop()
+			for {
+				select {
+				case resp := <-ch:
+					if resp.Exited || resp.Error != "" {
+						return syscall.WaitStatus(resp.Status), ctx.Err()
+					}
+				case <-t.C:
+					return 0, ctx.Err()
+				}
+			}
 		}
 	}
 }
+
+// killWait bounds how long Exec waits for a command it killed.
+const killWait = 5 * time.Second
 
 // stream runs a request that reads (toAgent) or writes a pipe while
 // data is copied from r or to w.
@@ -258,4 +277,65 @@ func (c *Client) Stop(ctx context.Context) error {
 		return fmt.Errorf("stop: %w", err)
 	}
 	return nil
+}
+
+// ExecDetached starts req as a detached command of the server.
+func (c *Client) ExecDetached(ctx context.Context, req ExecRequest) (sandbox.DetachedCommand, error) {
+	resp, err := c.Call(ctx, Request{Op: OpDetach, Exec: &req})
+	if err != nil {
+		var re *RequestError
+		if errors.As(err, &re) {
+			return sandbox.DetachedCommand{}, ResponseError(&re.Resp)
+		}
+		return sandbox.DetachedCommand{}, err
+	}
+	if len(resp.Detached) != 1 {
+		return sandbox.DetachedCommand{}, errors.New("detach: no command in the answer")
+	}
+	return resp.Detached[0], nil
+}
+
+// detachedErr maps the server's answers about detached commands to
+// package sandbox's errors.
+func detachedErr(id string, err error) error {
+	var re *RequestError
+	if errors.As(err, &re) {
+		switch re.Resp.Kind {
+		case KindNotFound:
+			return fmt.Errorf("%s: %w", id, sandbox.ErrDetachedNotFound)
+		case KindRange:
+			return fmt.Errorf("%s: %w", re.Resp.Error, sandbox.ErrLogOffset)
+		}
+	}
+	return err
+}
+
+// Detached lists the detached commands (id "") or describes one.
+func (c *Client) Detached(ctx context.Context, id string) ([]sandbox.DetachedCommand, error) {
+	resp, err := c.Call(ctx, Request{Op: OpDetached, CmdID: id})
+	if err != nil {
+		return nil, detachedErr(id, err)
+	}
+	return resp.Detached, nil
+}
+
+// DetachedLogs copies stream of detached command id from offset to w.
+func (c *Client) DetachedLogs(ctx context.Context, id, stream string, offset int64, w io.Writer) (int64, error) {
+	resp, err := c.stream(ctx, Request{Op: OpDetachedLogs, CmdID: id, Stream: stream, Offset: offset}, nil, w)
+	if err != nil {
+		return 0, detachedErr(id, err)
+	}
+	return resp.Size, nil
+}
+
+// KillDetached kills detached command id and returns it once ended.
+func (c *Client) KillDetached(ctx context.Context, id string) (sandbox.DetachedCommand, error) {
+	resp, err := c.Call(ctx, Request{Op: OpDetachedKill, CmdID: id})
+	if err != nil {
+		return sandbox.DetachedCommand{}, detachedErr(id, err)
+	}
+	if len(resp.Detached) != 1 {
+		return sandbox.DetachedCommand{}, errors.New("kill: no command in the answer")
+	}
+	return resp.Detached[0], nil
 }

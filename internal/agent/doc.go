@@ -40,6 +40,15 @@
 // once with an error. Other requests are answered once. Requests may be in
 // flight concurrently on one connection.
 //
+// A connection's commands are its own: when it closes (the client was
+// killed, or gave up) the server kills the commands it started and still
+// runs, and reports each end through Server.Audit ("client gone").
+// Detached commands (OpDetach; Server.ServeDetached) are the server's
+// instead: started by one connection, listed, read (OpDetachedLogs, from
+// a byte offset) and killed by any, they run on until they end or the
+// sandbox stops, their stdout and stderr kept in files of a capped size
+// (detached_linux.go).
+//
 // # Other backends
 //
 // Nothing here is specific to Linux namespaces. A gVisor sandbox runs the

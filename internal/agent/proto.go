@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/agentkernel/agentkernel/internal/sandbox"
+
 // Ops of a Request.
 const (
 	// OpExec runs a command; three descriptors (stdin, stdout, stderr)
@@ -34,6 +36,26 @@ const (
 	OpStop = "stop"
 	// OpPing checks that the peer is alive.
 	OpPing = "ping"
+	// OpDetach starts Exec as a detached command, owned by the server:
+	// stdin empty, stdout and stderr kept in files (no descriptors
+	// attached); answered once, with Detached.
+	OpDetach = "detach"
+	// OpDetached lists the detached commands (CmdID "") or describes
+	// CmdID, in Detached.
+	OpDetached = "detached"
+	// OpDetachedLogs writes Stream ("stdout" or "stderr") of detached
+	// command CmdID, from Offset, to the attached descriptor.
+	OpDetachedLogs = "detached-logs"
+	// OpDetachedKill kills detached command CmdID and answers once it
+	// has ended.
+	OpDetachedKill = "detached-kill"
+)
+
+// KindNotFound is a Response's Kind for a detached command that does not
+// exist, KindRange for a log offset past the end.
+const (
+	KindNotFound = "not-found"
+	KindRange    = "range"
 )
 
 // Request is one message to the supervisor or the agent.
@@ -47,6 +69,11 @@ type Request struct {
 	// Mode of a written file (0 means 0644).
 	Mode      uint32 `json:"mode,omitempty"`
 	Recursive bool   `json:"recursive,omitempty"`
+	// CmdID names a detached command; Stream and Offset select what of
+	// its output OpDetachedLogs writes.
+	CmdID  string `json:"cmd_id,omitempty"`
+	Stream string `json:"stream,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
 }
 
 // ExecRequest is a command to run in a running sandbox. Empty fields
@@ -57,6 +84,9 @@ type ExecRequest struct {
 	Workdir string   `json:"workdir,omitempty"`
 	User    string   `json:"user,omitempty"`
 	TTY     bool     `json:"tty,omitempty"`
+	// TimeoutMS > 0 (detached commands) kills the command once it has
+	// run that long.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // Response answers a Request (same ID).
@@ -82,6 +112,9 @@ type Response struct {
 	Stats   *Stats  `json:"stats,omitempty"`
 	// Size is the number of bytes read or written.
 	Size int64 `json:"size,omitempty"`
+	// Detached are the detached commands an OpDetach, OpDetached or
+	// OpDetachedKill answers with.
+	Detached []sandbox.DetachedCommand `json:"detached,omitempty"`
 }
 
 // Entry describes one file.

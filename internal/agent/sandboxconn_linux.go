@@ -230,3 +230,38 @@ func ProcRSS(pid int) int64 {
 	n, _ := strconv.ParseInt(f[1], 10, 64)
 	return n * int64(os.Getpagesize())
 }
+
+var _ sandbox.DetachedConn = SandboxConn{}
+
+// ExecDetached starts req as a detached command (sandbox.DetachedConn).
+func (c SandboxConn) ExecDetached(ctx context.Context, req sandbox.ExecRequest) (sandbox.DetachedCommand, error) {
+	if c.Dir != "" {
+		now := time.Now()
+		_ = os.Chtimes(filepath.Join(c.Dir, "activity"), now, now)
+	}
+	er := ExecRequest{Args: req.Args, Env: req.Env, Workdir: req.Workdir, User: req.User, TimeoutMS: req.Timeout.Milliseconds()}
+	if req.Timeout > 0 && er.TimeoutMS == 0 {
+		er.TimeoutMS = 1
+	}
+	d, err := c.C.ExecDetached(ctx, er)
+	if errors.Is(err, ErrMessageTooLarge) {
+		return d, fmt.Errorf("exec %s: %w: the arguments and environment are over the %d KiB one exec request carries: %w",
+			req.Args[0], unix.E2BIG, MaxMessage>>10, sandbox.ErrCannotInvoke)
+	}
+	return d, err
+}
+
+// Detached lists the detached commands (id "") or describes one.
+func (c SandboxConn) Detached(ctx context.Context, id string) ([]sandbox.DetachedCommand, error) {
+	return c.C.Detached(ctx, id)
+}
+
+// DetachedLogs copies a detached command's stream from offset to w.
+func (c SandboxConn) DetachedLogs(ctx context.Context, id, stream string, offset int64, w io.Writer) (int64, error) {
+	return c.C.DetachedLogs(ctx, id, stream, offset, w)
+}
+
+// KillDetached kills a detached command and returns it once ended.
+func (c SandboxConn) KillDetached(ctx context.Context, id string) (sandbox.DetachedCommand, error) {
+	return c.C.KillDetached(ctx, id)
+}

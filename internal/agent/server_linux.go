@@ -48,11 +48,18 @@ const idleTrimAfter = 10 * time.Second
 // accepted on a listening socket: exec (with the client's descriptors as
 // the command's stdio, Started then Exited), signals to the commands a
 // connection started, file operations through Sandbox.FS, stats and stop.
-// A connection that closes leaves its commands running; their exit
-// reports go nowhere.
+// A connection that closes takes the commands it started with it: the
+// server kills them (their client is gone, nobody reads their output or
+// their status) and reports each through Audit. Detached commands
+// (ServeDetached) are the server's own and run on.
 type Server struct {
 	sb   Sandbox
 	trim *idletrim.Trimmer
+	det  *detachedSet
+
+	// Audit, when set, receives how each command ended that no client
+	// saw end (ExecEnd). Set it before Serve.
+	Audit func(ExecEnd)
 
 	stopOnce sync.Once
 	stopped  chan struct{}
@@ -80,7 +87,7 @@ func (s *Server) Serve(lfd int) {
 			}
 			return
 		}
-		c := &serverConn{s: s, conn: NewConn(os.NewFile(uintptr(nfd), "client")), procs: map[uint64]Process{}}
+		c := &serverConn{s: s, conn: NewConn(os.NewFile(uintptr(nfd), "client")), procs: map[uint64]*foreground{}}
 		go c.serve()
 	}
 }
@@ -91,7 +98,21 @@ type serverConn struct {
 	conn *Conn
 
 	mu    sync.Mutex
-	procs map[uint64]Process // running commands by their exec request's ID
+	procs map[uint64]*foreground // running commands by their exec request's ID
+	gone  bool                   // the client went away
+}
+
+// foreground is a command a connection's exec started.
+type foreground struct {
+	p     Process
+	args  []string
+	start time.Time
+}
+
+func (s *Server) audit(e ExecEnd) {
+	if s.Audit != nil {
+		s.Audit(e)
+	}
 }
 
 func (c *serverConn) serve() {
@@ -100,6 +121,7 @@ func (c *serverConn) serve() {
 		var req Request
 		fds, err := c.conn.Recv(&req)
 		if err != nil {
+			c.clientGone()
 			return
 		}
 		switch req.Op {
@@ -117,6 +139,21 @@ func (c *serverConn) serve() {
 				c.handle(req, fds)
 			}()
 		}
+	}
+}
+
+// clientGone kills the commands the connection started and still runs:
+// their client is gone. Each one's end is audited by its waiter.
+func (c *serverConn) clientGone() {
+	c.mu.Lock()
+	c.gone = true
+	procs := make([]*foreground, 0, len(c.procs))
+	for _, f := range c.procs {
+		procs = append(procs, f)
+	}
+	c.mu.Unlock()
+	for _, f := range procs {
+		killProc(f.p)
 	}
 }
 
@@ -143,8 +180,21 @@ func (c *serverConn) fail(id uint64, err error) {
 }
 
 func (c *serverConn) handle(req Request, fds []int) {
-	if req.Op == OpExec {
+	switch req.Op {
+	case OpExec:
 		c.exec(req, fds)
+		return
+	case OpDetach:
+		CloseFds(fds)
+		c.detach(req)
+		return
+	case OpDetached:
+		CloseFds(fds)
+		c.detached(req)
+		return
+	case OpDetachedKill:
+		CloseFds(fds)
+		c.detachedKill(req)
 		return
 	}
 	var file *os.File
@@ -171,10 +221,14 @@ func (c *serverConn) handle(req Request, fds []int) {
 		_ = c.conn.Send(Response{ID: req.ID})
 	case OpSignal:
 		c.mu.Lock()
-		p := c.procs[req.Target]
+		f := c.procs[req.Target]
 		c.mu.Unlock()
-		if p != nil && req.Signal > 0 {
-			_ = p.Signal(syscall.Signal(req.Signal))
+		if f != nil && req.Signal > 0 {
+			if req.Signal == int(syscall.SIGKILL) {
+				killProc(f.p)
+			} else {
+				_ = f.p.Signal(syscall.Signal(req.Signal))
+			}
 		}
 		_ = c.conn.Send(Response{ID: req.ID})
 	case OpRead:
@@ -243,6 +297,11 @@ func (c *serverConn) handle(req Request, fds []int) {
 			return
 		}
 		_ = c.conn.Send(Response{ID: req.ID})
+	case OpDetachedLogs:
+		if !needFile() {
+			return
+		}
+		c.detachedLogs(req, file)
 	case OpTarIn:
 		if !needFile() {
 			return
@@ -280,16 +339,27 @@ func (c *serverConn) exec(req Request, fds []int) {
 		_ = c.conn.Send(resp)
 		return
 	}
+	f := &foreground{p: p, args: req.Exec.Args, start: time.Now()}
 	c.mu.Lock()
-	c.procs[req.ID] = p
+	c.procs[req.ID] = f
+	gone := c.gone
 	c.mu.Unlock()
+	if gone {
+		// The client went while the command started.
+		killProc(p)
+	}
 	_ = c.conn.Send(Response{ID: req.ID, Started: true, Pid: p.Pid()})
 	// Waiting is not work: the server may trim its memory meanwhile.
 	go func() {
 		ws := p.Wait()
 		c.mu.Lock()
 		delete(c.procs, req.ID)
+		gone := c.gone
 		c.mu.Unlock()
+		if gone {
+			c.s.audit(ExecEnd{Args: f.args, ExitCode: exitCode(ws), Duration: time.Since(f.start), Reason: "client gone"})
+			return
+		}
 		_ = c.conn.Send(Response{ID: req.ID, Exited: true, Status: int(ws)})
 	}()
 }

@@ -29,10 +29,34 @@ empty. Exit status: the command's own, 128+N on signal N, 125/126/127 as run.
 created with (a later change of agentkernel.toml does not change them): a
 command they do not allow is not started, exit status 126. A sandbox created
 by a version of agentkernel that did not record the rules has none, and each
-exec warns about it.`,
+exec warns about it.
+
+--env, --workdir and --user set the command's environment, working
+directory and identity. --sudo runs it as root (uid and gid 0) inside the
+sandbox: root of the sandbox's own user namespace, an unprivileged id on the
+host, with the capabilities the sandbox's profile keeps and no more; it is
+--user 0:0. --timeout DUR kills the command once it has run
+that long: exit status 124 and a line saying so. When exec itself is killed
+(kill -9) or loses its connection to the sandbox, the command it started is
+killed too, and the audit log says so ("client gone").
+
+-d runs the command detached: exec prints its ID and returns while the
+command runs on, owned by the sandbox's supervisor, until it ends, is killed
+or the sandbox stops. Its stdin is empty; its stdout and stderr are kept
+under the sandbox's directory (detached/ID/), 16 MiB each: past that,
+writing stops with a line saying so and the rest is dropped. The newest 64
+ended commands are kept, with their output. Then:
+  exec --list NAME                            its detached commands
+  exec --status ID NAME                       running, completed or failed (exit code)
+  exec --logs ID [--stderr] [--offset N] NAME its output, from byte N
+  exec --kill ID NAME                         SIGKILL; its status once it has ended
+--json prints -d's, --list's, --status's and --kill's answers as JSON.`,
 		Example: `  agentkernel exec dev -- sh -c 'echo hi'
   echo data | agentkernel exec -i dev -- cat
-  agentkernel exec -it dev -- sh`,
+  agentkernel exec -it dev -- sh
+  agentkernel exec -e DEBUG=1 -w /workspace --timeout 5m dev -- make test
+  id=$(agentkernel exec -d dev -- npm run dev)
+  agentkernel exec --logs "$id" dev; agentkernel exec --kill "$id" dev`,
 		Args:               cobra.ArbitraryArgs,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {

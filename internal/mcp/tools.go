@@ -57,8 +57,9 @@ type createInput struct {
 }
 
 type execInput struct {
-	Name    string   `json:"name" jsonschema:"sandbox name"`
-	Command []string `json:"command" jsonschema:"the command and its arguments"`
+	Name      string   `json:"name" jsonschema:"sandbox name"`
+	Command   []string `json:"command" jsonschema:"the command and its arguments"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty" jsonschema:"kill the command after this many milliseconds (default: no limit)"`
 }
 
 type fileWriteInput struct {
@@ -365,13 +366,17 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in execInput
 	if len(in.Command) == 0 || in.Command[0] == "" {
 		return errorResult("command is required: an array of strings such as [\"ls\",\"-l\"]"), nil, nil
 	}
+	if in.TimeoutMS < 0 {
+		return errorResult("timeout_ms must not be negative"), nil, nil
+	}
+	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
 	out := newOutput(ctx, req)
 	defer out.stop()
 	w, finish, err := out.stdio()
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
-	res, err := t.opts.Manager.Exec(ctx, in.Name, sandbox.ExecRequest{Args: in.Command}, sandbox.Stdio{Stdout: w, Stderr: w}, nil)
+	res, err := t.opts.Manager.Exec(ctx, in.Name, sandbox.ExecRequest{Args: in.Command, Timeout: timeout}, sandbox.Stdio{Stdout: w, Stderr: w}, nil)
 	finish()
 	text := out.text()
 	switch {
@@ -381,6 +386,8 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in execInput
 		return errorResult(fmt.Sprintf("command exited with code 126: %v%s", err, prefixNL(text))), nil, nil
 	case err != nil:
 		return sandboxError(in.Name, err), nil, nil
+	case res.TimedOut:
+		return errorResult(fmt.Sprintf("command timed out after %s and was stopped (exit code 124)%s", timeout, prefixNL(text))), nil, nil
 	case res.ExitCode != 0:
 		return errorResult(fmt.Sprintf("command exited with code %d%s", res.ExitCode, prefixNL(text))), nil, nil
 	}

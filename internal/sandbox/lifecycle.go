@@ -88,6 +88,9 @@ type CreateRequest struct {
 	// Reuse returns the existing sandbox of that name instead of
 	// failing with ErrSandboxExists (started when Start is set).
 	Reuse bool
+	// Files are copied into the sandbox at each start (the Store must
+	// be a FileKeeper).
+	Files []FileCopy
 }
 
 // Create records a new sandbox (and starts it when asked). created is
@@ -118,6 +121,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	spec := req.Spec
 	if spec == nil {
 		return nil, false, errors.New("create: no spec given")
+	}
+	keeper, _ := st.(FileKeeper)
+	if len(req.Files) > 0 && keeper == nil {
+		return nil, false, fmt.Errorf("copying files into a persistent sandbox at its start is not available here: %w", ErrUnsupported)
 	}
 	spec.Name = req.Name
 	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
@@ -150,6 +157,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 			return m.Create(ctx, CreateRequest{Name: req.Name, Start: req.Start, Reuse: true})
 		}
 		return nil, false, err
+	}
+	if len(req.Files) > 0 {
+		if err := keeper.KeepFiles(ctx, req.Name, req.Files); err != nil {
+			_ = st.Remove(ctx, req.Name, true)
+			return nil, false, err
+		}
 	}
 	if req.Start {
 		info, err = m.Start(ctx, req.Name)
@@ -311,9 +324,10 @@ func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio 
 	var res Result
 	err = m.checkExec(ctx, name, req.Args)
 	if err == nil {
-		res, err = c.Exec(ctx, req, stdio, signals)
+		res, err = execBounded(ctx, c, req, stdio, signals)
 	}
 	e := audit.Entry{Sandbox: name, Action: audit.ActionExec, Command: req.Args}
+	e.Details = execEndDetails(ctx, req, res, err)
 	if err == nil {
 		code := res.ExitCode
 		e.ExitCode = &code
@@ -431,6 +445,12 @@ func (m *Manager) Audit(_ context.Context, f audit.Filter) ([]audit.Entry, error
 // Extend pushes a sandbox's expiry back by d (from now when it has none
 // or it has passed) and returns the sandbox.
 func (m *Manager) Extend(ctx context.Context, name string, d time.Duration) (*Info, error) {
+	return m.ExtendTTL(ctx, name, d, true)
+}
+
+// ExtendTTL is Extend, except that a sandbox without an expiry keeps
+// none unless orSet (the CLI's extend-ttl without --by).
+func (m *Manager) ExtendTTL(ctx context.Context, name string, d time.Duration, orSet bool) (*Info, error) {
 	if d <= 0 {
 		return nil, errors.New("the extension must be a positive duration such as 1h")
 	}
@@ -439,6 +459,9 @@ func (m *Manager) Extend(ctx context.Context, name string, d time.Duration) (*In
 		return nil, err
 	}
 	return st.Update(ctx, name, func(i *Info) error {
+		if i.ExpiresAt == nil && !orSet {
+			return nil
+		}
 		base := time.Now()
 		if i.ExpiresAt != nil && i.ExpiresAt.After(base) {
 			base = *i.ExpiresAt

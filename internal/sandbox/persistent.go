@@ -69,6 +69,9 @@ type ExecRequest struct {
 	User    string
 	// TTY: Stdio's three streams are one terminal (the face set it up).
 	TTY bool
+	// Timeout > 0 ends the command (SIGKILL) once it has run that long:
+	// Exec then reports exit code 124 with Result.TimedOut.
+	Timeout time.Duration
 }
 
 // FileInfo describes one file in a sandbox.

@@ -23,11 +23,17 @@ import (
 // Instance b returns must be an agent.Sandbox, which agent.Server
 // serves.
 //
+// With WithExpiry, Serve keeps the sandbox's expiry (ttl_linux.go).
+//
 // Serve locks its OS thread for good: a backend may tie the sandbox's
 // life to the thread that booted it (native: PID 1's Pdeathsig follows
 // the thread that forked it).
-func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string, ready *os.File) error {
+func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string, ready *os.File, opts ...ServeOption) error {
 	runtime.LockOSThread()
+	var o serveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	sockPath := filepath.Join(dir, "sock")
 	_ = os.Remove(sockPath)
 	_ = os.Remove(filepath.Join(dir, "exit-reason"))
@@ -68,6 +74,7 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 	}
 	srv := agent.NewServer(served)
 	defer srv.Close()
+	wireExec(srv, dir)
 	serving := make(chan struct{})
 	go func() {
 		defer close(serving)
@@ -78,6 +85,13 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 	// us (Manager.adopt).
 	if st, err := ProcStart(os.Getpid()); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
+	}
+	if o.onExpire != nil {
+		stop, err := watchExpiry(dir, o.onExpire)
+		if err != nil {
+			return kill(err)
+		}
+		defer stop()
 	}
 	if ready != nil {
 		fmt.Fprint(ready, "ok")

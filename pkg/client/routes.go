@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -213,6 +214,9 @@ type ExecOptions struct {
 	Env     []string `json:"env,omitempty"` // KEY=VALUE
 	Workdir string   `json:"workdir,omitempty"`
 	Sudo    bool     `json:"sudo,omitempty"`
+	// TimeoutMS > 0 kills the command after that many milliseconds: a
+	// 409 *APIError with ExitCode 124.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
 // Exec runs cmd in a running sandbox and returns its output; a non-zero
@@ -274,11 +278,15 @@ func (c *Client) DeleteFile(ctx context.Context, name, p string) error {
 // WriteFiles writes several UTF-8 files (absolute path → content) and
 // returns how many were written.
 func (c *Client) WriteFiles(ctx context.Context, name string, files map[string]string) (int, error) {
-	var d struct {
-		Written int `json:"written"`
+	var msg string // "Wrote N file(s)"
+	if err := c.do(ctx, http.MethodPost, sandboxPath(name, "files"), nil, map[string]any{"files": files}, &msg); err != nil {
+		return 0, err
 	}
-	err := c.do(ctx, http.MethodPost, sandboxPath(name, "files"), nil, map[string]any{"files": files}, &d)
-	return d.Written, err
+	var n int
+	if _, err := fmt.Sscanf(msg, "Wrote %d file", &n); err != nil {
+		return 0, fmt.Errorf("%w: %q", ErrBadAnswer, msg)
+	}
+	return n, nil
 }
 
 // LogEntry is one audit entry of a sandbox (fields as the server sends

@@ -2,6 +2,7 @@ package runcli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"text/tabwriter"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -256,7 +258,13 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	req := sandbox.ExecRequest{Args: args, Workdir: o.Workdir, User: o.User, TTY: o.TTY}
+	if op := o.DetachedOp(); op != "" {
+		return a.runDetachedOp(ctx, m, name, op, o)
+	}
+	req := sandbox.ExecRequest{Args: args, Workdir: o.Workdir, User: o.User, TTY: o.TTY, Timeout: o.Timeout}
+	if o.Sudo {
+		req.User = "0:0"
+	}
 	for _, kv := range o.Env {
 		if !strings.Contains(kv, "=") {
 			v, ok := os.LookupEnv(kv)
@@ -266,6 +274,16 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 			kv += "=" + v
 		}
 		req.Env = append(req.Env, kv)
+	}
+	if o.Detach {
+		d, err := m.ExecDetached(ctx, name, req)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
+				return err
+			}
+			return RunError(err)
+		}
+		return a.printDetached(o, d)
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
@@ -321,10 +339,102 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 		}
 		return RunError(err)
 	}
+	if res.TimedOut {
+		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was killed", o.Timeout)}
+	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+// printDetached prints a detached command: its ID alone (what -d
+// prints, for scripts), or with --json the whole record.
+func (a *App) printDetached(o *ExecOptions, d *sandbox.DetachedCommand) error {
+	if o.JSON {
+		return writeJSONTo(a.Stdout, d)
+	}
+	_, err := fmt.Fprintln(a.Stdout, d.ID)
+	return err
+}
+
+func writeJSONTo(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runDetachedOp is exec --list, --status, --logs or --kill.
+func (a *App) runDetachedOp(ctx context.Context, m *sandbox.Manager, name, op string, o *ExecOptions) error {
+	var err error
+	switch op {
+	case "list":
+		var ds []sandbox.DetachedCommand
+		if ds, err = m.DetachedList(ctx, name); err == nil {
+			if o.JSON {
+				return writeJSONTo(a.Stdout, ds)
+			}
+			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tEXIT\tSTARTED\tCOMMAND")
+			for _, d := range ds {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.ID, d.Status, exitText(&d), d.StartedAt.Local().Format("2006-01-02 15:04:05"), strings.Join(d.Command, " "))
+			}
+			return tw.Flush()
+		}
+	case "status", "kill":
+		var d *sandbox.DetachedCommand
+		if op == "status" {
+			d, err = m.DetachedStatus(ctx, name, o.Status)
+		} else {
+			d, err = m.DetachedKill(ctx, name, o.Kill)
+		}
+		if err == nil {
+			if o.JSON {
+				return writeJSONTo(a.Stdout, d)
+			}
+			line := d.Status
+			if d.ExitCode != nil {
+				line += fmt.Sprintf(" (exit code %d)", *d.ExitCode)
+			}
+			if d.Reason != "" {
+				line += ": " + d.Reason
+			}
+			_, err = fmt.Fprintln(a.Stdout, line)
+			return err
+		}
+	case "logs":
+		stream := "stdout"
+		if o.Stderr {
+			stream = "stderr"
+		}
+		_, err = m.DetachedLogs(ctx, name, o.Logs, stream, o.Offset, a.Stdout)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sandbox.ErrSandboxNotFound), errors.Is(err, sandbox.ErrNotRunning):
+		return err
+	case errors.Is(err, sandbox.ErrDetachedNotFound):
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %s has no detached command %s", name, firstOf(o.Status, o.Logs, o.Kill)),
+			Hint: "'agentkernel exec --list " + name + "' lists them"}
+	}
+	return &ExitError{Code: ExitAgentkernel, Err: err}
+}
+
+func exitText(d *sandbox.DetachedCommand) string {
+	if d.ExitCode == nil {
+		return "-"
+	}
+	return fmt.Sprint(*d.ExitCode)
+}
+
+func firstOf(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
 }
 
 // RunAttach is 'attach': an interactive shell with a terminal (o.Shell,

@@ -6,10 +6,12 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // ExecOptions are the flags of 'exec' and 'attach'.
@@ -21,6 +23,38 @@ type ExecOptions struct {
 	Interactive bool
 	// Shell is attach's --shell.
 	Shell string
+	// Sudo runs the command as root (uid and gid 0) in the sandbox.
+	Sudo bool
+	// Timeout > 0 kills the command once it has run that long (exit
+	// status 124).
+	Timeout time.Duration
+	// Detach starts the command as a detached one (exec -d).
+	Detach bool
+	// Detached-command management (DetachedOp): --list, --status ID,
+	// --logs ID (Stderr, Offset), --kill ID; JSON prints JSON.
+	List   bool
+	Status string
+	Logs   string
+	Kill   string
+	Stderr bool
+	Offset int64
+	JSON   bool
+}
+
+// DetachedOp is the detached-command operation o asks for ("list",
+// "status", "logs", "kill"), "" for none.
+func (o *ExecOptions) DetachedOp() string {
+	switch {
+	case o.List:
+		return "list"
+	case o.Status != "":
+		return "status"
+	case o.Logs != "":
+		return "logs"
+	case o.Kill != "":
+		return "kill"
+	}
+	return ""
 }
 
 // BindExecFlags registers exec's flags into fs.
@@ -28,6 +62,16 @@ func BindExecFlags(fs *pflag.FlagSet, o *ExecOptions) {
 	bindExecEnv(fs, o)
 	fs.BoolVarP(&o.TTY, "tty", "t", false, "allocate a pseudo-terminal")
 	fs.BoolVarP(&o.Interactive, "interactive", "i", false, "pass stdin to the command")
+	fs.BoolVar(&o.Sudo, "sudo", false, "run as root (uid 0) inside the sandbox: root of the sandbox's own user namespace, never the host's")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the command once it has run this long (e.g. 30s, 5m): exit status 124")
+	fs.BoolVarP(&o.Detach, "detach", "d", false, "run the command detached: print its ID and return; it runs on in the sandbox")
+	fs.BoolVar(&o.List, "list", false, "list the sandbox's detached commands (exec --list NAME)")
+	fs.StringVar(&o.Status, "status", "", "show detached command ID (exec --status ID NAME)")
+	fs.StringVar(&o.Logs, "logs", "", "print the output of detached command ID (exec --logs ID NAME)")
+	fs.StringVar(&o.Kill, "kill", "", "kill detached command ID (exec --kill ID NAME)")
+	fs.BoolVar(&o.Stderr, "stderr", false, "with --logs: print its stderr instead of its stdout")
+	fs.Int64Var(&o.Offset, "offset", 0, "with --logs: start at this byte of the stream")
+	fs.BoolVar(&o.JSON, "json", false, "with -d, --list, --status, --kill: print JSON")
 }
 
 // BindAttachFlags registers attach's flags into fs.
@@ -133,6 +177,13 @@ func (a *App) ParseSandboxCommand(argv []string) (*SandboxCommandLine, error) {
 	args := fs.Args()
 	switch l.Command {
 	case "exec":
+		if err := checkExecFlags(&l.Exec, args); err != nil {
+			return nil, err
+		}
+		if l.Exec.DetachedOp() != "" {
+			l.Name = args[0]
+			break
+		}
 		if len(args) == 0 {
 			return nil, execUsage("no sandbox NAME and no COMMAND given")
 		}
@@ -195,6 +246,51 @@ func SplitRemote(s string) (name, p string, ok bool) {
 		p = "/"
 	}
 	return name, p, true
+}
+
+// checkExecFlags refuses exec's flags that do not go together, and a
+// detached-command operation's command line that is not one NAME.
+func checkExecFlags(o *ExecOptions, args []string) error {
+	bad := func(msg string) error {
+		return &ExitError{Code: ExitAgentkernel, Err: errors.New("exec: " + msg), Hint: "see 'agentkernel exec --help'"}
+	}
+	ops := 0
+	for _, set := range []bool{o.List, o.Status != "", o.Logs != "", o.Kill != ""} {
+		if set {
+			ops++
+		}
+	}
+	switch {
+	case ops > 1:
+		return bad("--list, --status, --logs and --kill go one at a time")
+	case o.Sudo && o.User != "":
+		return bad("--sudo and --user go one at a time (--sudo is --user 0:0)")
+	case o.Timeout < 0:
+		return bad("--timeout must be positive")
+	case o.Detach && (o.TTY || o.Interactive):
+		return bad("a detached command (-d) has no terminal and no stdin: drop -t and -i")
+	case (o.Stderr || o.Offset != 0) && o.Logs == "":
+		return bad("--stderr and --offset go with --logs ID")
+	case o.Offset < 0:
+		return bad("--offset must be 0 or more")
+	}
+	if ops == 0 {
+		return nil
+	}
+	if o.Detach || o.TTY || o.Interactive || o.Timeout != 0 || o.Sudo || len(o.Env) > 0 || o.Workdir != "" || o.User != "" {
+		return bad("--list, --status, --logs and --kill take no command flags")
+	}
+	if len(args) != 1 {
+		return bad("--list, --status, --logs and --kill take the sandbox NAME alone\nusage: agentkernel exec --list NAME | --status ID NAME | --logs ID [--stderr] [--offset N] NAME | --kill ID NAME")
+	}
+	for _, id := range []string{o.Status, o.Logs, o.Kill} {
+		if id != "" {
+			if err := sandbox.ValidDetachedID(id); err != nil {
+				return bad(err.Error())
+			}
+		}
+	}
+	return nil
 }
 
 // execUsage is exec's answer to a command line that misses NAME or

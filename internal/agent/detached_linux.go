@@ -1,0 +1,505 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Detached commands: started by one client, owned by the Server (not by
+// the connection that asked), so they run on when that client goes.
+// Each has a directory under the server's detached directory:
+//
+//	ID/meta.json   the sandbox.DetachedCommand, rewritten at start and end
+//	ID/stdout      the command's stdout, sandbox.DetachedLogCap at most
+//	ID/stderr      its stderr, the same
+//
+// The command's stdout and stderr are pipes the server copies into the
+// files; past the cap the copy writes sandbox.DetachedLogMarker once and
+// then reads and drops the rest, so the command never blocks on a full
+// pipe. The newest maxDetachedKept ended commands are kept, with their
+// output; older ones are forgotten and their directories removed.
+// Commands recorded by an earlier server of the same directory (a
+// sandbox that was stopped and started again) are listed as failed,
+// "sandbox stopped", when they had not ended.
+
+// ExecEnd is how a command ended that no client saw end: a detached one,
+// or a foreground one whose client went away (Reason "client gone":
+// the server killed it). Server.Audit receives them.
+type ExecEnd struct {
+	Args     []string
+	ExitCode int
+	Duration time.Duration
+	// Reason: "client gone", "detached: id …", "detached: id … timed out".
+	Reason string
+}
+
+// detachedSet is a Server's detached commands.
+type detachedSet struct {
+	dir string
+
+	mu   sync.Mutex
+	cmds map[string]*detachedCmd
+}
+
+type detachedCmd struct {
+	mu   sync.Mutex
+	info sandbox.DetachedCommand
+	proc Process
+	// out counts what each stream's copy has written (cap and marker
+	// included), for the record.
+	out  [2]*capWriter
+	done chan struct{} // closed once the command has ended
+}
+
+// ServeDetached enables detached commands, kept under dir (created).
+func (s *Server) ServeDetached(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	d := &detachedSet{dir: dir, cmds: map[string]*detachedCmd{}}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if sandbox.ValidDetachedID(e.Name()) != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "meta.json"))
+		if err != nil {
+			continue
+		}
+		var info sandbox.DetachedCommand
+		if json.Unmarshal(b, &info) != nil || info.ID != e.Name() {
+			continue
+		}
+		if info.Status == sandbox.DetachedRunning {
+			now := time.Now().UTC()
+			info.Status, info.Reason, info.FinishedAt = sandbox.DetachedFailed, "sandbox stopped", &now
+			writeMeta(filepath.Join(dir, info.ID), &info)
+		}
+		done := make(chan struct{})
+		close(done)
+		d.cmds[info.ID] = &detachedCmd{info: info, done: done}
+	}
+	d.prune()
+	s.det = d
+	return nil
+}
+
+func newDetachedID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func writeMeta(dir string, info *sandbox.DetachedCommand) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return
+	}
+	tmp := filepath.Join(dir, "meta.json.tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, "meta.json"))
+	}
+}
+
+// capWriter writes to f up to limit bytes, then the marker once, then
+// drops what comes.
+type capWriter struct {
+	f       *os.File
+	limit   int64
+	mu      sync.Mutex
+	n       int64
+	clipped bool
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.clipped {
+		return len(p), nil
+	}
+	room := w.limit - w.n
+	q := p
+	if int64(len(q)) > room {
+		q = q[:room]
+	}
+	k, err := w.f.Write(q)
+	w.n += int64(k)
+	if err != nil {
+		// A full disk: stop writing, keep draining.
+		w.clipped = true
+		return len(p), nil
+	}
+	if int64(len(p)) > room {
+		k, _ := w.f.WriteString(sandbox.DetachedLogMarker)
+		w.n += int64(k)
+		w.clipped = true
+	}
+	return len(p), nil
+}
+
+func (w *capWriter) size() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// snapshot is the command's record as of now.
+func (c *detachedCmd) snapshot() sandbox.DetachedCommand {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	info := c.info
+	info.Command = append([]string(nil), c.info.Command...)
+	if c.out[0] != nil {
+		info.StdoutBytes, info.StderrBytes = c.out[0].size(), c.out[1].size()
+	}
+	return info
+}
+
+// detach starts req as a detached command.
+func (c *serverConn) detach(req Request) {
+	d := c.s.det
+	if d == nil {
+		_ = c.conn.Send(Response{ID: req.ID, Error: "detached commands are not available in this sandbox", Kind: KindSetup})
+		return
+	}
+	if req.Exec == nil || len(req.Exec.Args) == 0 || req.Exec.TTY {
+		_ = c.conn.Send(Response{ID: req.ID, Error: "a detached command needs a command and no terminal", Kind: KindSetup})
+		return
+	}
+	fail := func(err error) {
+		resp := Response{ID: req.ID, Error: err.Error(), Kind: KindSetup}
+		var ee *ExecError
+		if errors.As(err, &ee) {
+			resp.Kind, resp.Errno = ee.Kind, int(ee.Errno)
+		}
+		_ = c.conn.Send(resp)
+	}
+	id, err := newDetachedID()
+	if err != nil {
+		fail(err)
+		return
+	}
+	dir := filepath.Join(d.dir, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		fail(err)
+		return
+	}
+	var files [2]*os.File
+	var pipes [2][2]*os.File // read, write
+	cleanup := func() {
+		for i := range files {
+			for _, f := range []*os.File{files[i], pipes[i][0], pipes[i][1]} {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+		_ = os.RemoveAll(dir)
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		if files[i], err = os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			pipes[i][0], pipes[i][1], err = os.Pipe()
+		}
+		if err != nil {
+			cleanup()
+			fail(err)
+			return
+		}
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		cleanup()
+		fail(err)
+		return
+	}
+	start := time.Now()
+	ereq := *req.Exec
+	p, err := c.s.sb.Exec(&ereq, [3]int{int(null.Fd()), int(pipes[0][1].Fd()), int(pipes[1][1].Fd())})
+	null.Close()
+	if err != nil {
+		cleanup()
+		fail(err)
+		return
+	}
+	// The command has its own copies of the write ends.
+	pipes[0][1].Close()
+	pipes[1][1].Close()
+	cmd := &detachedCmd{proc: p, done: make(chan struct{}), info: sandbox.DetachedCommand{
+		ID: id, Command: append([]string(nil), ereq.Args...), Pid: p.Pid(), Status: sandbox.DetachedRunning, StartedAt: start.UTC(),
+	}}
+	for i := range files {
+		w := &capWriter{f: files[i], limit: sandbox.DetachedLogCap}
+		cmd.out[i] = w
+		go func(r, f *os.File) {
+			_, _ = io.Copy(w, r)
+			r.Close()
+			f.Close()
+		}(pipes[i][0], files[i])
+	}
+	writeMeta(dir, &cmd.info)
+	d.mu.Lock()
+	d.cmds[id] = cmd
+	d.mu.Unlock()
+	d.prune()
+	// One answer (no Started: that would keep the request pending in
+	// the client for an Exited that never comes).
+	_ = c.conn.Send(Response{ID: req.ID, Detached: []sandbox.DetachedCommand{cmd.snapshot()}})
+
+	var timer *time.Timer
+	timedOut := make(chan struct{})
+	if ereq.TimeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(ereq.TimeoutMS)*time.Millisecond, func() {
+			close(timedOut)
+			killProc(p)
+		})
+	}
+	go func() {
+		ws := p.Wait()
+		if timer != nil {
+			timer.Stop()
+		}
+		code := exitCode(ws)
+		now := time.Now().UTC()
+		reason := "detached: id " + id
+		info := cmd.snapshot()
+		info.ExitCode, info.FinishedAt = &code, &now
+		info.Status = sandbox.DetachedCompleted
+		if code != 0 {
+			info.Status = sandbox.DetachedFailed
+		}
+		select {
+		case <-timedOut:
+			info.Reason = "timed out"
+			reason += " timed out"
+		default:
+		}
+		// On disk first: whoever sees it ended finds its record written.
+		writeMeta(dir, &info)
+		cmd.mu.Lock()
+		cmd.info.ExitCode, cmd.info.FinishedAt, cmd.info.Status = info.ExitCode, info.FinishedAt, info.Status
+		if info.Reason != "" {
+			cmd.info.Reason = info.Reason
+		}
+		cmd.mu.Unlock()
+		close(cmd.done)
+		c.s.audit(ExecEnd{Args: info.Command, ExitCode: code, Duration: time.Since(start), Reason: reason})
+	}()
+}
+
+// maxDetachedKept bounds the records of ended detached commands a
+// server keeps (with their output): past it, the oldest ended ones go.
+const maxDetachedKept = 64
+
+// prune forgets the oldest ended commands past maxDetachedKept, and
+// removes their directories.
+func (d *detachedSet) prune() {
+	d.mu.Lock()
+	var ended []*detachedCmd
+	for _, cmd := range d.cmds {
+		select {
+		case <-cmd.done:
+			ended = append(ended, cmd)
+		default:
+		}
+	}
+	if len(ended) <= maxDetachedKept {
+		d.mu.Unlock()
+		return
+	}
+	sort.Slice(ended, func(i, j int) bool { return ended[i].snapshot().StartedAt.Before(ended[j].snapshot().StartedAt) })
+	var gone []string
+	for _, cmd := range ended[:len(ended)-maxDetachedKept] {
+		delete(d.cmds, cmd.info.ID)
+		gone = append(gone, cmd.info.ID)
+	}
+	d.mu.Unlock()
+	for _, id := range gone {
+		_ = os.RemoveAll(filepath.Join(d.dir, id))
+	}
+}
+
+// exitCode is a wait status in the shell's convention.
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// killProc kills p and its process group (the command leads a session
+// of its own, so its group is what it started and did not move
+// elsewhere): through the backend where its Process can signal the
+// group, else through the group's host pid (hostPidOf).
+func killProc(p Process) {
+	if g, ok := p.(interface{ SignalGroup(syscall.Signal) error }); ok {
+		_ = g.SignalGroup(syscall.SIGKILL)
+	} else if hp := hostPidOf(p.Pid()); hp > 0 {
+		_ = syscall.Kill(-hp, syscall.SIGKILL)
+	}
+	_ = p.Signal(syscall.SIGKILL)
+}
+
+// hostPidOf finds the host pid of this process's child whose pid in its
+// own (nested) PID namespace is nspid: a command a persistent sandbox's
+// exec started is the supervisor's child (child subreaper) until it is
+// reaped, so the pid cannot be another's meanwhile. 0 when none.
+func hostPidOf(nspid int) int {
+	me, want := strconv.Itoa(os.Getpid()), strconv.Itoa(nspid)
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var ppid string
+		var ns []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "PPid:"); ok {
+				ppid = strings.TrimSpace(v)
+			} else if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
+				ns = strings.Fields(v)
+			}
+		}
+		if ppid == me && len(ns) > 1 && ns[len(ns)-1] == want {
+			return pid
+		}
+	}
+	return 0
+}
+
+// lookup finds detached command id (KindNotFound when unknown).
+func (c *serverConn) lookupDetached(req Request) *detachedCmd {
+	d := c.s.det
+	if d == nil {
+		_ = c.conn.Send(Response{ID: req.ID, Error: "detached commands are not available in this sandbox", Kind: KindSetup})
+		return nil
+	}
+	d.mu.Lock()
+	cmd := d.cmds[req.CmdID]
+	d.mu.Unlock()
+	if cmd == nil {
+		_ = c.conn.Send(Response{ID: req.ID, Error: fmt.Sprintf("no detached command %q", req.CmdID), Kind: KindNotFound})
+	}
+	return cmd
+}
+
+// detached answers OpDetached: every command, oldest first, or one.
+func (c *serverConn) detached(req Request) {
+	if req.CmdID != "" {
+		if cmd := c.lookupDetached(req); cmd != nil {
+			_ = c.conn.Send(Response{ID: req.ID, Detached: []sandbox.DetachedCommand{cmd.snapshot()}})
+		}
+		return
+	}
+	d := c.s.det
+	if d == nil {
+		_ = c.conn.Send(Response{ID: req.ID, Error: "detached commands are not available in this sandbox", Kind: KindSetup})
+		return
+	}
+	d.mu.Lock()
+	out := make([]sandbox.DetachedCommand, 0, len(d.cmds))
+	for _, cmd := range d.cmds {
+		out = append(out, cmd.snapshot())
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].StartedAt.Equal(out[j].StartedAt) {
+			return out[i].StartedAt.Before(out[j].StartedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	// One message holds the answer: the newest that fit.
+	for len(out) > 0 {
+		if b, err := json.Marshal(out); err == nil && len(b) < MaxMessage-1024 {
+			break
+		}
+		out = out[1:]
+	}
+	_ = c.conn.Send(Response{ID: req.ID, Detached: out})
+}
+
+// detachedLogs answers OpDetachedLogs into file.
+func (c *serverConn) detachedLogs(req Request, file *os.File) {
+	cmd := c.lookupDetached(req)
+	if cmd == nil {
+		return
+	}
+	if req.Stream != "stdout" && req.Stream != "stderr" {
+		_ = c.conn.Send(Response{ID: req.ID, Error: "stream: stdout or stderr", Kind: KindSetup})
+		return
+	}
+	f, err := os.Open(filepath.Join(c.s.det.dir, req.CmdID, req.Stream))
+	if err != nil {
+		c.fail(req.ID, err)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		c.fail(req.ID, err)
+		return
+	}
+	// The size now bounds the copy: what the command writes meanwhile
+	// is for the next read.
+	size := st.Size()
+	if req.Offset < 0 || req.Offset > size {
+		_ = c.conn.Send(Response{ID: req.ID, Error: fmt.Sprintf("offset %d is past the end of %s (%d bytes)", req.Offset, req.Stream, size),
+			Kind: KindRange, Size: size})
+		return
+	}
+	n, err := io.Copy(file, io.NewSectionReader(f, req.Offset, size-req.Offset))
+	file.Close()
+	if err != nil {
+		c.fail(req.ID, err)
+		return
+	}
+	_ = c.conn.Send(Response{ID: req.ID, Size: n})
+}
+
+// detachedKill answers OpDetachedKill once the command has ended.
+func (c *serverConn) detachedKill(req Request) {
+	cmd := c.lookupDetached(req)
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-cmd.done:
+	default:
+		cmd.mu.Lock()
+		if cmd.info.Reason == "" {
+			cmd.info.Reason = "killed"
+		}
+		cmd.mu.Unlock()
+		killProc(cmd.proc)
+		select {
+		case <-cmd.done:
+		case <-time.After(10 * time.Second):
+			_ = c.conn.Send(Response{ID: req.ID, Error: "the command did not end within 10 s of SIGKILL", Kind: KindSetup})
+			return
+		}
+	}
+	_ = c.conn.Send(Response{ID: req.ID, Detached: []sandbox.DetachedCommand{cmd.snapshot()}})
+}

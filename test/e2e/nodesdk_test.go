@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
+)
+
+// nodeSDKVersion is the official Node SDK the test drives: the npm
+// package agentkernel, whose client sends the routes and shapes of the
+// SDKs' newer calls (detached commands, a sandbox by UUID, the TTL, the
+// batch file write).
+const nodeSDKVersion = "0.18.1"
+
+// nodeSDKScript calls the SDK against AK_URL and prints what each call
+// answered, as one JSON object.
+const nodeSDKScript = `
+import { AgentKernel } from "agentkernel";
+const c = new AgentKernel({ baseUrl: process.env.AK_URL, apiKey: process.env.AK_KEY });
+const name = "node-sdk";
+const out = {};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const caught = async (f) => { try { await f(); return null; } catch (e) { return { class: e.constructor.name, message: e.message }; } };
+try {
+  out.created = await c.createSandbox(name, { image: "host" });
+  const info = await c.getSandbox(name);
+  out.byUuid = await c.getSandboxByUuid(info.uuid);
+  out.badUuid = await caught(() => c.getSandboxByUuid("not-a-uuid"));
+  out.writeFiles = await c.writeFiles(name, { "/tmp/n/a.txt": "A", "/tmp/n/b.txt": "BB" });
+  out.exec = await c.execInSandbox(name, ["sh", "-c", "cat /tmp/n/a.txt /tmp/n/b.txt; echo; echo $X; pwd"], { env: ["X=1"], workdir: "/tmp/n" });
+  const d = await c.execDetached(name, ["sh", "-c", "echo out $X; pwd; echo err >&2; exec sleep 5151"], { env: ["X=2"], workdir: "/tmp" });
+  out.detached = d;
+  for (let i = 0; i < 300; i++) {
+    const l = await c.detachedLogs(name, d.id, "stderr");
+    if (l.stderr === "err\n") break;
+    await sleep(50);
+  }
+  out.stdout = await c.detachedLogs(name, d.id);
+  out.stderr = await c.detachedLogs(name, d.id, "stderr");
+  out.status = await c.detachedStatus(name, d.id);
+  out.list = await c.detachedList(name);
+  out.kill = await c.detachedKill(name, d.id);
+  out.after = await c.detachedStatus(name, d.id);
+  out.unknown = await caught(() => c.detachedStatus(name, "0123456789abcdef"));
+  out.extend = await c.extendTtl(name, { by: "1h" });
+} catch (e) {
+  out.error = String(e && e.stack || e);
+} finally {
+  await c.removeSandbox(name).catch(() => {});
+}
+console.log(JSON.stringify(out));
+`
+
+// installNodeSDK installs the SDK into a temporary directory (npm's cache
+// kept under the user's cache directory, so that later runs need no
+// network) and returns that directory.
+func installNodeSDK(t *testing.T) string {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		testenv.Missing(t, "npm is not installed (the Node SDK test needs node and npm: apt-get install nodejs npm)")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed (apt-get install nodejs)")
+	}
+	cache := os.Getenv("AGENTKERNEL_TEST_NPM_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		cache = filepath.Join(base, "agentkernel-test", "npm")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"name":"sdk-test","private":true,"type":"module"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "install", "--prefer-offline", "--no-audit", "--no-fund", "--no-update-notifier",
+		"--cache", cache, "agentkernel@"+nodeSDKVersion)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install agentkernel@%s: %v\n%s", nodeSDKVersion, err, out)
+	}
+	return dir
+}
+
+// TestNodeSDKNewerCalls drives the official Node SDK against a real
+// serve: detached exec, status, logs and kill, a sandbox by UUID, the
+// TTL's extension and the batch file write.
+func TestNodeSDKNewerCalls(t *testing.T) {
+	dir := installNodeSDK(t)
+	s := startAPI(t, "--api-key", apiKey)
+	t.Cleanup(func() { s.a.run("sandbox", "rm", "--force", "node-sdk") })
+	if err := os.WriteFile(filepath.Join(dir, "sdk.mjs"), []byte(nodeSDKScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "sdk.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AK_URL="+s.url, "AK_KEY="+apiKey)
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, b)
+	}
+	type detached struct {
+		ID       string   `json:"id"`
+		Sandbox  string   `json:"sandbox"`
+		Command  []string `json:"command"`
+		Pid      int      `json:"pid"`
+		Status   string   `json:"status"`
+		ExitCode *int     `json:"exit_code"`
+		Started  string   `json:"started_at"`
+	}
+	type sdkErr struct{ Class, Message string }
+	var out struct {
+		Error   string
+		Created struct{ Name, Status, UUID string }
+		ByUUID  struct {
+			Name, UUID string
+		} `json:"byUuid"`
+		BadUUID    *sdkErr `json:"badUuid"`
+		WriteFiles any     `json:"writeFiles"`
+		Exec       struct{ Output string }
+		Detached   detached
+		Stdout     map[string]string
+		Stderr     map[string]string
+		Status     detached
+		List       []detached
+		Kill       string
+		After      detached
+		Unknown    *sdkErr
+		Extend     struct {
+			ExpiresAt *string `json:"expires_at"`
+		}
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("the script's answer: %v\n%s", err, b)
+	}
+	if out.Error != "" {
+		t.Fatalf("the SDK failed: %s\n%s", out.Error, b)
+	}
+	if out.Created.Name != "node-sdk" || out.Created.Status != "running" {
+		t.Errorf("createSandbox: %+v", out.Created)
+	}
+	if out.ByUUID.Name != "node-sdk" || out.ByUUID.UUID == "" {
+		t.Errorf("getSandboxByUuid: %+v", out.ByUUID)
+	}
+	if out.BadUUID == nil || out.BadUUID.Class != "ValidationError" || out.BadUUID.Message != "Invalid sandbox UUID" {
+		t.Errorf("getSandboxByUuid of a malformed UUID: %+v", out.BadUUID)
+	}
+	if out.WriteFiles != "Wrote 2 file(s)" {
+		t.Errorf("writeFiles: %#v", out.WriteFiles)
+	}
+	if out.Exec.Output != "ABB\n1\n/tmp/n\n" {
+		t.Errorf("execInSandbox with env and workdir: %q", out.Exec.Output)
+	}
+	d := out.Detached
+	if len(d.ID) != 16 || d.Sandbox != "node-sdk" || d.Status != "running" || d.Pid <= 0 || d.ExitCode != nil || d.Started == "" || len(d.Command) != 3 {
+		t.Errorf("execDetached: %+v", d)
+	}
+	if out.Stdout["stdout"] != "out 2\n/tmp\n" || len(out.Stdout) != 1 || out.Stderr["stderr"] != "err\n" || len(out.Stderr) != 1 {
+		t.Errorf("detachedLogs: %v %v", out.Stdout, out.Stderr)
+	}
+	if out.Status.ID != d.ID || out.Status.Status != "running" {
+		t.Errorf("detachedStatus: %+v", out.Status)
+	}
+	if len(out.List) != 1 || out.List[0].ID != d.ID {
+		t.Errorf("detachedList: %+v", out.List)
+	}
+	if out.Kill != "Command killed" || out.After.Status != "failed" || out.After.ExitCode == nil || *out.After.ExitCode != 137 {
+		t.Errorf("detachedKill: %q, then %+v", out.Kill, out.After)
+	}
+	if out.Unknown == nil || out.Unknown.Class != "NotFoundError" || !strings.Contains(out.Unknown.Message, "not found") {
+		t.Errorf("detachedStatus of an unknown id: %+v", out.Unknown)
+	}
+	if out.Extend.ExpiresAt == nil {
+		t.Errorf("extendTtl: no expires_at")
+	} else if exp, err := time.Parse(time.RFC3339Nano, *out.Extend.ExpiresAt); err != nil || time.Until(exp) < 50*time.Minute {
+		t.Errorf("extendTtl: %s %v", *out.Extend.ExpiresAt, err)
+	}
+}
