@@ -87,6 +87,9 @@ type Options struct {
 	BatchParallel int
 	// Pool sizes the warm pools of fast runs (pool.go).
 	Pool PoolOptions
+	// Doctor answers GET /doctor (the host's checks, package doctor's
+	// Report, probed for the server's user and configuration); nil: 404.
+	Doctor func(r *http.Request) any
 }
 
 // Server is the HTTP API. Build it with New; it is an http.Handler.

@@ -52,6 +52,7 @@ func newRoot(a *App) *cobra.Command {
 	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
 	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
 	add("setup", newSecretCmd(a))
+	add("setup", newDoctorCmd(a), newSetupCmd(a), newStatusCmd(a))
 	add("run", newServeCmd(a))
 	add("run", daemonCommands(a)...)
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -88,6 +89,10 @@ func location(path string, line int) string {
 	return path + ": "
 }
 
+// allowDegradedKey is [security] allow_degraded, which only trusted
+// configuration sets.
+const allowDegradedKey = "security.allow_degraded"
+
 // applyUser applies the user-wide file (opts.UserPath, else the default
 // place; none with opts.NoUserFile).
 func (c *Config) applyUser(opts LoadOptions) ([]Warning, error) {
@@ -121,10 +126,24 @@ func Load(opts LoadOptions) (*Config, []Warning, error) {
 		}
 		project, explicit = filepath.Join(dir, FileName), false
 	}
+	userDegraded, userSource, userSet := slices.Clone(c.Security.AllowDegraded), c.Source(allowDegradedKey), c.IsSet(allowDegradedKey)
 	w, err := c.applyFile(project, SourceProject, explicit)
 	warns = append(warns, w...)
 	if err != nil {
 		return nil, warns, err
+	}
+	if !explicit && c.Source(allowDegradedKey).Kind == SourceProject {
+		// A project's file may not weaken the sandbox it runs in: the
+		// user's own value stands.
+		s := c.Source(allowDegradedKey)
+		warns = append(warns, Warning{Path: s.Path, Line: s.Line,
+			Msg: "security.allow_degraded is ignored in a project's agentkernel.toml (set it in your user config, or pass the file with --config)"})
+		c.Security.AllowDegraded = userDegraded
+		if userSet {
+			c.Sources[allowDegradedKey] = userSource
+		} else {
+			delete(c.Sources, allowDegradedKey)
+		}
 	}
 	if err := c.validate(); err != nil {
 		return nil, warns, err

@@ -21,6 +21,23 @@ const (
 	ModeGemini = "gemini"
 )
 
+// The protections [security] allow_degraded may name: a run goes on
+// without one of them, with a warning, only where the user allowed it.
+// Seccomp, namespaces and the dropped capabilities are never degraded: a
+// host without them cannot run a sandbox at all.
+const (
+	// DegradeCgroups: memory, pids and CPU limits (a rootless caller
+	// without a delegated cgroup, or a root without write access to the
+	// cgroup hierarchy).
+	DegradeCgroups = "cgroups"
+	// DegradeLandlock: the Landlock filesystem fence (a kernel without
+	// Landlock, or with it disabled at boot).
+	DegradeLandlock = "landlock"
+)
+
+// DegradeNames lists what [security] allow_degraded accepts.
+func DegradeNames() []string { return []string{DegradeCgroups, DegradeLandlock} }
+
 // ProfileNames lists the security profiles, most open first.
 func ProfileNames() []string {
 	return []string{ProfilePermissive, ProfileModerate, ProfileRestrictive}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/api"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/daemon"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 	"github.com/agentkernel/agentkernel/internal/policy"
@@ -167,7 +168,10 @@ func keylessSockets(t *testing.T) {
 
 	// The attack: the same client in rootless sandboxes whose workspace
 	// is the directory holding the sockets.
-	bk := native.New(native.Options{DataDir: filepath.Join(ws, ".data")})
+	// The sockets are the target, not limits: a rootless user without a
+	// delegated cgroup runs without them (as the battery does).
+	bk := native.New(native.Options{DataDir: filepath.Join(ws, ".data"),
+		AllowDegraded: func() []string { return []string{config.DegradeCgroups} }})
 	defer bk.Drain()
 	// Each mounts the project directory read-write at /workspace.
 	for _, c := range []struct{ name, profile, mode string }{

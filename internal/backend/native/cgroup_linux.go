@@ -17,9 +17,11 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// errNoCgroups means limits cannot be applied; the run goes on without
-// them after one warning.
-var errNoCgroups = errors.New("cgroup limits unavailable (rootless without delegation); running without limits")
+// errNoCgroups means limits cannot be applied here (rootless without a
+// delegated cgroup, or a hierarchy the caller may not write): the
+// fallback ladder (Ladder) refuses the run unless allow_degraded names
+// "cgroups".
+var errNoCgroups = errors.New("no cgroup this user may create")
 
 const (
 	cgroupRoot   = "/sys/fs/cgroup"
@@ -125,7 +127,8 @@ func sandboxCgroups(id, owner string) []string {
 
 // newCgroup creates and configures the cgroup called name
 // (cgroupName). It returns an error wrapping errNoCgroups when the
-// caller may not create cgroups.
+// caller may not create cgroups. 'agentkernel doctor' asks the same
+// (ProbeCgroups).
 func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error) {
 	res := resources(r)
 	cfg := &cgroups.Cgroup{Resources: res, Rootless: rootless}

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	if os.Getenv(probeHelperEnv) != "" {
+		os.Exit(probeHelperMain())
+	}
 	if d := os.Getenv("AK_BUILD_IMAGE"); d != "" {
 		// Build the test image at d and exit (for benchmarks and manual runs).
 		if err := buildBusybox(d, 0); err != nil {
@@ -70,7 +73,8 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 125
 	}
-	b := New(Options{DataDir: os.Getenv("AK_DATA_DIR"), Warn: func(s string) { fmt.Fprintln(os.Stderr, "warning:", s) }})
+	b := New(Options{DataDir: os.Getenv("AK_DATA_DIR"), Warn: func(s string) { fmt.Fprintln(os.Stderr, "warning:", s) },
+		AllowDegraded: func() []string { return strings.Split(os.Getenv("AK_ALLOW_DEGRADED"), ",") }})
 	res, err := b.Run(context.Background(), &spec, sandbox.Stdio{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentkernel:", err)

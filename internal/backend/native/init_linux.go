@@ -20,7 +20,7 @@ import (
 // sandbox stage (the init or the exec stage). main calls it before doing
 // anything else and hands control to InitMain when it is true.
 func IsInit() bool {
-	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec || os.Args[0] == argv0Userns || os.Args[0] == argv0InitWait)
+	return len(os.Args) > 0 && (os.Args[0] == argv0Init || os.Args[0] == argv0Exec || os.Args[0] == argv0Userns || os.Args[0] == argv0InitWait || os.Args[0] == argv0Probe)
 }
 
 // InitMain runs the stage this process was re-executed for and returns
@@ -35,6 +35,8 @@ func InitMain() int {
 		return usernsMain()
 	case argv0InitWait:
 		return initWaitMain()
+	case argv0Probe:
+		return probeMain()
 	}
 	return 125
 }

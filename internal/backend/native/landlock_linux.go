@@ -39,8 +39,8 @@ func rootAccess(c *execConfig) uint64 {
 // ABI knows (best effort: older kernels enforce what they can), or 0
 // when Landlock is unavailable.
 func landlockHandled() uint64 {
-	abi, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if e != 0 || int(abi) < 1 {
+	abi := LandlockABI()
+	if abi < 1 {
 		return 0
 	}
 	h := uint64(llABI1)
@@ -113,4 +113,15 @@ func restrictPaths(c *execConfig) error {
 		return fmt.Errorf("landlock_restrict_self: %w", e)
 	}
 	return nil
+}
+
+// LandlockABI is the running kernel's Landlock ABI version, 0 without
+// Landlock: what runs (restrictPaths, the stub, the fallback ladder) and
+// 'agentkernel doctor' go by.
+func LandlockABI() int {
+	abi, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 || int(abi) < 1 {
+		return 0
+	}
+	return int(abi)
 }

@@ -18,9 +18,18 @@ type Options struct {
 	DataDir string
 	// Logger receives debug logs; nil discards them.
 	Logger *slog.Logger
-	// Warn prints one line to the user (e.g. "cgroup limits unavailable
-	// ...; running without limits"); nil discards warnings.
+	// Warn prints one line to the user (e.g. a protection this host
+	// lacks and AllowDegraded let the run go without); nil discards
+	// warnings.
 	Warn func(string)
+	// AllowDegraded returns the protections ([security] allow_degraded:
+	// config.DegradeCgroups, config.DegradeLandlock) a sandbox may go
+	// without where this host cannot give them, with one warning; a
+	// missing protection not named fails the run or boot
+	// (*DegradedError, ladder.go). Asked only when one is missing (the
+	// caller may load its configuration after making the backend); nil
+	// allows none.
+	AllowDegraded func() []string
 	// NetHelper is the agentkernel-full binary that serves a sandbox's
 	// network (package netproc); empty: the one fullbin.Path finds.
 	NetHelper string
