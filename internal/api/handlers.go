@@ -141,6 +141,9 @@ type runRequest struct {
 	// Secrets are secret bindings as 'run -S' takes them: the value is
 	// added to HTTPS requests to the host without entering the sandbox.
 	Secrets []string `json:"secrets"`
+	// TimeoutMS stops the command after this many milliseconds (exit
+	// code 124).
+	TimeoutMS *int64 `json:"timeout_ms"`
 }
 
 // maxSecrets bounds a request's secret bindings.
@@ -195,6 +198,11 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Secrets: q.Secrets})
 	if err != nil {
 		return nil, badRequest("%s", err.Error())
+	}
+	if d, err := timeoutMS(q.TimeoutMS); err != nil {
+		return nil, err
+	} else if d > 0 {
+		spec.Resources.Timeout = d
 	}
 	return spec, nil
 }
@@ -302,6 +310,9 @@ func (s *Server) runOnce(r *http.Request, spec *sandbox.Spec, fast bool) (string
 	res, err := s.execute(r.Context(), spec, fast, sandbox.Stdio{Stdout: &out, Stderr: &out})
 	if err != nil {
 		return "", err
+	}
+	if res.TimedOut {
+		return "", timeoutError(spec.Resources.Timeout, out.String())
 	}
 	if res.ExitCode != 0 {
 		return "", exitError(res.ExitCode, out.String())
@@ -531,38 +542,26 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var q struct {
-		Command []string `json:"command"`
-		Env     []string `json:"env"`
-		Workdir string   `json:"workdir"`
-		Sudo    bool     `json:"sudo"`
-	}
+	var q execBody
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, n, err)
 		return
 	}
-	if len(q.Command) == 0 {
-		s.fail(w, n, badRequest("command is required"))
+	req, err := s.execRequest(q)
+	if err != nil {
+		s.fail(w, n, err)
 		return
 	}
-	for _, kv := range q.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			s.fail(w, n, badRequest("env %q: use KEY=VALUE", kv))
-			return
-		}
-	}
-	req := sandbox.ExecRequest{Args: q.Command, Env: q.Env, Workdir: q.Workdir}
-	if q.Sudo {
-		if !s.opts.AllowSudoExec {
-			s.fail(w, n, &apiError{status: http.StatusForbidden, msg: "sudo execution is disabled for HTTP API. Set [api].allow_sudo_exec = true to enable it"})
-			return
-		}
-		req.User = "0:0"
-	}
+	// The request's context ends when its client goes: the command is
+	// killed then, and the audit log says so.
 	var out lockedBuffer
 	res, err := s.opts.Manager.Exec(r.Context(), n, req, sandbox.Stdio{Stdout: &out, Stderr: &out}, nil)
 	if err != nil {
 		s.fail(w, n, err)
+		return
+	}
+	if res.TimedOut {
+		s.fail(w, n, timeoutError(req.Timeout, out.String()))
 		return
 	}
 	if res.ExitCode != 0 {
@@ -666,12 +665,16 @@ func (s *Server) writeFiles(w http.ResponseWriter, r *http.Request) {
 		}
 		files[cp] = []byte(c)
 	}
+	if len(files) == 0 {
+		s.fail(w, n, badRequest("files is required: an object of absolute path to content"))
+		return
+	}
 	written, err := s.opts.Manager.WriteFiles(r.Context(), n, files)
 	if err != nil {
 		s.fail(w, n, err)
 		return
 	}
-	writeData(w, http.StatusOK, map[string]int{"written": written})
+	writeData(w, http.StatusOK, fmt.Sprintf("Wrote %d file(s)", written))
 }
 
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
@@ -705,9 +708,9 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 	if q.By == "" {
 		q.By = "1h"
 	}
-	d, err := time.ParseDuration(q.By)
-	if err != nil || d <= 0 {
-		s.fail(w, n, badRequest("Invalid duration '%s': use e.g. 30m, 1h, 90s", q.By))
+	d, err := config.ParseTTL(q.By)
+	if err != nil {
+		s.fail(w, n, badRequest("Invalid duration '%s': use e.g. 30m, 1h, 2d, 90s", q.By))
 		return
 	}
 	info, err := s.opts.Manager.Extend(r.Context(), n, d)
@@ -724,7 +727,8 @@ func (s *Server) extendSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
-	removed, err := s.opts.Manager.GC(r.Context(), false)
+	// The contract's answer names the sandboxes removed, nothing else.
+	removed, err := s.opts.Manager.GCSandboxes(r.Context())
 	if err != nil {
 		s.fail(w, "", err)
 		return

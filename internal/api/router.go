@@ -29,6 +29,7 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET /stats", short, s.stats)
 	handle("GET /metrics", short, s.serveMetrics)
 	handle("GET /openapi.yaml", short, s.openapi)
+	handle("GET /doctor", long, s.doctor)
 	handle("POST /gc", long, s.gc)
 	handle("POST /run", long, s.run)
 	handle("POST /run/stream", long, s.runStream)
@@ -48,6 +49,19 @@ func (s *Server) routes() *http.ServeMux {
 	handle("GET /sandboxes/{name}/files/{path...}", short, s.readFile)
 	handle("PUT /sandboxes/{name}/files/{path...}", short, s.writeFile)
 	handle("DELETE /sandboxes/{name}/files/{path...}", short, s.deleteFile)
+
+	handle("GET /snapshots", short, s.listSnapshots)
+	handle("POST /snapshots", long, s.takeSnapshot)
+	handle("GET /snapshots/{name}", short, s.getSnapshot)
+	handle("DELETE /snapshots/{name}", long, s.deleteSnapshot)
+	handle("POST /snapshots/{name}/restore", short, s.restoreSnapshot)
+	handle("POST /sandboxes/{name}/exec/detach", long, s.execDetach)
+	handle("GET /sandboxes/{name}/exec/detached", short, s.detachedList)
+	handle("GET /sandboxes/{name}/exec/detached/{id}", short, s.detachedStatus)
+	handle("GET /sandboxes/{name}/exec/detached/{id}/logs", long, s.detachedLogs)
+	handle("DELETE /sandboxes/{name}/exec/detached/{id}", long, s.detachedKill)
+	// GET /sandboxes/by-uuid/{uuid}, and the 404 of the rest (detached.go).
+	handle("/sandboxes/{name}/{sub}", short, s.sandboxSub)
 
 	if s.opts.MCP != nil {
 		mcp := s.route("/mcp", long, s.opts.MCP.ServeHTTP)

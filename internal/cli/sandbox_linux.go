@@ -35,9 +35,20 @@ const sandboxLong = `Persistent sandboxes: created once, started, used by many '
 'sandbox create' records a sandbox (image pulled, spec resolved) without
 starting it; 'sandbox start' starts it: a small supervisor process per
 sandbox keeps it running after the CLI exits (no daemon). The sandbox's
-writable layer lives under the data directory, so files written inside
-survive stop and start; the copy-on-write view of the project directory
-(profile moderate) does not.
+writable layer and the copy-on-write view of the project directory at
+/workspace (profile moderate) live on disk under the data directory
+(sandboxes/NAME/), so what is written there survives stop and start, a
+killed supervisor and a reboot; the project directory itself never
+changes. /tmp, /run and tmpfs volumes are memory: empty at each start, as
+after a machine's reboot.
+
+--ttl (30m, 2h30m, 3d, or seconds) makes a sandbox expire: its supervisor
+stops and removes it on time, and a stopped one goes at the next 'sandbox
+list', 'start' or 'gc'. 'sandbox list' shows when (EXPIRES);
+'sandbox extend-ttl NAME --by 1h' pushes it back. The configuration's
+[[files]] are copied in at each start (a project's agentkernel.toml only
+its own files), and its [sandbox] name names a sandbox created without
+NAME.
 
 Names: 1-63 letters, digits, '-' and '_', starting and ending with a letter
 or digit, no '--', '__', '-_' or '_-'.
@@ -66,8 +77,8 @@ func sandboxCommands(a *App) []*cobra.Command {
 	}
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
-		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a))
-	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a)}
+		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a), newSandboxExpireCmd(a))
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a)}
 	// Upstream's flat layout: `agentkernel create NAME` and friends, with
 	// docker's names: ps, rm.
 	flat := map[string][]string{"remove": {"rm"}, "list": {"ps"}}
@@ -113,10 +124,11 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 	if err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
-	be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})
+	be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }, AllowDegraded: a.AllowDegradedNow})
 	sv := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
-		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain).
-		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel}
+		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain);
+		// the last argument is [security] allow_degraded, comma-separated.
+		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel, strings.Join(a.AllowDegradedNow(), ",")}
 	}, Reclaimer: be, Meter: be}
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -185,7 +197,7 @@ type createOptions struct {
 	overrides   policy.Overrides
 	labels      []string
 	description string
-	ttl         time.Duration
+	ttl         time.Duration // config.ParseTTL's
 	start       bool
 	branch      bool
 	dir         string
@@ -216,8 +228,8 @@ func newSandboxCreateCmd(a *App) *cobra.Command {
 		Use:   "create [NAME] [flags]",
 		Short: "Create a persistent sandbox (stopped; 'sandbox start' or --start runs it)",
 		Long: `Create a persistent sandbox: resolve its spec (profile, image, limits) and
-pull its image now, record it stopped. Without NAME a random one is made
-up; with --branch the name is <project>-<git-branch> of the project
+pull its image now, record it stopped. Without NAME the configuration's
+[sandbox] name is taken, else a random one is made up; with --branch the name is <project>-<git-branch> of the project
 directory, and an existing sandbox of that name is reused (and started with
 --start) instead of failing.
 
@@ -248,7 +260,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 	}
 	fs.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE (repeatable)")
 	fs.StringVar(&o.description, "description", "", "free-form description")
-	fs.DurationVar(&o.ttl, "ttl", 0, "remove the sandbox this long after creation (by 'sandbox gc'), e.g. 1h")
+	fs.Var(&runcli.TTLValue{D: &o.ttl}, "ttl", "stop and remove the sandbox this long after creation, e.g. 30m, 2h30m, 3d (default: never)")
 	fs.BoolVar(&o.start, "start", false, "start the sandbox right away")
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
@@ -275,9 +287,6 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	if o.branch && name != "" {
 		return usageError("give either NAME or --branch, not both")
 	}
-	if name, err = newSandboxName(dir, name, o.branch); err != nil {
-		return err
-	}
 	labels, err := parseLabels(o.labels)
 	if err != nil {
 		return err
@@ -286,10 +295,21 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	if err != nil {
 		return err
 	}
+	if name == "" && !o.branch {
+		name = cfg.Sandbox.Name
+	}
+	if name, err = newSandboxName(dir, name, o.branch); err != nil {
+		return err
+	}
+	files, err := configFiles(cfg, dir)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
 	o.overrides.Name = name
 	det := detect.Image(detect.Input{ExplicitImage: o.overrides.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
 	home, _ := os.UserHomeDir()
-	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: dir, HomeDir: home, HostEnv: os.LookupEnv, Detected: det})
+	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: dir, HomeDir: home, HostEnv: os.LookupEnv, Detected: det,
+		CacheRoot: a.CacheRoot()})
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
@@ -305,7 +325,7 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	}
 	defer done()
 	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description,
-		TTL: o.ttl, Start: o.start, Reuse: o.branch})
+		TTL: o.ttl, Start: o.start, Reuse: o.branch, Files: files})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrSandboxExists) || errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 			return sandboxError(name, err)
@@ -599,9 +619,9 @@ func newSandboxListCmd(a *App) *cobra.Command {
 				return enc.Encode(out)
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND\tAGE\tNETWORK\tPORTS\tLABELS")
+			fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tBACKEND\tAGE\tEXPIRES\tNETWORK\tPORTS\tLABELS")
 			for _, sb := range out {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.ImageLabel(), sb.Backend, age(sb.CreatedAt), networkString(sb), portsString(sb.Ports), labelString(sb.Labels))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.Name, sb.Status, sb.ImageLabel(), sb.Backend, age(sb.CreatedAt), expiresIn(sb), networkString(sb), portsString(sb.Ports), labelString(sb.Labels))
 			}
 			return tw.Flush()
 		},
@@ -705,20 +725,27 @@ this data directory's (--data-dir) sandboxes and runs are judged.`,
 }
 
 func newSandboxExtendCmd(a *App) *cobra.Command {
-	var by time.Duration
-	cmd := nameCmd(a, "extend-ttl", "Push a sandbox's expiry back", "  agentkernel sandbox extend-ttl dev --by 2h",
+	by := time.Hour
+	var cmd *cobra.Command
+	cmd = nameCmd(a, "extend-ttl", "Push a sandbox's expiry back (one without a TTL gets one only with --by)", "  agentkernel sandbox extend-ttl dev\n  agentkernel sandbox extend-ttl dev --by 2d",
 		func(ctx context.Context, m *sandbox.Manager, name string) error {
-			if by <= 0 {
-				return usageError("--by must be a positive duration such as 1h")
-			}
-			sb, err := m.Extend(ctx, name, by)
+			sb, err := m.ExtendTTL(ctx, name, by, cmd.Flags().Changed("by"))
 			if err != nil {
 				return err
+			}
+			if sb.ExpiresAt == nil {
+				a.Infof("agentkernel: sandbox %s has no TTL and keeps none; give --by to set one", name)
+				fmt.Fprintln(a.Stdout, "never")
+				return nil
 			}
 			fmt.Fprintln(a.Stdout, sb.ExpiresAt.Format(time.RFC3339))
 			return nil
 		})
-	cmd.Flags().DurationVar(&by, "by", time.Hour, "how much longer the sandbox may live")
+	cmd.Long = `Push a sandbox's expiry back by --by (default 1h) from when it would have
+expired (from now when that has passed) and print the new one. A sandbox
+without a TTL keeps none unless --by is given; it then expires --by from
+now. Durations: 30m, 2h30m, 3d, or seconds.`
+	cmd.Flags().Var(&runcli.TTLValue{D: &by}, "by", "how much longer the sandbox may live")
 	return cmd
 }
 
@@ -731,7 +758,7 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return supervise(a.DataDir, args[0], a.Logger, func(s string) { a.Warnf("%s", s) })
+			return supervise(a.DataDir, args[0], a.Logger, func(s string) { a.Warnf("%s", s) }, a.AllowDegradedNow())
 		},
 	}
 }
@@ -741,7 +768,7 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 // exit code.
 func SuperviseMain(args []string) int {
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "agentkernel: supervise: want DATA-DIR NAME [LOG-LEVEL]")
+		fmt.Fprintln(os.Stderr, "agentkernel: supervise: want DATA-DIR NAME [LOG-LEVEL [ALLOW-DEGRADED]]")
 		return ExitAgentkernel
 	}
 	level := slog.LevelWarn
@@ -750,7 +777,11 @@ func SuperviseMain(args []string) int {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	warn := func(s string) { fmt.Fprintf(os.Stderr, "agentkernel: warning: %s\n", s) }
-	if err := supervise(args[0], args[1], logger, warn); err != nil {
+	var allow []string
+	if len(args) > 3 && args[3] != "" {
+		allow = strings.Split(args[3], ",")
+	}
+	if err := supervise(args[0], args[1], logger, warn, allow); err != nil {
 		fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
 		return runcli.ExitCode(err, io.Discard)
 	}
@@ -760,7 +791,7 @@ func SuperviseMain(args []string) int {
 // supervise boots and serves sandbox name (supervisor.Serve over the
 // native backend), telling the starter on fd 3 when
 // AGENTKERNEL_SUPERVISOR_READY_FD says so.
-func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) error {
+func supervise(dataDir, name string, logger *slog.Logger, warn func(string), allowDegraded []string) error {
 	var ready *os.File
 	if os.Getenv("AGENTKERNEL_SUPERVISOR_READY_FD") == "3" {
 		ready = os.NewFile(3, "ready")
@@ -795,10 +826,11 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string)) err
 	// it happens, as a run's refusals do when it ends.
 	auditor := sandbox.NewManager(sandbox.ManagerOptions{Audit: audit.New(dataDir), Who: runcli.Who("supervisor"), Warn: func(string, ...any) {}})
 	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn,
+		AllowDegraded: func() []string { return allowDegraded },
 		OnNetworkDeny: func(spec *sandbox.Spec, d sandbox.NetworkDenial) {
 			auditor.AuditDenials(spec, []sandbox.NetworkDenial{d}, time.Now())
 		}})
-	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready); err != nil {
+	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready, supervisor.WithExpiry(startExpire(dataDir, name, warn))); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil

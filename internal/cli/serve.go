@@ -356,6 +356,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Backend:        "native",
 		Logger:         accessLog,
 		MCP:            mcp.Handler(mcpServer, a.Logger),
+		Doctor:         a.apiDoctor(cfg.Security.AllowDegraded),
 		// Warm pools for fast runs: [daemon] min_warm / max_warm; the
 		// default image's pool is filled at start only when min_warm is set.
 		Pool: api.PoolOptions{MinWarm: int(cfg.Daemon.MinWarm), MaxWarm: int(cfg.Daemon.MaxWarm),
@@ -410,7 +411,7 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		det := detect.Image(detect.Input{ExplicitImage: r.Image, ConfigImage: cfg.Sandbox.BaseImage,
 			ConfigRuntime: cfg.Sandbox.Runtime, Args: r.Args, Dir: cwd})
 		spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Args: r.Args, Cwd: cwd,
-			HomeDir: home, HostEnv: os.LookupEnv, Detected: det})
+			HomeDir: home, HostEnv: os.LookupEnv, Detected: det, CacheRoot: a.CacheRoot()})
 		if err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ type Config struct {
 	API          API          `toml:"api"`          // [api]
 	MCP          MCP          `toml:"mcp"`          // [mcp]
 	Daemon       Daemon       `toml:"daemon"`       // [daemon], [daemon.agents.<mode>]
+	Cache        Cache        `toml:"cache"`        // [cache]
 	Orchestrator Orchestrator `toml:"orchestrator"` // [orchestrator]
 
 	// Sources says where each value came from, by dotted key
@@ -85,9 +86,17 @@ type Security struct {
 	// Seccomp is default, default-no-ptrace, allowlist or unconfined
 	// (upstream names moderate, restrictive and ai-agent are accepted and
 	// normalised).
-	Seccomp  string   `toml:"seccomp"`
-	Domains  Domains  `toml:"domains"`  // [security.domains]
-	Commands Commands `toml:"commands"` // [security.commands]
+	Seccomp string `toml:"seccomp"`
+	// AllowDegraded names the protections a run may go without where
+	// this host cannot give them (DegradeCgroups, DegradeLandlock), each
+	// with one warning per run; anything not named makes such a run
+	// refuse to start. Only trusted configuration sets it (the user's
+	// file or --config): a project's agentkernel.toml found in the
+	// working directory cannot weaken the sandbox (Load ignores it there
+	// with a warning).
+	AllowDegraded []string `toml:"allow_degraded"`
+	Domains       Domains  `toml:"domains"`  // [security.domains]
+	Commands      Commands `toml:"commands"` // [security.commands]
 }
 
 // Domains is [security.domains]: egress rules by host name. A pattern
@@ -252,8 +261,8 @@ func (d *Duration) UnmarshalTOML(v any) error {
 
 const maxDuration = 100 * 365 * 24 * time.Hour
 
-// ParseDuration reads "30s", "5m", "1h30m" or a bare number of seconds
-// ("90"). Negative values are rejected.
+// ParseDuration reads "30s", "5m", "1h30m", "3d" (parseUnits) or a bare
+// number of seconds ("90"). Negative values are rejected.
 func ParseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -272,9 +281,9 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 		return time.Duration(n) * time.Second, nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := parseUnits(s)
 	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q: use e.g. \"30s\", \"5m\", \"1h\" or a number of seconds", s)
+		return 0, fmt.Errorf("invalid duration %q: use e.g. \"30s\", \"5m\", \"2h30m\", \"3d\" or a number of seconds", s)
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("duration %q must not be negative", s)

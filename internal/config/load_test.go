@@ -477,6 +477,7 @@ mount_home = false
 pass_env = true
 read_only = true
 seccomp = "default"
+allow_degraded = ["cgroups"]
 [security.domains]
 allow = ["*.pypi.org"]
 block = ["evil.example"]
@@ -518,6 +519,8 @@ max_warm = 3
 [daemon.agents.claude]
 min_warm = 2
 runtime = "python"
+[cache]
+tools = ["go", "pip"]
 [orchestrator]
 provider = "nomad"
 namespace = "ns"

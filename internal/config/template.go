@@ -69,6 +69,13 @@ profile = "moderate"
 # it may use (absolute paths; each allows what is below it; "/" never):
 # allowed_dirs = ["/home/me/shared-libs"]
 
+[cache]
+# Package and build caches kept under the data directory and shared by every
+# sandbox that names them, so a second 'go test' or 'pip install' reuses
+# downloads: go, pip, npm, cargo (also 'run --cache go,pip'). Every sandbox
+# that uses a cache can change what the next one reads from it.
+# tools = ["go", "pip"]
+
 # [[files]]                 # copy a host file into the sandbox
 # source = ".env.sandbox"
 # dest = "/workspace/.env"

@@ -29,6 +29,13 @@ func (c *Config) validate() error {
 		return &Error{Path: s.Path, Line: s.Line, Key: key, Msg: fmt.Sprintf(format, args...)}
 	}
 
+	// [cache]
+	for i, t := range c.Cache.Tools {
+		if err := ValidateCacheTool(t); err != nil {
+			return fail("cache.tools", "tools[%d]: %v", i, err)
+		}
+	}
+
 	// [sandbox]
 	if n := c.Sandbox.Name; n != "" {
 		if err := ValidateSandboxName(n); err != nil {
@@ -92,6 +99,13 @@ func (c *Config) validate() error {
 			return fail("security.seccomp", "%v", err)
 		}
 		c.Security.Seccomp = n
+	}
+	for i, d := range c.Security.AllowDegraded {
+		n := strings.ToLower(strings.TrimSpace(d))
+		if !slices.Contains(DegradeNames(), n) {
+			return fail("security.allow_degraded", "unknown protection %q: allow_degraded takes %s", d, strings.Join(DegradeNames(), ", "))
+		}
+		c.Security.AllowDegraded[i] = n
 	}
 	for _, list := range []struct {
 		key string

@@ -53,6 +53,9 @@ type Overrides struct {
 	Env      []string // -e/--env: KEY=VALUE or KEY (from the host)
 	EnvFiles []string // --env-file, relative to Input.Cwd
 	Volumes  []string // -v/--volume: HOST:SANDBOX[:ro|:cow]
+	// Caches are --cache: go, pip, npm, cargo (added to [cache] tools),
+	// or "none" (no cache, not even the configured ones).
+	Caches []string
 
 	AllowDomains []string // --allow-domain: names the sandbox may reach
 	BlockDomains []string // --block-domain: names it may not (block wins)
@@ -96,6 +99,10 @@ type Input struct {
 	// Detected is the image detection already done by the caller; when
 	// its Image is empty, Resolve runs detect.Image itself.
 	Detected detect.Result
+	// CacheRoot is where the caches of --cache and [cache] live (a
+	// directory of the data directory); empty: the caller has none, and
+	// configured caches are left out with a warning.
+	CacheRoot string
 	// SayWhereItRuns adds a warning when the profile or [security]
 	// mount_cwd leaves the project directory out and nothing else (no
 	// --workdir, no volume of the directory) says where the command
@@ -174,6 +181,9 @@ func Resolve(in Input) (*sandbox.Spec, []string, error) {
 		return nil, warns, err
 	}
 	if err := resolveEnv(spec, cfg, o, prof, mode, in, lookup, warnf); err != nil {
+		return nil, warns, err
+	}
+	if err := resolveCaches(spec, cfg, o, in, warnf); err != nil {
 		return nil, warns, err
 	}
 	if err := resolveResources(spec, cfg, o, prof); err != nil {

@@ -91,6 +91,9 @@ type Mount struct {
 	Source   string    `json:"source,omitempty"` // absolute host path
 	Dest     string    `json:"dest"`             // absolute sandbox path
 	ReadOnly bool      `json:"read_only,omitempty"`
+	// Create: the backend makes Source (a directory, mode 0700) when it
+	// does not exist (the caches of run --cache).
+	Create bool `json:"create,omitempty"`
 }
 
 // NetworkMode is the coarse network policy of a sandbox.

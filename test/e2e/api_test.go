@@ -247,6 +247,8 @@ func TestAPIContract(t *testing.T) {
 		// The second key works too; the Go SDK's GET with Content-Type and no body.
 		s.raw("GET", "/status", "", "Authorization", "Bearer second-key", "Content-Type", "application/json").expect(t, "second key", 200, "")
 		s.raw("GET", "/metrics", "").expect200(t, "metrics")
+		checkDoctorAnswer(t, s.raw("GET", "/doctor", ""))
+		s.raw("GET", "/doctor", "", "Authorization", "").expect(t, "doctor without auth", 401, "Missing Authorization header")
 		if r := s.raw("GET", "/openapi.yaml", ""); r.status != 200 || !bytes.Contains(r.body, []byte("openapi: 3.1")) {
 			t.Errorf("openapi.yaml: %d", r.status)
 		}
@@ -431,6 +433,11 @@ func TestAPIContract(t *testing.T) {
 		if r := s.raw("POST", "/sandboxes/"+name+"/extend", ""); r.status != 200 || !bytes.Contains(r.body, []byte(`"expires_at":"`)) {
 			t.Errorf("extend default: %s", r.body)
 		}
+		// Days, as upstream's docs write them ("2d"); nonsense is a 400.
+		if exp, err := c.Extend(ctx, name, "2d"); err != nil || exp == nil || time.Until(*exp) < 47*time.Hour {
+			t.Errorf("extend 2d: %v %v", exp, err)
+		}
+		s.raw("POST", "/sandboxes/"+name+"/extend", `{"by":"soon"}`).expect(t, "extend soon", 400, "Invalid duration *")
 		r = s.raw("POST", "/sandboxes/"+name+"/stop", "")
 		r.expect(t, "stop", 200, "")
 		r.dataString(t, "stop", "Sandbox stopped")
@@ -473,6 +480,9 @@ func TestAPIContract(t *testing.T) {
 		}
 	})
 
+	t.Run("exec-more", func(t *testing.T) { testExecMoreAPI(t, s) })
+
+	t.Run("snapshots", func(t *testing.T) { testSnapshotsAPI(t, s, c) })
 	t.Run("openapi", func(t *testing.T) { s.rec.validate(t) })
 
 	if l, err := c.ListSandboxes(ctx, nil); err != nil || len(l) != 0 {
@@ -638,6 +648,8 @@ func template(p string) string {
 	switch {
 	case len(seg) == 0:
 		return ""
+	case seg[0] == "snapshots" && len(seg) > 1:
+		return "/snapshots/{name}" + strings.TrimSuffix("/"+strings.Join(seg[2:], "/"), "/")
 	case seg[0] != "sandboxes":
 		return "/" + strings.Join(seg, "/")
 	case len(seg) == 1:
@@ -646,6 +658,13 @@ func template(p string) string {
 		return "/sandboxes/{name}"
 	case seg[2] == "files" && len(seg) > 3:
 		return "/sandboxes/{name}/files/{path}"
+	case seg[1] == "by-uuid" && len(seg) == 3:
+		return "/sandboxes/by-uuid/{uuid}"
+	case len(seg) >= 5 && seg[2] == "exec" && seg[3] == "detached":
+		if len(seg) == 5 {
+			return "/sandboxes/{name}/exec/detached/{id}"
+		}
+		return "/sandboxes/{name}/exec/detached/{id}/" + strings.Join(seg[5:], "/")
 	}
 	return "/sandboxes/{name}/" + strings.Join(seg[2:], "/")
 }

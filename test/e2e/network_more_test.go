@@ -88,8 +88,8 @@ func TestNetworkPersistent(t *testing.T) {
 func TestNetworkRootlessProxy(t *testing.T) {
 	n := newNetEnv(t)
 	ra, _ := rootlessAK(t)
-	ra.wrap = append([]string{"ip", "netns", "exec", n.lab.ClientNS(), "unshare", "-m", "sh", "-c",
-		`mount --bind /dev/null /dev/net/tun && exec "$@"`, "sh"}, ra.wrap...)
+	ra.wrap = append(append(labWrap(n.lab.ClientNS()), "unshare", "-m", "sh", "-c",
+		`mount --bind /dev/null /dev/net/tun && exec "$@"`, "sh"), ra.wrap...)
 	run := func(script string, policy ...string) result {
 		args := []string{"run", "--image", "host", "-v", n.lab.CAFile() + ":" + labCA + ":ro", "-e", "CURL_CA_BUNDLE=" + labCA}
 		args = append(append(args, policy...), "--", "sh", "-c", script)

@@ -40,8 +40,19 @@ func newNetEnv(t *testing.T) *netEnv {
 	}
 	lab := netlab.New(t)
 	a := newAK(t)
-	a.wrap = []string{"ip", "netns", "exec", lab.ClientNS()}
+	a.wrap = labWrap(lab.ClientNS())
 	return &netEnv{t: t, lab: lab, a: a}
+}
+
+// labWrap runs a command in the lab's client namespace ns, as 'ip netns
+// exec' would (the namespace's /etc/netns files, the lab's resolv.conf,
+// bound over /etc in a mount namespace of its own) but without the fresh
+// /sys that ip netns exec mounts, which would hide the cgroup
+// hierarchies under /sys/fs/cgroup: every run as root would then be
+// refused for want of cgroup limits (docs/doctor.md).
+func labWrap(ns string) []string {
+	return []string{"nsenter", "--net=/run/netns/" + ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`for f in /etc/netns/"$0"/*; do [ -e "$f" ] && mount --bind "$f" "/etc/${f##*/}"; done; exec "$@"`, ns}
 }
 
 // args are run's arguments for a sandbox of the host's tools with the

@@ -282,7 +282,7 @@ func TestSecretTrustStore(t *testing.T) {
 		t.Fatalf("pulling the test image: %v", r)
 	}
 	lab := netlab.New(t)
-	a.wrap = []string{"ip", "netns", "exec", lab.ClientNS()}
+	a.wrap = labWrap(lab.ClientNS())
 	want := "TOKEN=ak-proxy-managed\n"
 	for _, v := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
 		want += v + "=/etc/ssl/certs/ca-certificates.crt\n"
@@ -332,9 +332,9 @@ func TestSecretInjectionRootless(t *testing.T) {
 		name string
 		wrap []string
 	}{
-		{"tun", append([]string{"ip", "netns", "exec", n.lab.ClientNS()}, base...)},
-		{"proxy", append([]string{"ip", "netns", "exec", n.lab.ClientNS(), "unshare", "-m", "sh", "-c",
-			`mount --bind /dev/null /dev/net/tun && exec "$@"`, "sh"}, base...)},
+		{"tun", append(labWrap(n.lab.ClientNS()), base...)},
+		{"proxy", append(append(labWrap(n.lab.ClientNS()), "unshare", "-m", "sh", "-c",
+			`mount --bind /dev/null /dev/net/tun && exec "$@"`, "sh"), base...)},
 	} {
 		ra.wrap = c.wrap
 		r := ra.run("run", "--image", "host", "--network", "filtered", "--allow-domain", upstreamName, "-S", "KEY=rootless-value-"+c.name+":"+upstreamName,

@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -227,6 +228,12 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		if !filepath.IsAbs(m.Dest) || (m.Kind != sandbox.MountTmpfs && !filepath.IsAbs(m.Source)) {
 			return nil, fmt.Errorf("mount %s:%s: paths must be absolute", m.Source, m.Dest)
 		}
+		if m.Create {
+			// A cache (run --cache): made on first use, the caller's.
+			if err := os.MkdirAll(m.Source, 0o700); err != nil {
+				return nil, fmt.Errorf("cache %s: %w", m.Source, err)
+			}
+		}
 		if m.Kind != sandbox.MountTmpfs && (m.Source == "/proc" || strings.HasPrefix(m.Source, "/proc/")) {
 			return nil, fmt.Errorf("mount %s: host /proc cannot be mounted into a sandbox", m.Source)
 		}
@@ -295,6 +302,9 @@ func (r *runState) buildConfig() (*initConfig, error) {
 		}
 	}
 
+	if err := r.checkLandlock(); err != nil {
+		return nil, err
+	}
 	if err := r.secretConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -350,7 +360,9 @@ func (r *runState) makeCgroup(cfg *initConfig) error {
 		r.cg = cg
 		cfg.Cgroups = cg.procsDirs()
 	case errors.Is(err, errNoCgroups):
-		r.warn(err.Error())
+		if err := r.degrade(config.DegradeCgroups, err); err != nil {
+			return err
+		}
 	default:
 		return err
 	}

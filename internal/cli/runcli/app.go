@@ -71,6 +71,12 @@ type App struct {
 	// ErrNeedsFull.
 	ResolveSecrets func(ctx context.Context, flags []SecretFlag) (*sandbox.Secrets, error)
 
+	// AllowDegraded is [security] allow_degraded of the configuration
+	// LoadConfig loaded last (trusted layers only: package config), what
+	// the native backend asks when a protection is missing.
+	AllowDegraded []string
+	configLoaded  bool
+
 	// HoldWarnings makes Warnf keep its lines until FlushWarnings, so that
 	// a run handed to agentkernel-full does not print them twice.
 	HoldWarnings bool
@@ -161,8 +167,26 @@ func (a *App) LoadConfig(dir string) (*config.Config, error) {
 		}
 		return nil, &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
 	}
+	a.AllowDegraded, a.configLoaded = c.Security.AllowDegraded, true
 	return c, nil
 }
+
+// allowDegraded is App.AllowDegraded for native.Options: that of the
+// configuration loaded, or, for a command that loaded none (sandbox
+// start), of the trusted layers read now (none where they do not load).
+func (a *App) allowDegraded() []string {
+	if !a.configLoaded {
+		if c, _, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: "."}); err == nil {
+			a.AllowDegraded = c.Security.AllowDegraded
+		}
+		a.configLoaded = true
+	}
+	return a.AllowDegraded
+}
+
+// AllowDegradedNow is allowDegraded for the faces that wire a backend
+// themselves (persistent sandboxes' supervisors).
+func (a *App) AllowDegradedNow() []string { return a.allowDegraded() }
 
 // ExitCode prints err the way every agentkernel command ends ("agentkernel:
 // <error>" and its hint, if any) and returns the process's exit status.
@@ -207,4 +231,13 @@ func Revision() string {
 		rev += "-dirty"
 	}
 	return rev
+}
+
+// CacheRoot is where run --cache and [cache] keep the tools' caches:
+// <data-dir>/caches ("" without a data directory).
+func (a *App) CacheRoot() string {
+	if a.DataDir == "" {
+		return ""
+	}
+	return filepath.Join(a.DataDir, "caches")
 }

@@ -215,6 +215,7 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool)
 		HostEnv:        os.LookupEnv,
 		Detected:       det,
 		SayWhereItRuns: sayWhere,
+		CacheRoot:      a.CacheRoot(),
 	})
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -300,7 +301,7 @@ func (a *App) Manager() (*sandbox.Manager, error) {
 	}
 	return sandbox.NewManager(sandbox.ManagerOptions{
 		Images:   images,
-		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }})},
+		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }, AllowDegraded: a.allowDegraded})},
 		Default:  "native",
 		Warn:     a.Warnf,
 		// Runs write to the audit log only what their network policy

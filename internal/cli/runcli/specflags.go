@@ -23,6 +23,7 @@ func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.StringArrayVar(&o.EnvFiles, "env-file", nil, "read KEY=VALUE lines from a file (repeatable)")
 	fs.StringVarP(&o.Workdir, "workdir", "w", "", "working directory in the sandbox (default: /workspace when the project is mounted)")
 	fs.StringArrayVarP(&o.Volumes, "volume", "v", nil, "mount HOST:SANDBOX[:ro|:cow] (repeatable)")
+	fs.StringArrayVar(&o.Caches, "cache", nil, "keep these tools' caches across sandboxes: go, pip, npm, cargo (comma-separated, repeatable; 'none' turns off [cache] tools)")
 	fs.BoolVarP(&o.TTY, "tty", "t", false, "allocate a pseudo-terminal")
 	fs.BoolVar(&o.Interactive, "interactive", false, "keep stdin open")
 	fs.StringVarP(&o.Memory, "memory", "m", "", "memory limit such as 512m or 2g (default: the profile's)")

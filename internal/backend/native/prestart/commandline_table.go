@@ -10,6 +10,7 @@ const (
 	flagBackend           = "backend"
 	flagBlockDomain       = "block-domain"
 	flagBranch            = "branch"
+	flagCache             = "cache"
 	flagCompatibilityMode = "compatibility-mode"
 	flagConfig            = "config"
 	flagCpus              = "cpus"
@@ -53,7 +54,7 @@ const (
 // or a global one, takes a value; the others are switches.
 func FlagTakesValue(name string) bool {
 	switch name {
-	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagCompatibilityMode, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagName, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagSecret, flagTemplate, flagTimeout, flagTtl, flagUser, flagUserns, flagVolume, flagWorkdir:
+	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagCache, flagCompatibilityMode, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagName, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagSecret, flagTemplate, flagTimeout, flagTtl, flagUser, flagUserns, flagVolume, flagWorkdir:
 		return true
 	}
 	return false
