@@ -78,7 +78,7 @@ func sandboxCommands(a *App) []*cobra.Command {
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
 		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a), newSandboxExpireCmd(a))
-	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a)}
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a), newSessionCmd(a)}
 	// Upstream's flat layout: `agentkernel create NAME` and friends, with
 	// docker's names: ps, rm.
 	flat := map[string][]string{"remove": {"rm"}, "list": {"ps"}}
@@ -268,42 +268,43 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 	return cmd
 }
 
-func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// resolveCreate resolves what sandbox create makes of its flags: the
+// sandbox's name (given, the configuration's, --branch's or a random
+// one) and its spec, labels and files (Start and Reuse left to the
+// caller).
+func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.CreateRequest, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err}
+		return "", nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	if o.dir != "" {
 		if dir, err = filepath.Abs(o.dir); err != nil {
-			return &ExitError{Code: ExitAgentkernel, Err: err}
+			return "", nil, &ExitError{Code: ExitAgentkernel, Err: err}
 		}
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return usageError("--dir %s: not a directory", o.dir)
+			return "", nil, usageError("--dir %s: not a directory", o.dir)
 		}
 	}
 	if o.branch && name != "" {
-		return usageError("give either NAME or --branch, not both")
+		return "", nil, usageError("give either NAME or --branch, not both")
 	}
 	labels, err := parseLabels(o.labels)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	cfg, err := a.LoadConfig(dir)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if name == "" && !o.branch {
 		name = cfg.Sandbox.Name
 	}
 	if name, err = newSandboxName(dir, name, o.branch); err != nil {
-		return err
+		return "", nil, err
 	}
 	files, err := configFiles(cfg, dir)
 	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err}
+		return "", nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	o.overrides.Name = name
 	det := detect.Image(detect.Input{ExplicitImage: o.overrides.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
@@ -311,12 +312,23 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: dir, HomeDir: home, HostEnv: os.LookupEnv, Detected: det,
 		CacheRoot: a.CacheRoot()})
 	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err}
+		return "", nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	for _, w := range warnings {
 		a.Warnf("%s", w)
 	}
 	if err := a.CheckEgress(spec, cfg, &o.overrides); err != nil {
+		return "", nil, err
+	}
+	return name, &sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description, TTL: o.ttl, Files: files}, nil
+}
+
+func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	name, req, err := a.resolveCreate(name, o)
+	if err != nil {
 		return err
 	}
 	m, done, err := a.sandboxes()
@@ -324,8 +336,8 @@ func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) 
 		return err
 	}
 	defer done()
-	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description,
-		TTL: o.ttl, Start: o.start, Reuse: o.branch, Files: files})
+	req.Start, req.Reuse = o.start, o.branch
+	_, created, err := m.Create(ctx, *req)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrSandboxExists) || errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
 			return sandboxError(name, err)
