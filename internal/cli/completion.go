@@ -15,6 +15,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/detect"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/policy"
+	"github.com/agentkernel/agentkernel/internal/templates"
 )
 
 // Shell completion ('agentkernel completion bash|zsh|fish'): cobra asks
@@ -36,7 +37,8 @@ var leanParsedCommands = []string{"run", "exec", "attach", "cp", "stats"}
 
 // registerCompletions gives root's commands their dynamic completions:
 // the value of every flag named image, profile, mode,
-// compatibility-mode, network, pull or userns, wherever it is bound.
+// compatibility-mode, network, pull, userns or template, wherever it is
+// bound.
 func registerCompletions(a *App, root *cobra.Command) {
 	values := map[string]cobra.CompletionFunc{
 		"image":              a.completeImages,
@@ -46,6 +48,7 @@ func registerCompletions(a *App, root *cobra.Command) {
 		"network":            fixedCompletions([]string{"none\tloopback only", "filtered\tonly --allow-domain names", "full\tall but --block-domain names"}),
 		"pull":               fixedCompletions([]string{"missing", "always", "never"}),
 		"userns":             fixedCompletions([]string{"private", "host"}),
+		"template":           a.completeTemplates,
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -171,4 +174,14 @@ func (a *App) completeCp(_ *cobra.Command, args []string, toComplete string) ([]
 		out = append(out, n+":")
 	}
 	return out, cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveDefault
+}
+
+// completeTemplates offers the templates (local and built-in) by name.
+func (a *App) completeTemplates(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	list, _ := templates.List(a.DataDir)
+	out := make([]string, 0, len(list))
+	for _, t := range list {
+		out = append(out, t.Name+"\t"+t.Source+" "+t.Image)
+	}
+	return out, cobra.ShellCompDirectiveDefault
 }

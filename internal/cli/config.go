@@ -61,7 +61,8 @@ const configLong = `Inspect the configuration that 'agentkernel run' uses.
 
 Values come from, lowest precedence first: built-in defaults, the user file
 ($XDG_CONFIG_HOME/agentkernel/config.toml, else
-~/.config/agentkernel/config.toml), and the project file (--config PATH, else
+~/.config/agentkernel/config.toml), the template of --template NAME (see
+'agentkernel template --help'), and the project file (--config PATH, else
 ./agentkernel.toml). Command-line flags override all of them.`
 
 func newConfigCmd(a *App) *cobra.Command {
@@ -79,7 +80,10 @@ func newConfigCmd(a *App) *cobra.Command {
 }
 
 func newConfigShowCmd(a *App) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON   bool
+		template string
+	)
 	cmd := &cobra.Command{
 		Use:   "show [flags]",
 		Short: "Print every effective value and its source (default, user file:line, project file:line)",
@@ -92,9 +96,15 @@ build are marked in the NOTE column ("SET, BUT NO EFFECT" when a file sets
 one) and explained below the table; --json gives the reason as no_effect.`,
 		Example: `  agentkernel config show
   agentkernel config show --json | jq '.values[] | select(.source.kind != "default")'
-  agentkernel --config ci.toml config show`,
+  agentkernel --config ci.toml config show
+  agentkernel config show --template python-ci`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if template != "" {
+				if err := a.UseTemplate(template); err != nil {
+					return err
+				}
+			}
 			c, err := a.LoadConfig(".")
 			if err != nil {
 				return err
@@ -116,6 +126,7 @@ one) and explained below the table; --json gives the reason as no_effect.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {files, values: [{key, value, text, source, no_effect}]}")
+	cmd.Flags().StringVar(&template, "template", "", "include this template's layer (as 'run --template' would): its values show source \"template NAME:LINE\"")
 	return cmd
 }
 

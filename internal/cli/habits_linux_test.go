@@ -133,7 +133,7 @@ func TestDockerHabitsCommandLine(t *testing.T) {
 		"exec -i dev --":                      "agentkernel: exec: no COMMAND given to run in sandbox \"dev\"\nusage: agentkernel exec",
 		"exec":                                "agentkernel: exec: no sandbox NAME and no COMMAND given\nusage: agentkernel exec [flags] NAME [--] COMMAND [ARG...]",
 		"attach":                              "agentkernel: attach: no sandbox NAME given\nusage: agentkernel attach [flags] NAME",
-		"run --template python -- python3 -V": "agentkernel: --template: templates are not in this build yet\nhint: ",
+		"run --template pyhton -- python3 -V": "agentkernel: template \"pyhton\" not found (did you mean python?)\nhint: see 'agentkernel template list'",
 		"run --fast -k true":                  "agentkernel: cannot use --fast with --keep (pooled sandboxes are ephemeral)",
 	} {
 		out, stderr, code := fullRun(append([]string{"--data-dir", dir}, strings.Fields(argv)...)...)

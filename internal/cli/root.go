@@ -50,7 +50,7 @@ func newRoot(a *App) *cobra.Command {
 	}
 	add("run", sandboxCommands(a)...)
 	add("agents", newMCPServerCmd(a), newMCPCmd(a), newPluginCmd(a), newAgentsCmd(a))
-	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a))
+	add("setup", newImagesCmd(a), newDetectCmd(a), newInitCmd(a), newConfigCmd(a), newProfilesCmd(a), newTemplateCmd(a))
 	add("setup", newSecretCmd(a))
 	add("setup", newDoctorCmd(a), newSetupCmd(a), newStatusCmd(a))
 	add("run", newServeCmd(a))

@@ -48,7 +48,7 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	spec.Args = nil
 	// The configuration's [[files]], copied in at each start (its
 	// warnings were given as the spec was resolved).
-	cfg, _, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: dir})
+	cfg, _, err := config.Load(a.LoadOptions(dir))
 	if err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}

@@ -202,6 +202,7 @@ type createOptions struct {
 	branch      bool
 	dir         string
 	secrets     []string
+	template    string
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -239,13 +240,22 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 		Example: `  agentkernel sandbox create dev --image alpine:3.20 --label team=ml
   agentkernel sandbox create dev --ttl 2h --start
   agentkernel sandbox create --branch --start          # e.g. myapp-feature-login
-  agentkernel sandbox create api --dir ~/src/api -p permissive`,
+  agentkernel sandbox create api --dir ~/src/api -p permissive
+  agentkernel sandbox create ci --template python-ci`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(o.secrets) > 0 {
 				return errSecretsRunOnly("sandbox create")
 			}
 			o.overrides.Set = runcli.ChangedFlags(cmd.Flags())
+			if cmd.Flags().Changed("template") {
+				if o.template == "" {
+					return usageError("--template needs a template name or file ('agentkernel template list')")
+				}
+				if err := a.UseTemplate(o.template); err != nil {
+					return err
+				}
+			}
 			name := ""
 			if len(args) == 1 {
 				name = args[0]
@@ -264,6 +274,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 	fs.BoolVar(&o.start, "start", false, "start the sandbox right away")
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
+	fs.StringVar(&o.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below the project's agentkernel.toml and the flags")
 	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "not supported yet: secrets work with 'agentkernel run' only (a persistent sandbox cannot keep them across restarts yet)")
 	return cmd
 }

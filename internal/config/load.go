@@ -29,6 +29,9 @@ type LoadOptions struct {
 	UserPath string
 	// NoUserFile skips the user-wide file.
 	NoUserFile bool
+	// Template is a template's document ('--template'), applied above
+	// the user file and below the project file; nil: none.
+	Template *TemplateLayer
 }
 
 // UserPath returns the user-wide configuration file:
@@ -109,13 +112,24 @@ func (c *Config) applyUser(opts LoadOptions) ([]Warning, error) {
 	return c.applyFile(user, SourceUser, false)
 }
 
-// Load reads the layers (defaults, user file, project file), validates the
-// result and returns it with the warnings of every file read.
+// Load reads the layers (defaults, user file, template, project file),
+// validates the result and returns it with the warnings of every file
+// read.
 func Load(opts LoadOptions) (*Config, []Warning, error) {
 	c := Defaults()
 	warns, err := c.applyUser(opts)
 	if err != nil {
 		return nil, warns, err
+	}
+	if t := opts.Template; t != nil {
+		if _, _, err := ParseTemplate(t.Data, t.Label); err != nil {
+			return nil, warns, err
+		}
+		w, err := c.apply(t.Data, t.Label, SourceTemplate)
+		warns = append(warns, w...)
+		if err != nil {
+			return nil, warns, err
+		}
 	}
 
 	project, explicit := opts.Path, true

@@ -29,6 +29,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/templates"
 )
 
 // VersionInfo is stamped into the binary at build time.
@@ -76,6 +77,10 @@ type App struct {
 	// the native backend asks when a protection is missing.
 	AllowDegraded []string
 	configLoaded  bool
+
+	// template is the template of UseTemplate, a layer of every
+	// configuration loaded (nil: none).
+	template *templates.Template
 
 	// HoldWarnings makes Warnf keep its lines until FlushWarnings, so that
 	// a run handed to agentkernel-full does not print them twice.
@@ -153,10 +158,11 @@ func UsageError(format string, args ...any) error {
 }
 
 // LoadConfig loads the configuration layers for a command run in dir:
-// the user file, then --config or dir/agentkernel.toml. Warnings (unknown
+// the user file, the template (UseTemplate), then --config or
+// dir/agentkernel.toml. Warnings (unknown
 // keys) are printed; errors come back as *ExitError with code 125.
 func (a *App) LoadConfig(dir string) (*config.Config, error) {
-	c, warns, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: dir})
+	c, warns, err := config.Load(a.loadOptions(dir))
 	for _, w := range warns {
 		a.Warnf("%s", w)
 	}

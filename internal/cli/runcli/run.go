@@ -122,6 +122,11 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	if err := checkRunHabits(o, set, args); err != nil {
 		return err
 	}
+	if set["template"] {
+		if err := a.UseTemplate(o.habits.template); err != nil {
+			return err
+		}
+	}
 	if err := a.checkSecretRun(o); err != nil {
 		return err
 	}

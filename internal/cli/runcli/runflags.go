@@ -31,8 +31,9 @@ sandbox NAME, still running after the command, with no expiry unless --ttl;
 sandbox when it exists; -d (--detach) creates and starts a persistent
 sandbox (named by --name, else sandbox-XXXXXXXX) without running a command,
 and prints its name; --ttl (30m, 2h30m, 3d, or seconds) sets when such a
-sandbox expires: its supervisor stops and removes it then. --template is
-not in this build yet. Unlike docker's, -p is the security profile (-P publishes a
+sandbox expires: its supervisor stops and removes it then. --template NAME
+starts from a template ('agentkernel template list'): its settings sit
+above your user config and below ./agentkernel.toml and the flags. Unlike docker's, -p is the security profile (-P publishes a
 port), -i the image (--interactive keeps stdin open; stdin is passed to the
 command anyway) and -m is --memory as in docker.`
 
@@ -58,7 +59,7 @@ const keepTTL = time.Hour
 func bindRunHabitFlags(fs *pflag.FlagSet, h *runHabits) {
 	fs.BoolVarP(&h.fast, "fast", "F", true, "use a warm sandbox from the daemon's pool when a daemon runs; --fast=false builds it here (as --no-daemon)")
 	fs.StringVar(&h.compatMode, "compatibility-mode", "", "the same as --mode (upstream's name)")
-	fs.StringVar(&h.template, "template", "", "start from a template (not in this build yet: an error)")
+	fs.StringVar(&h.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below ./agentkernel.toml and the flags")
 	fs.Var(&TTLValue{&h.ttl}, "ttl", "with --keep, --name, -d or --branch: remove the kept sandbox this long after creation, e.g. 30m, 2h30m, 3d (--keep's default: 1h)")
 	fs.BoolVar(&h.branch, "branch", false, "run in the persistent sandbox <project>-<git-branch>, created (and kept running) or reused")
 	fs.BoolVar(&h.rm, "rm", false, "accepted for docker's sake: a run's sandbox is removed after the run anyway")
@@ -120,9 +121,8 @@ type PersistentRun struct {
 // --compatibility-mode into --mode, --fast=false into --no-daemon.
 func checkRunHabits(o *RunOptions, set map[string]bool, args []string) error {
 	h := &o.habits
-	if set["template"] {
-		return &ExitError{Code: ExitAgentkernel, Err: errors.New("--template: templates are not in this build yet"),
-			Hint: "put the image and settings in agentkernel.toml ('agentkernel init'), or give --image and --profile"}
+	if set["template"] && h.template == "" {
+		return runUsage("--template needs a template name or file ('agentkernel template list')")
 	}
 	if set["compatibility-mode"] {
 		if set["mode"] && o.overrides.Mode != h.compatMode {

@@ -106,7 +106,9 @@ func TestRunUpstreamFlags(t *testing.T) {
 
 	// Refused, each with a line that names the flags.
 	for argv, want := range map[string]string{
-		"run --template python -- python3 x":             "--template: templates are not in this build yet",
+		"run --template pyhton -- python3 x":             "template \"pyhton\" not found (did you mean python?)",
+		"run --template= -- python3 x":                   "--template needs a template name or file",
+		"run --template github:o/r/p -- python3 x":       "github templates need network access to raw.githubusercontent.com",
 		"run --fast --keep true":                         "cannot use --fast with --keep (pooled sandboxes are ephemeral)",
 		"run -F -k true":                                 "cannot use --fast with --keep",
 		"run --fast --name dev true":                     "cannot use --fast with --name",

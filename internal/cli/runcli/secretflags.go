@@ -248,7 +248,7 @@ func (a *App) takeConfigSecrets(o *RunOptions) error {
 	if err != nil {
 		return nil
 	}
-	cfg, _, err := config.Load(config.LoadOptions{Path: a.ConfigPath, Dir: cwd})
+	cfg, _, err := config.Load(a.loadOptions(cwd))
 	if err != nil {
 		return nil
 	}
