@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,10 +48,14 @@ func TestFreeze(t *testing.T) {
 func busyForker(t *testing.T) (pid int, moving func() bool) {
 	counter := filepath.Join(t.TempDir(), "counter")
 	cmd := exec.Command("sh", "-c", `i=0; while :; do i=$((i+1)); (echo $i > "$0"); done`, counter)
+	// Its own process group, so that the cleanup also ends the subshell
+	// of the moment, which would otherwise write the counter once more
+	// while the temporary directory is removed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	read := func() string { b, _ := os.ReadFile(counter); return strings.TrimSpace(string(b)) }
 	return cmd.Process.Pid, func() bool {
 		a := read()
