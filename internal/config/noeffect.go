@@ -10,7 +10,6 @@ var noEffect = []struct{ prefix, why string }{
 	{"agent.preferred", "informational: nothing reads it"},
 	{"network.vsock_cid", "accepted for upstream compatibility: the embedded backend has no vsock"},
 	{"build", "building images from a Dockerfile is not supported yet: use --image with a pulled image, or 'agentkernel images load' a tarball"},
-	{"api.allow_sudo_exec", "the API runs commands as the sandbox's configured user; there is no sudo exec to allow"},
 	{"daemon.agents", "per-mode pool sizes are not applied: daemon.min_warm and daemon.max_warm size every pool"},
 	{"orchestrator", "the Kubernetes and Nomad backends are not part of this build"},
 }
