@@ -248,6 +248,9 @@ func TestAPIContract(t *testing.T) {
 		s.raw("GET", "/status", "", "Authorization", "Bearer second-key", "Content-Type", "application/json").expect(t, "second key", 200, "")
 		s.raw("GET", "/metrics", "").expect200(t, "metrics")
 		checkDoctorAnswer(t, s.raw("GET", "/doctor", ""))
+		if d, err := c.Doctor(ctx); err != nil || len(d.Checks) == 0 || d.Isolation == "" || d.Checks[len(d.Checks)-1].Name != "backend" {
+			t.Errorf("client Doctor: %+v %v", d, err)
+		}
 		s.raw("GET", "/doctor", "", "Authorization", "").expect(t, "doctor without auth", 401, "Missing Authorization header")
 		if r := s.raw("GET", "/openapi.yaml", ""); r.status != 200 || !bytes.Contains(r.body, []byte("openapi: 3.1")) {
 			t.Errorf("openapi.yaml: %d", r.status)
