@@ -336,14 +336,17 @@ func suggest(k string, fields []fieldInfo) string {
 		if strings.EqualFold(f.tag, k) {
 			return f.tag
 		}
-		if dist := editDistance(strings.ToLower(k), f.tag); dist < bestD {
+		if dist := EditDistance(strings.ToLower(k), f.tag); dist < bestD {
 			best, bestD = f.tag, dist
 		}
 	}
 	return best
 }
 
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance of a and b (bytes; meant for
+// short ASCII names, the suggestions of "did you mean"): past 64 bytes
+// it answers a distance nothing is ever close enough at.
+func EditDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 1 << 30
 	}

@@ -302,30 +302,11 @@ func (m *Manager) GetByUUID(ctx context.Context, id string) (*Info, error) {
 		return nil, err
 	}
 	for _, i := range all {
-		if i.UUID != "" && equalFoldASCII(i.UUID, id) {
+		if i.UUID != "" && strings.EqualFold(i.UUID, id) {
 			return i, nil
 		}
 	}
 	return nil, fmt.Errorf("sandbox with UUID %s: %w", id, ErrSandboxNotFound)
-}
-
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // GCSandboxes runs GC and returns the names of the sandboxes it removed

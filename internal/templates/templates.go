@@ -344,7 +344,7 @@ func similar(name string, names []string) []string {
 		if seen[n] || l == ln {
 			continue
 		}
-		if strings.HasPrefix(l, ln) || strings.HasPrefix(ln, l) || distance(l, ln) <= 2 {
+		if strings.HasPrefix(l, ln) || strings.HasPrefix(ln, l) || config.EditDistance(l, ln) <= 2 {
 			out = append(out, n)
 			seen[n] = true
 		}
@@ -353,29 +353,4 @@ func similar(name string, names []string) []string {
 		}
 	}
 	return out
-}
-
-// distance is the Levenshtein distance of a and b (bytes); names are
-// short ASCII.
-func distance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
