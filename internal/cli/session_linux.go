@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -318,15 +316,5 @@ func newSessionDeleteCmd(a *App) *cobra.Command {
 // completeSessionName completes a command's one argument with the names
 // of the data directory's sessions (their metadata files).
 func (a *App) completeSessionName(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	if len(args) > 0 {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ents, _ := os.ReadDir(filepath.Join(a.DataDir, "sessions"))
-	var out []string
-	for _, e := range ents {
-		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && sandbox.ValidateSessionName(n) == nil {
-			out = append(out, n)
-		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
+	return a.completeMetaNames(args, "sessions", sandbox.ValidateSessionName)
 }

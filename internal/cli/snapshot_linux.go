@@ -197,13 +197,20 @@ func newSnapshotDeleteCmd(a *App) *cobra.Command {
 // names of the data directory's snapshots (their metadata files; no
 // state store opened).
 func (a *App) completeSnapshotName(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	return a.completeMetaNames(args, "snapshots", sandbox.ValidateSnapshotName)
+}
+
+// completeMetaNames completes a command's one argument with the names
+// of the NAME.json files of the data directory's subdirectory dir that
+// valid accepts.
+func (a *App) completeMetaNames(args []string, dir string, valid func(string) error) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
-	ents, _ := os.ReadDir(filepath.Join(a.DataDir, "snapshots"))
+	ents, _ := os.ReadDir(filepath.Join(a.DataDir, dir))
 	var out []string
 	for _, e := range ents {
-		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && sandbox.ValidateSnapshotName(n) == nil {
+		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && valid(n) == nil {
 			out = append(out, n)
 		}
 	}

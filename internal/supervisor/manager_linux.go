@@ -99,12 +99,19 @@ func (m *Manager) Close() error {
 // Dir is the sandbox's directory.
 func (m *Manager) Dir(name string) string { return filepath.Join(m.DataDir, "sandboxes", name) }
 
+// lock takes the sandbox's lock (its directory's lock file).
 func (m *Manager) lock(name string) (func(), error) {
 	dir := m.Dir(name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	return flockFile(filepath.Join(dir, "lock"))
+}
+
+// flockFile takes an exclusive flock on path (made if missing, never
+// through a symbolic link) and returns its release.
+func flockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}

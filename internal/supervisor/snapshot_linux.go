@@ -119,15 +119,7 @@ func (m *Manager) lockSnapshots() (func(), error) {
 	if err := os.MkdirAll(filepath.Join(dir, layersDir), 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
+	return flockFile(filepath.Join(dir, "lock"))
 }
 
 func (m *Manager) readMeta(name string) (*snapshotMeta, error) {
