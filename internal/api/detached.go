@@ -88,19 +88,30 @@ func (s *Server) failDetached(w http.ResponseWriter, name, id string, err error)
 	s.fail(w, name, err)
 }
 
-func (s *Server) execDetach(w http.ResponseWriter, r *http.Request) {
+// decodeExec reads an exec route's sandbox name and body into the
+// request both exec routes give the Manager; on bad input it has
+// answered already (ok false).
+func (s *Server) decodeExec(w http.ResponseWriter, r *http.Request) (name string, req sandbox.ExecRequest, ok bool) {
 	n, ok := s.name(w, r)
 	if !ok {
-		return
+		return "", req, false
 	}
 	var q execBody
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, n, err)
-		return
+		return "", req, false
 	}
 	req, err := s.execRequest(q)
 	if err != nil {
 		s.fail(w, n, err)
+		return "", req, false
+	}
+	return n, req, true
+}
+
+func (s *Server) execDetach(w http.ResponseWriter, r *http.Request) {
+	n, req, ok := s.decodeExec(w, r)
+	if !ok {
 		return
 	}
 	// The command is the supervisor's from here: this request's end

@@ -538,18 +538,8 @@ func (s *Server) stopSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request) {
-	n, ok := s.name(w, r)
+	n, req, ok := s.decodeExec(w, r)
 	if !ok {
-		return
-	}
-	var q execBody
-	if err := decode(w, r, &q, false); err != nil {
-		s.fail(w, n, err)
-		return
-	}
-	req, err := s.execRequest(q)
-	if err != nil {
-		s.fail(w, n, err)
 		return
 	}
 	// The request's context ends when its client goes: the command is
