@@ -75,3 +75,46 @@ func TestGoCache(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheAttack: a cache is a host directory that every sandbox naming
+// it writes. From inside, the sandbox's root tries to plant what a later
+// sandbox or the host would trip on: a set-uid file, a device node, a
+// file capability, and a symbolic link to a host secret. Each plant
+// fails, and the link, followed by the next sandbox, resolves in that
+// sandbox's own root, never the host's.
+func TestCacheAttack(t *testing.T) {
+	a := newAK(t)
+	const plant = `cd /var/cache/agentkernel/pip || exit 9
+cp /bin/sh ./sh && chmod 4755 ./sh 2>/dev/null && echo PLANTED-SETUID
+chmod u+s ./sh 2>/dev/null && echo PLANTED-SETUID2
+mknod ./null c 1 3 2>/dev/null && echo PLANTED-DEVICE
+setcap cap_sys_admin+ep ./sh 2>/dev/null && echo PLANTED-FCAP
+ln -s /etc/shadow ./shadow && echo LINKED
+echo DONE`
+	// The control: the same plant in the sandbox's own /tmp works, so a
+	// refusal in the cache is the cache's fence, not a broken probe.
+	r := a.run("-q", "run", "--image", "host", "--", "sh", "-c", strings.Replace(plant, "/var/cache/agentkernel/pip", "/tmp", 1))
+	if !strings.Contains(r.stdout, "PLANTED-SETUID") {
+		t.Fatalf("the control could not plant a set-uid file in /tmp: %v", r)
+	}
+	r = a.run("-q", "run", "--image", "host", "--cache", "pip", "--", "sh", "-c", plant)
+	if r.code != 0 || !strings.Contains(r.stdout, "DONE") || !strings.Contains(r.stdout, "LINKED") || strings.Contains(r.stdout, "PLANTED") {
+		t.Fatalf("planting in the cache: %v", r)
+	}
+	dir := filepath.Join(a.dataDir, "caches", "pip")
+	fi, err := os.Stat(filepath.Join(dir, "sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("the host sees a set-id file in the cache: %v", fi.Mode())
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "null")); err == nil {
+		t.Error("a device node was made in the cache")
+	}
+	host, _ := os.ReadFile("/etc/shadow")
+	r = a.run("-q", "run", "--image", "host", "--cache", "pip", "--", "cat", "/var/cache/agentkernel/pip/shadow")
+	if len(host) > 0 && strings.Contains(r.stdout, strings.SplitN(string(host), "\n", 2)[0]) {
+		t.Errorf("a later sandbox read the host's /etc/shadow through the cache's link: %v", r)
+	}
+}
