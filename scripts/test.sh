@@ -54,8 +54,9 @@ fi
 echo "== go vet"
 go vet ./...
 
-echo "== GOOS=darwin go build"
+echo "== GOOS=darwin go build and vet"
 GOOS=darwin go build ./...
+GOOS=darwin go vet ./...
 
 echo "== go build"
 go build -o bin/agentkernel ./cmd/agentkernel

@@ -1,3 +1,5 @@
+//go:build linux
+
 package e2e
 
 // Everyday commands that must fail loudly or report real figures: cp,

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package e2e drives the built agentkernel binary the way users do: real
 // namespaces and mounts, a real OCI registry served in-process with images
 // the tests build, real exit codes and signals.
