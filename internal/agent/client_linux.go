@@ -285,6 +285,9 @@ func (c *Client) ExecDetached(ctx context.Context, req ExecRequest) (sandbox.Det
 	if err != nil {
 		var re *RequestError
 		if errors.As(err, &re) {
+			if re.Resp.Kind == KindLimit {
+				return sandbox.DetachedCommand{}, detachedErr("", err)
+			}
 			return sandbox.DetachedCommand{}, ResponseError(&re.Resp)
 		}
 		return sandbox.DetachedCommand{}, err
@@ -305,6 +308,8 @@ func detachedErr(id string, err error) error {
 			return fmt.Errorf("%s: %w", id, sandbox.ErrDetachedNotFound)
 		case KindRange:
 			return fmt.Errorf("%s: %w", re.Resp.Error, sandbox.ErrLogOffset)
+		case KindLimit:
+			return fmt.Errorf("%s: %w", re.Resp.Error, sandbox.ErrDetachedLimit)
 		}
 	}
 	return err

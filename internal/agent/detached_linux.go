@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -53,6 +51,40 @@ type detachedSet struct {
 
 	mu   sync.Mutex
 	cmds map[string]*detachedCmd
+	// starting counts detaches between their admission and their entry
+	// in cmds, so that the limit holds for concurrent requests.
+	starting int
+}
+
+// admit reserves a place for one more running detached command, or
+// reports false when sandbox.MaxDetachedRunning already run or start.
+func (d *detachedSet) admit() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.starting
+	for _, cmd := range d.cmds {
+		select {
+		case <-cmd.done:
+		default:
+			n++
+		}
+	}
+	if n >= sandbox.MaxDetachedRunning {
+		return false
+	}
+	d.starting++
+	return true
+}
+
+// admitted ends a reservation of admit: cmd (nil when its start failed)
+// joins the set.
+func (d *detachedSet) admitted(cmd *detachedCmd) {
+	d.mu.Lock()
+	d.starting--
+	if cmd != nil {
+		d.cmds[cmd.info.ID] = cmd
+	}
+	d.mu.Unlock()
 }
 
 type detachedCmd struct {
@@ -182,6 +214,17 @@ func (c *serverConn) detach(req Request) {
 		_ = c.conn.Send(Response{ID: req.ID, Error: "a detached command needs a command and no terminal", Kind: KindSetup})
 		return
 	}
+	if !d.admit() {
+		_ = c.conn.Send(Response{ID: req.ID, Kind: KindLimit, Error: fmt.Sprintf(
+			"this sandbox already runs %d detached commands, the most it may; wait for one to end or kill one (agentkernel exec NAME --kill ID)", sandbox.MaxDetachedRunning)})
+		return
+	}
+	entered := false
+	defer func() {
+		if !entered {
+			d.admitted(nil) // its start failed
+		}
+	}()
 	fail := func(err error) {
 		resp := Response{ID: req.ID, Error: err.Error(), Kind: KindSetup}
 		var ee *ExecError
@@ -253,9 +296,8 @@ func (c *serverConn) detach(req Request) {
 		}(pipes[i][0], files[i])
 	}
 	writeMeta(dir, &cmd.info)
-	d.mu.Lock()
-	d.cmds[id] = cmd
-	d.mu.Unlock()
+	d.admitted(cmd)
+	entered = true
 	d.prune()
 	// One answer (no Started: that would keep the request pending in
 	// the client for an Exited that never comes).
@@ -344,50 +386,10 @@ func exitCode(ws syscall.WaitStatus) int {
 
 // killProc kills p and its process group (the command leads a session
 // of its own, so its group is what it started and did not move
-// elsewhere): through the backend where its Process can signal the
-// group, else through the group's host pid (hostPidOf).
+// elsewhere).
 func killProc(p Process) {
-	if g, ok := p.(interface{ SignalGroup(syscall.Signal) error }); ok {
-		_ = g.SignalGroup(syscall.SIGKILL)
-	} else if hp := hostPidOf(p.Pid()); hp > 0 {
-		_ = syscall.Kill(-hp, syscall.SIGKILL)
-	}
+	_ = p.SignalGroup(syscall.SIGKILL)
 	_ = p.Signal(syscall.SIGKILL)
-}
-
-// hostPidOf finds the host pid of this process's child whose pid in its
-// own (nested) PID namespace is nspid: a command a persistent sandbox's
-// exec started is the supervisor's child (child subreaper) until it is
-// reaped, so the pid cannot be another's meanwhile. 0 when none.
-func hostPidOf(nspid int) int {
-	me, want := strconv.Itoa(os.Getpid()), strconv.Itoa(nspid)
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		var ppid string
-		var ns []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "PPid:"); ok {
-				ppid = strings.TrimSpace(v)
-			} else if v, ok := strings.CutPrefix(l, "NSpid:"); ok {
-				ns = strings.Fields(v)
-			}
-		}
-		if ppid == me && len(ns) > 1 && ns[len(ns)-1] == want {
-			return pid
-		}
-	}
-	return 0
 }
 
 // lookup finds detached command id (KindNotFound when unknown).

@@ -365,3 +365,58 @@ func TestDetachedPrune(t *testing.T) {
 		t.Errorf("a forgotten command's directory is left: %v", err)
 	}
 }
+
+// TestDetachedLimit: however many clients ask at once, at most
+// sandbox.MaxDetachedRunning detached commands run; the rest are refused
+// with ErrDetachedLimit, and a place freed by a command that ended is
+// given again.
+func TestDetachedLimit(t *testing.T) {
+	sock, _ := serveHost(t, t.TempDir())
+	ctx := context.Background()
+	const asks = sandbox.MaxDetachedRunning + 16
+	var mu sync.Mutex
+	var started []string
+	refused := 0
+	var wg sync.WaitGroup
+	for i := 0; i < asks; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := dial(t, sock)
+			defer c.Close()
+			d, err := c.ExecDetached(ctx, ExecRequest{Args: []string{"sleep", "60"}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				started = append(started, d.ID)
+			case errors.Is(err, sandbox.ErrDetachedLimit):
+				refused++
+			default:
+				t.Errorf("detach: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	c := dial(t, sock)
+	defer c.Close()
+	t.Cleanup(func() {
+		for _, id := range started {
+			_, _ = c.KillDetached(ctx, id)
+		}
+	})
+	if len(started) != sandbox.MaxDetachedRunning || refused != asks-sandbox.MaxDetachedRunning {
+		t.Fatalf("%d started and %d refused of %d asks, want %d started", len(started), refused, asks, sandbox.MaxDetachedRunning)
+	}
+	if _, err := c.ExecDetached(ctx, ExecRequest{Args: []string{"true"}}); !errors.Is(err, sandbox.ErrDetachedLimit) || !strings.Contains(err.Error(), "--kill") {
+		t.Fatalf("one more: %v, want ErrDetachedLimit saying how to free a place", err)
+	}
+	if _, err := c.KillDetached(ctx, started[0]); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.ExecDetached(ctx, ExecRequest{Args: []string{"true"}})
+	if err != nil {
+		t.Fatalf("after one ended: %v", err)
+	}
+	waitEnded(t, c, d.ID)
+}

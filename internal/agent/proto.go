@@ -52,10 +52,13 @@ const (
 )
 
 // KindNotFound is a Response's Kind for a detached command that does not
-// exist, KindRange for a log offset past the end.
+// exist, KindRange for a log offset past the end, KindLimit for a
+// detached command refused because the sandbox runs too many.
 const (
 	KindNotFound = "not-found"
 	KindRange    = "range"
+	// KindLimit answers a detach past sandbox.MaxDetachedRunning.
+	KindLimit = "limit"
 )
 
 // Request is one message to the supervisor or the agent.

@@ -36,6 +36,9 @@ type Process interface {
 	Pid() int
 	// Signal sends sig to the command.
 	Signal(sig syscall.Signal) error
+	// SignalGroup sends sig to the command's process group (it leads a
+	// session of its own), while the command has not been reaped.
+	SignalGroup(sig syscall.Signal) error
 	// Wait blocks until the command ends and returns its wait status.
 	Wait() syscall.WaitStatus
 }

@@ -115,6 +115,8 @@ func (s *Server) classify(name string, err error) *apiError {
 		return &apiError{status: http.StatusNotFound, msg: err.Error()}
 	case errors.Is(err, sandbox.ErrUnsupported):
 		return &apiError{status: http.StatusNotImplemented, msg: err.Error()}
+	case errors.Is(err, sandbox.ErrDetachedLimit):
+		return &apiError{status: http.StatusTooManyRequests, msg: err.Error()}
 	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrCannotInvoke):
 		code := 127
 		if errors.Is(err, sandbox.ErrCannotInvoke) {

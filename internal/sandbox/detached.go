@@ -73,12 +73,20 @@ type DetachedConn interface {
 	KillDetached(ctx context.Context, id string) (DetachedCommand, error)
 }
 
+// MaxDetachedRunning is how many detached commands one sandbox may run at
+// once: each holds two log files of up to DetachedLogCap on the host's
+// disk, so an unbounded number would let one client fill it.
+const MaxDetachedRunning = 64
+
 var (
 	// ErrDetachedNotFound means the sandbox has no detached command of
 	// that id.
 	ErrDetachedNotFound = errors.New("detached command not found")
 	// ErrLogOffset means a log was asked for from past its end.
 	ErrLogOffset = errors.New("offset past the end of the log")
+	// ErrDetachedLimit means the sandbox already runs as many detached
+	// commands as it may (MaxDetachedRunning).
+	ErrDetachedLimit = errors.New("too many detached commands running")
 	// ErrInvalidID means a detached command's id is malformed.
 	ErrInvalidID = errors.New("invalid detached command id: 16 lowercase hex digits")
 	// ErrInvalidUUID means a sandbox UUID is malformed.

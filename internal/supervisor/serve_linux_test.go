@@ -82,9 +82,10 @@ func (d *dirInstance) Stop()              { d.end("") }
 // exitedProc is a command that ended with the given status.
 type exitedProc int
 
-func (p exitedProc) Pid() int                    { return 2 }
-func (p exitedProc) Signal(syscall.Signal) error { return nil }
-func (p exitedProc) Wait() syscall.WaitStatus    { return syscall.WaitStatus(int(p) << 8) }
+func (p exitedProc) Pid() int                         { return 2 }
+func (p exitedProc) Signal(syscall.Signal) error      { return nil }
+func (p exitedProc) SignalGroup(syscall.Signal) error { return nil }
+func (p exitedProc) Wait() syscall.WaitStatus         { return syscall.WaitStatus(int(p) << 8) }
 
 func (d *dirInstance) isKilledClosed() (killed, closed bool) {
 	d.mu.Lock()

@@ -645,6 +645,18 @@ func (p *execProc) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// SignalGroup sends sig to the command's process group (it leads its
+// own session, so the group is its pid), while the command has not been
+// reaped: what a client that went away leaves running is ended with it.
+func (p *execProc) SignalGroup(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	return unix.Kill(-p.pid, sig)
+}
+
 func (p *execProc) Wait() syscall.WaitStatus {
 	<-p.done
 	return syscall.WaitStatus(p.ws)

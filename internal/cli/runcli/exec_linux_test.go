@@ -84,9 +84,10 @@ func (f *fakeSandbox) commands() [][]string {
 
 type exited int
 
-func (p exited) Pid() int                    { return 2 }
-func (p exited) Signal(syscall.Signal) error { return nil }
-func (p exited) Wait() syscall.WaitStatus    { return syscall.WaitStatus(int(p) << 8) }
+func (p exited) Pid() int                         { return 2 }
+func (p exited) Signal(syscall.Signal) error      { return nil }
+func (p exited) SignalGroup(syscall.Signal) error { return nil }
+func (p exited) Wait() syscall.WaitStatus         { return syscall.WaitStatus(int(p) << 8) }
 
 // serveSandbox makes <dataDir>/sandboxes/<name> with spec (none when
 // nil) and, unless stopped, an agent server on its sock.
