@@ -44,8 +44,9 @@ killed too, and the audit log says so ("client gone").
 command runs on, owned by the sandbox's supervisor, until it ends, is killed
 or the sandbox stops. Its stdin is empty; its stdout and stderr are kept
 under the sandbox's directory (detached/ID/), 16 MiB each: past that,
-writing stops with a line saying so and the rest is dropped. The newest 64
-ended commands are kept, with their output. Then:
+writing stops with a line saying so and the rest is dropped. At most 64
+run at once in one sandbox (the next is refused until one ends); the newest
+64 ended commands are kept, with their output. Then:
   exec --list NAME                            its detached commands
   exec --status ID NAME                       running, completed or failed (exit code)
   exec --logs ID [--stderr] [--offset N] NAME its output, from byte N
