@@ -1,7 +1,8 @@
 // Package atomicfile replaces a file's whole content so that a reader
 // sees the old content or the new, never a mix, and a crash leaves one
 // of the two: a synced temporary file in the same directory, a rename,
-// and a sync of the directory.
+// and a sync of the directory. Lock serialises the read-modify-write
+// cycles of several processes on such files.
 package atomicfile
 
 import (

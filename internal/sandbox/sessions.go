@@ -128,6 +128,16 @@ func (s *Sessions) now() time.Time {
 
 func (s *Sessions) path(name string) string { return filepath.Join(s.Dir, name+".json") }
 
+// lock serialises the commands on session name (its NAME.lock beside its
+// metadata): each reads the metadata, calls the Manager and writes the
+// metadata back, and two at once would lose one's change.
+func (s *Sessions) lock(name string) (func(), error) {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	return atomicfile.Lock(filepath.Join(s.Dir, name+".lock"))
+}
+
 // load reads the metadata of session name.
 func (s *Sessions) load(name string) (*Session, error) {
 	if err := ValidateSessionName(name); err != nil {
@@ -206,6 +216,11 @@ func (s *Sessions) Start(ctx context.Context, req StartSession) (*Session, error
 	if err := ValidateSessionAgent(req.Agent); err != nil {
 		return nil, err
 	}
+	unlock, err := s.lock(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if _, err := s.load(req.Name); err == nil {
 		return nil, fmt.Errorf("session %q: %w", req.Name, ErrSessionExists)
 	} else if !errors.Is(err, ErrSessionNotFound) {
@@ -324,6 +339,11 @@ func (s *Sessions) fill(ctx context.Context, list []*Session) {
 // Stop stops the session's sandbox; the session is stopped (a saved one
 // stays saved: its snapshot is what resume brings back).
 func (s *Sessions) Stop(ctx context.Context, name string) (*Session, error) {
+	unlock, err := s.lock(name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	ses, err := s.load(name)
 	if err != nil {
 		return nil, err
@@ -347,6 +367,11 @@ func (s *Sessions) Stop(ctx context.Context, name string) (*Session, error) {
 // ("" for DefaultSessionSnapshotName); the session is saved and
 // remembers the snapshot.
 func (s *Sessions) Save(ctx context.Context, name, snapshot string) (*Session, *Snapshot, error) {
+	unlock, err := s.lock(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
 	ses, err := s.load(name)
 	if err != nil {
 		return nil, nil, err
@@ -371,6 +396,11 @@ func (s *Sessions) Save(ctx context.Context, name, snapshot string) (*Session, *
 // restored from the session's snapshot first (ErrSessionGone without
 // one). restored says which.
 func (s *Sessions) Resume(ctx context.Context, name string) (ses *Session, restored bool, err error) {
+	unlock, err := s.lock(name)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
 	if ses, err = s.load(name); err != nil {
 		return nil, false, err
 	}
@@ -400,6 +430,11 @@ func (s *Sessions) Resume(ctx context.Context, name string) (ses *Session, resto
 // withSandbox its sandbox is removed too (stopped first; one already
 // gone is fine).
 func (s *Sessions) Delete(ctx context.Context, name string, withSandbox bool) (*Session, error) {
+	unlock, err := s.lock(name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	ses, err := s.load(name)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,8 @@ type sessionMech struct {
 	*memStore
 	snaps    map[string]string // snapshot → sandbox
 	failNext error             // the next Start fails with it
+	// inTake, when set, is called while a snapshot is being taken.
+	inTake func()
 }
 
 func (f *sessionMech) Start(ctx context.Context, name string) (*Info, error) {
@@ -39,6 +41,9 @@ func (f *sessionMech) GC(context.Context, bool) ([]string, error) { return nil, 
 func (f *sessionMech) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snapshot, error) {
 	if _, err := f.Get(ctx, sandbox); err != nil {
 		return nil, err
+	}
+	if f.inTake != nil {
+		f.inTake()
 	}
 	if _, ok := f.snaps[name]; ok {
 		return nil, ErrSnapshotExists
@@ -323,5 +328,37 @@ func TestSessionListOrder(t *testing.T) {
 	}
 	if got := strings.Join(names, " "); got != "a:1 c:0 b:0" {
 		t.Fatalf("order: %s", got)
+	}
+}
+
+// TestSessionCommandsSerialised: a delete that comes while a save is
+// taking its snapshot waits for it, so the session is gone afterwards
+// (without the session's lock the save wrote its metadata back after
+// the delete, and the deleted session came back).
+func TestSessionCommandsSerialised(t *testing.T) {
+	ses, mech, _, _ := newSessions(t)
+	ctx := context.Background()
+	if _, err := ses.Start(ctx, startReq("s")); err != nil {
+		t.Fatal(err)
+	}
+	taking := make(chan struct{})
+	mech.inTake = func() {
+		close(taking)
+		time.Sleep(300 * time.Millisecond) // room for the delete, if it were let in
+	}
+	saved := make(chan error, 1)
+	go func() {
+		_, _, err := ses.Save(ctx, "s", "snap1")
+		saved <- err
+	}()
+	<-taking
+	if _, err := ses.Delete(ctx, "s", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ses.Get(ctx, "s"); !errors.Is(err, ErrSessionNotFound) {
+		t.Fatalf("after save then delete: %+v, %v; want ErrSessionNotFound", got, err)
 	}
 }

@@ -105,21 +105,7 @@ func (m *Manager) lock(name string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return flockFile(filepath.Join(dir, "lock"))
-}
-
-// flockFile takes an exclusive flock on path (made if missing, never
-// through a symbolic link) and returns its release.
-func flockFile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
+	return atomicfile.Lock(filepath.Join(dir, "lock"))
 }
 
 // storeErr maps the store's errors to the sandbox package's.

@@ -119,7 +119,7 @@ func (m *Manager) lockSnapshots() (func(), error) {
 	if err := os.MkdirAll(filepath.Join(dir, layersDir), 0o700); err != nil {
 		return nil, err
 	}
-	return flockFile(filepath.Join(dir, "lock"))
+	return atomicfile.Lock(filepath.Join(dir, "lock"))
 }
 
 func (m *Manager) readMeta(name string) (*snapshotMeta, error) {
