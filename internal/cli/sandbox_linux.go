@@ -133,6 +133,17 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
+	log := audit.New(a.DataDir)
+	sv.Expired = func(name string, at time.Time, err error) {
+		e := audit.Entry{Time: time.Now().UTC(), Sandbox: name, Action: audit.ActionRemove, Who: runcli.Who(face),
+			Details: "expired at " + at.UTC().Format(time.RFC3339)}
+		if err != nil {
+			e.Error = err.Error()
+		}
+		if aerr := log.Append(e); aerr != nil {
+			a.Warnf("audit log: %v", aerr)
+		}
+	}
 	m := sandbox.NewManager(sandbox.ManagerOptions{
 		Images:     lazyImages{a: a},
 		Backends:   []sandbox.Backend{be},
@@ -142,7 +153,7 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 		Supervisor: sv,
 		Connector:  sv,
 		HostStats:  sv,
-		Audit:      audit.New(a.DataDir),
+		Audit:      log,
 		Who:        runcli.Who(face),
 	})
 	return m, func() { sv.Close() }, nil
@@ -169,11 +180,14 @@ func (l lazyImages) Host() image.Rootfs         { return imageAdapter{}.Host() }
 // sandboxError maps lifecycle errors to exit codes and hints.
 func sandboxError(name string, err error) error {
 	var ee *ExitError
+	var xe *sandbox.ExpiredError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &ee):
 		return err
+	case errors.As(err, &xe):
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %s", xe), Hint: "see 'agentkernel sandbox list --all'"}
 	case errors.Is(err, sandbox.ErrSandboxNotFound):
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q not found", name), Hint: "see 'agentkernel sandbox list --all'"}
 	case errors.Is(err, sandbox.ErrSandboxExists):

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
+	"time"
 )
 
 var (
@@ -27,6 +29,19 @@ var (
 	// ErrRunning means the operation needs a stopped sandbox (or force).
 	ErrRunning = errors.New("sandbox is running")
 )
+
+// ExpiredError is the error of an operation on a sandbox that had
+// expired and was removed by it; it is an ErrSandboxNotFound.
+type ExpiredError struct {
+	Name string
+	At   time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%q expired at %s and was removed", e.Name, e.At.Local().Format(time.RFC3339))
+}
+
+func (e *ExpiredError) Unwrap() error { return ErrSandboxNotFound }
 
 // ExecErrno is the sentinel a failed execve's error number stands for,
 // as a shell maps them to exit codes: ErrNotFound (127) for ENOENT,

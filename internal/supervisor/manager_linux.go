@@ -48,6 +48,10 @@ type Manager struct {
 	// Either may be nil (nothing to free, no such figures).
 	Reclaimer sandbox.Reclaimer
 	Meter     sandbox.Meter
+	// Expired, when set, is told of each sandbox that List, Start or GC
+	// removed because its expiry had passed (err: how the removal
+	// failed, nil when it went), for the audit log.
+	Expired func(name string, at time.Time, err error)
 
 	mu sync.Mutex
 	st *store.Store
@@ -378,7 +382,9 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		return m.info(sb), nil
 	}
 	if expired(sb, time.Now()) {
-		if err := m.deleteLocked(ctx, st, sb); err != nil {
+		err := m.deleteLocked(ctx, st, sb)
+		m.expiredGone(sb, err)
+		if err != nil {
 			return nil, err
 		}
 		return nil, expiredError(sb)
@@ -569,7 +575,11 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 		if sb.ExpiresAt != nil && now.After(*sb.ExpiresAt) {
 			removed = append(removed, "sandbox "+sb.Name+" (expired)")
 			if !dryRun {
-				if err := m.Remove(ctx, sb.Name, true); err != nil {
+				err := m.Remove(ctx, sb.Name, true)
+				if !errors.Is(err, sandbox.ErrSandboxNotFound) {
+					m.expiredGone(&store.Sandbox{Name: sb.Name, ExpiresAt: sb.ExpiresAt}, err)
+				}
+				if err != nil {
 					errs = append(errs, err)
 				}
 			}

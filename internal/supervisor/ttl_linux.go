@@ -172,11 +172,21 @@ func (m *Manager) removeIfExpired(ctx context.Context, sb *store.Sandbox) (bool,
 	if cur.Status == store.StatusRunning || !expired(cur, time.Now()) {
 		return false, nil
 	}
-	return true, m.deleteLocked(ctx, st, cur)
+	err = m.deleteLocked(ctx, st, cur)
+	m.expiredGone(cur, err)
+	return true, err
+}
+
+// expiredGone tells Expired that sb, expired, was removed (or how its
+// removal failed).
+func (m *Manager) expiredGone(sb *store.Sandbox, err error) {
+	if m.Expired != nil && sb.ExpiresAt != nil {
+		m.Expired(sb.Name, *sb.ExpiresAt, err)
+	}
 }
 
 // expiredError is the error of an operation on a sandbox that expired
 // and was removed.
 func expiredError(sb *store.Sandbox) error {
-	return fmt.Errorf("%q expired at %s and was removed: %w", sb.Name, sb.ExpiresAt.Local().Format(time.RFC3339), sandbox.ErrSandboxNotFound)
+	return &sandbox.ExpiredError{Name: sb.Name, At: *sb.ExpiresAt}
 }

@@ -188,6 +188,36 @@ func TestExtendTTLAndStoppedExpiry(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", "short")); err == nil {
 		t.Errorf("its directory is left")
 	}
+	// start and gc remove an expired sandbox too; each removal is audited.
+	a.must("sandbox", "create", "short2", "--image", ref, "--ttl", "1")
+	a.must("sandbox", "create", "short3", "--image", ref, "--ttl", "1")
+	time.Sleep(1500 * time.Millisecond)
+	if r := a.run("sandbox", "start", "short2"); r.code == 0 || !strings.Contains(r.stderr, "expired") {
+		t.Errorf("start of an expired sandbox: %v", r)
+	}
+	if r := a.must("sandbox", "gc"); !strings.Contains(r.stdout, "short3") {
+		t.Errorf("gc of an expired sandbox: %v", r)
+	}
+	for _, n := range []string{"short", "short2", "short3"} {
+		if !a.auditRemovedExpired(n) {
+			b, _ := os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl"))
+			t.Errorf("no audited removal of expired sandbox %s:\n%s", n, b)
+		}
+	}
+}
+
+// auditRemovedExpired reports whether the audit log has the removal of
+// sandbox name because it expired.
+func (a *ak) auditRemovedExpired(name string) bool {
+	b, _ := os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl"))
+	for _, line := range strings.Split(string(b), "\n") {
+		var e struct{ Sandbox, Action, Details, Error string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Sandbox == name && e.Action == "remove" &&
+			strings.HasPrefix(e.Details, "expired at ") && e.Error == "" {
+			return true
+		}
+	}
+	return false
 }
 
 // TestRunKeep: run --keep leaves a persistent sandbox with a random name
