@@ -93,8 +93,9 @@ type CreateRequest struct {
 	Files []FileCopy
 }
 
-// Create records a new sandbox (and starts it when asked). created is
-// false when Reuse found an existing one.
+// Create records a new sandbox (and starts it when asked: one that was
+// made here and does not start is removed again). created is false when
+// Reuse found an existing one, or nothing was left.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, created bool, err error) {
 	st, err := m.store()
 	if err != nil {
@@ -165,8 +166,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 		}
 	}
 	if req.Start {
-		info, err = m.Start(ctx, req.Name)
-		return info, true, err
+		if info, err = m.Start(ctx, req.Name); err != nil {
+			// All or nothing: the sandbox this call made and could not
+			// start goes (a bad [[files]] entry, a broken image).
+			if rerr := m.Remove(ctx, req.Name, true); rerr != nil && !errors.Is(rerr, ErrSandboxNotFound) {
+				return nil, true, fmt.Errorf("%w (and removing the sandbox that did not start failed: %v)", err, rerr)
+			}
+			return nil, false, err
+		}
+		return info, true, nil
 	}
 	info, err = st.Get(ctx, req.Name)
 	return info, true, err

@@ -235,12 +235,8 @@ func (s *Sessions) Start(ctx context.Context, req StartSession) (*Session, error
 	} else if !errors.Is(err, ErrSandboxNotFound) {
 		return nil, err
 	}
-	if _, created, err := s.M.Create(ctx, cr); err != nil {
-		// All or nothing: a sandbox recorded but not started goes.
-		if created {
-			_ = s.M.Remove(ctx, cr.Name, true)
-		}
-		return nil, err
+	if _, _, err := s.M.Create(ctx, cr); err != nil {
+		return nil, err // the Manager removed a sandbox it made and could not start
 	}
 	now := s.now()
 	ses := &Session{Name: req.Name, Sandbox: cr.Name, Agent: req.Agent, Status: SessionRunning, CreatedAt: now, LastActive: now}

@@ -321,6 +321,14 @@ func TestSandboxConfigFilesAndName(t *testing.T) {
 	} else if !strings.Contains(r.stderr, "escapes") {
 		t.Errorf("start with a [[files]] symlink out of the project: %v", r)
 	}
+	// All or nothing: a sandbox that create --start made and could not
+	// start is not left behind.
+	if r := a.must("sandbox", "list", "--all"); strings.Contains(r.stdout, "thief") {
+		t.Errorf("sandboxes whose start failed are left: %v", r)
+	}
+	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", "thief2")); err == nil {
+		t.Errorf("the directory of a sandbox whose start failed is left")
+	}
 }
 
 // TestRootlessNothingLost: as an unprivileged user, what a persistent
