@@ -254,11 +254,13 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 			res, err := sb.Run(ctx, spec.Args, stdio, nil)
 			s.opts.Manager.AuditDenials(spec, res.NetworkDenials, start)
 			s.metrics.networkDenials(res.NetworkDenials)
+			s.metrics.secrets(res)
 			return res, err
 		}
 	}
 	res, err := s.opts.Manager.Run(ctx, "", spec, stdio)
 	s.metrics.networkDenials(res.NetworkDenials)
+	s.metrics.secrets(res)
 	return res, err
 }
 

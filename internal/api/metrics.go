@@ -45,13 +45,27 @@ type metrics struct {
 	poolRuns map[string]uint64
 	// netDenied counts what runs' network policies refused, by kind.
 	netDenied map[string]uint64
+	// secretInjected counts the requests runs' secrets were added to, by
+	// secret name and host; secretRefused the requests the injector
+	// refused for carrying a placeholder, by host. Names only.
+	secretInjected map[secretSeries]uint64
+	secretRefused  map[string]uint64
 }
+
+// secretSeries is one secret (by name) for one host.
+type secretSeries struct{ key, host string }
+
+// maxSecretSeries bounds the series of the secret counters; what comes
+// beyond is counted under the name and host "*", which no secret or host
+// can have.
+const maxSecretSeries = 512
 
 // netKinds are the kinds of network refusal (sandbox.NetworkDenial.Kind).
 var netKinds = []string{"dns", "tcp", "udp", "sni", "host"}
 
 func newMetrics() *metrics {
-	m := &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}, poolRuns: map[string]uint64{}, netDenied: map[string]uint64{}}
+	m := &metrics{requests: map[reqKey]uint64{}, reqSum: map[string]float64{}, poolRuns: map[string]uint64{}, netDenied: map[string]uint64{},
+		secretInjected: map[secretSeries]uint64{}, secretRefused: map[string]uint64{}}
 	for _, r := range poolResults {
 		m.poolRuns[r] = 0 // every result shows, at 0 until it happens
 	}
@@ -74,6 +88,38 @@ func (m *metrics) networkDenials(ds []sandbox.NetworkDenial) {
 	}
 	m.mu.Unlock()
 }
+
+// secrets counts a run's secret injections (Result.SecretInjections, the
+// network helper's report, audited as secret_injected) and the requests
+// its injector refused (network denials of kind "secret").
+func (m *metrics) secrets(res sandbox.Result) {
+	if len(res.SecretInjections) == 0 && len(res.NetworkDenials) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, i := range res.SecretInjections {
+		k := secretSeries{i.Key, strings.ToLower(i.Host)}
+		if _, ok := m.secretInjected[k]; !ok && len(m.secretInjected) >= maxSecretSeries {
+			k = secretSeries{"*", "*"}
+		}
+		m.secretInjected[k] += uint64(max(i.Count, 1))
+	}
+	for _, d := range res.NetworkDenials {
+		if d.Kind != secretDenial {
+			continue
+		}
+		h := strings.ToLower(d.Name)
+		if _, ok := m.secretRefused[h]; !ok && len(m.secretRefused) >= maxSecretSeries {
+			h = "*"
+		}
+		m.secretRefused[h] += uint64(max(d.Count, 1))
+	}
+}
+
+// secretDenial is the kind of a network denial of the secret injector
+// (netpolicy.KindSecret).
+const secretDenial = "secret"
 
 func (m *metrics) request(route string, code int, d time.Duration) {
 	m.mu.Lock()
@@ -165,6 +211,29 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	family(&b, "agentkernel_network_denied_total", "counter", "Connections and names that runs' network policies refused, by kind: dns (NXDOMAIN), tcp, udp, sni, host.")
 	for _, k := range netKinds {
 		fmt.Fprintf(&b, "agentkernel_network_denied_total{%s} %d\n", label("kind", k), m.netDenied[k])
+	}
+	family(&b, "agentkernel_secret_injections_total", "counter", "Requests of runs that a secret was added to, by secret name and host.")
+	series := make([]secretSeries, 0, len(m.secretInjected))
+	for k := range m.secretInjected {
+		series = append(series, k)
+	}
+	sort.Slice(series, func(i, j int) bool {
+		if series[i].key != series[j].key {
+			return series[i].key < series[j].key
+		}
+		return series[i].host < series[j].host
+	})
+	for _, k := range series {
+		fmt.Fprintf(&b, "agentkernel_secret_injections_total{%s,%s} %d\n", label("host", k.host), label("key", k.key), m.secretInjected[k])
+	}
+	family(&b, "agentkernel_secret_refusals_total", "counter", "Requests of runs that the secret injector refused for carrying a secret placeholder where no secret of it goes, by host.")
+	hosts := make([]string, 0, len(m.secretRefused))
+	for h := range m.secretRefused {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		fmt.Fprintf(&b, "agentkernel_secret_refusals_total{%s} %d\n", label("host", h), m.secretRefused[h])
 	}
 	m.mu.Unlock()
 

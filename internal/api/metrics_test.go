@@ -183,3 +183,82 @@ func value(m *dto.Metric) float64 {
 	}
 	return -1
 }
+
+// secretStandIn is a backend whose runs report what a run's network
+// helper reports of its secrets: injections by name and host, and
+// requests refused for a misplaced placeholder.
+type secretStandIn struct{ standIn }
+
+func (b *secretStandIn) Run(_ context.Context, spec *sandbox.Spec, _ sandbox.Stdio) (sandbox.Result, error) {
+	return sandbox.Result{
+		SecretInjections: []sandbox.SecretInjection{{Key: "GH_TOKEN", Host: "API.github.test", Count: 3}, {Key: "OPENAI_KEY", Host: "api.openai.test", Count: 1}},
+		NetworkDenials: []sandbox.NetworkDenial{
+			{Kind: "secret", Name: "evil\"\\\n.test", Reason: "request carries a secret placeholder for another host", Count: 2},
+			{Kind: "sni", Name: "blocked.test", Count: 1},
+		},
+	}, nil
+}
+
+// TestMetricsSecrets: what runs' network helpers report of their secrets
+// reaches GET /metrics as counters by secret name and host (a host the
+// sandbox named, quotes and backslash included, escaped), summed over
+// runs and parsed by Prometheus's own parser; no value appears.
+func TestMetricsSecrets(t *testing.T) {
+	b := &secretStandIn{}
+	s := New(Options{
+		Manager: sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{b}, Default: "standin"}),
+		Resolve: func(_ context.Context, q RunSpec) (*sandbox.Spec, error) {
+			return &sandbox.Spec{Args: q.Args, Rootfs: image.Rootfs{Host: true}}, nil
+		},
+		InsecureNoAuth: true,
+	})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	defer s.pools.close()
+	for range 2 {
+		req, _ := http.NewRequest("POST", ts.URL+"/run", strings.NewReader(`{"command":["true"],"fast":false}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST /run: %s %s", resp.Status, body)
+		}
+	}
+	body := scrape(t, ts.URL+"/metrics")
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v\n%s", err, body)
+	}
+	for _, c := range []struct {
+		family string
+		labels map[string]string
+		want   float64
+	}{
+		{"agentkernel_secret_injections_total", map[string]string{"key": "GH_TOKEN", "host": "api.github.test"}, 6},
+		{"agentkernel_secret_injections_total", map[string]string{"key": "OPENAI_KEY", "host": "api.openai.test"}, 2},
+		{"agentkernel_secret_refusals_total", map[string]string{"host": "evil\"\\\n.test"}, 4},
+		{"agentkernel_network_denied_total", map[string]string{"kind": "sni"}, 2},
+	} {
+		f := fams[c.family]
+		if f == nil || f.GetType() != dto.MetricType_COUNTER {
+			t.Errorf("%s: no counter family in\n%s", c.family, body)
+			continue
+		}
+		m := find(f, c.labels)
+		if m == nil {
+			t.Errorf("%s%v: no such series in\n%s", c.family, c.labels, body)
+			continue
+		}
+		if got := value(m); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.family, c.labels, got, c.want)
+		}
+	}
+	if n := len(fams["agentkernel_secret_refusals_total"].GetMetric()); n != 1 {
+		t.Errorf("refusals: %d series, want the secret kind's only:\n%s", n, body)
+	}
+}

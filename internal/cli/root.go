@@ -21,6 +21,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 		a.OpenImages = a.runImages
 		a.RunPersistent = a.runPersistent
 		a.ResolveSecrets = a.resolveSecrets
+		a.SecretValues = a.secretValues
 		return newRunRoot(a.App)
 	}
 	root := newRoot(a)
@@ -41,6 +42,7 @@ func newRoot(a *App) *cobra.Command {
 	a.OpenImages = a.runImages
 	a.RunPersistent = a.runPersistent
 	a.ResolveSecrets = a.resolveSecrets
+	a.SecretValues = a.secretValues
 	root := newBaseRoot(a.App)
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {

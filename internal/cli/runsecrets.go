@@ -72,21 +72,57 @@ func (a *App) resolveSecrets(ctx context.Context, flags []runcli.SecretFlag) (*s
 		return nil, fmt.Errorf("secret injection CA: %w", err)
 	}
 	s.CACert, s.CAKey = certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})
+	h, err := netpolicy.SubjectHash(ca.Leaf.RawSubject)
+	if err != nil {
+		return nil, fmt.Errorf("secret injection CA: %w", err)
+	}
+	s.CAHash = fmt.Sprintf("%08x", h)
 	return s, nil
+}
+
+// secretValues is runcli.App.SecretValues: the vault's values of a run's
+// --secret-file keys.
+func (a *App) secretValues(_ context.Context, keys []string) ([][]byte, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := a.LoadConfig(cwd)
+	if err != nil {
+		return nil, err
+	}
+	vault, err := secrets.Open(secrets.Options{Backend: cfg.Secrets.Backend, DataDir: a.DataDir})
+	if err != nil {
+		return nil, secretFlagError("--secret-file", keys[0], err)
+	}
+	vs := make([][]byte, len(keys))
+	for i, k := range keys {
+		if vs[i], err = vault.Get(k); err != nil {
+			return nil, secretFlagError("--secret-file", k, err)
+		}
+	}
+	return vs, nil
 }
 
 // secretRunError is a vault failure of a run's -S binding: exit status
 // 125, the secret named.
-func secretRunError(key string, err error) error {
+func secretRunError(key string, err error) error { return secretFlagError("-S/--secret", key, err) }
+
+// secretFlagError is a vault failure of a run's flag for key: exit status
+// 125, the secret named.
+func secretFlagError(flag, key string, err error) error {
 	hint := ""
 	switch {
 	case errors.Is(err, secrets.ErrNotFound):
-		return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("-S/--secret %s: secret '%s' is not in the vault", key, key),
-			Hint: "store it with 'agentkernel secret set " + key + "' ('agentkernel secret list' shows the stored names), or give it inline as " + key + "=VALUE:HOST"}
+		hint = "store it with 'agentkernel secret set " + key + "' ('agentkernel secret list' shows the stored names)"
+		if flag == "-S/--secret" {
+			hint += ", or give it inline as " + key + "=VALUE:HOST"
+		}
+		return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("%s %s: secret '%s' is not in the vault", flag, key, key), Hint: hint}
 	case errors.Is(err, secrets.ErrWrongKey), errors.Is(err, secrets.ErrBadKey), errors.Is(err, secrets.ErrCorrupt), errors.Is(err, secrets.ErrInsecure):
 		hint = "see 'agentkernel secret --help'"
 	}
-	return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("-S/--secret %s: %w", key, err), Hint: hint}
+	return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("%s %s: %w", flag, key, err), Hint: hint}
 }
 
 // errSecretsRunOnly refuses secret bindings where they are not supported

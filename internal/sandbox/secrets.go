@@ -32,6 +32,25 @@ type Secrets struct {
 	// CAKey is the CA's private key (PEM, PKCS #8): it stays on the host,
 	// with the network helper.
 	CAKey []byte
+	// CAHash is OpenSSL's subject hash of the CA (8 hex digits,
+	// netpolicy.SubjectHash): its file's name in the sandbox's
+	// SSL_CERT_DIR. "": the sandbox gets no SSL_CERT_DIR.
+	CAHash string
+	// Files are the secrets written to files inside the sandbox (run
+	// --secret-file), in SecretFilesDir: these values do enter it.
+	Files []SecretFile
+}
+
+// SecretFilesDir is where a sandbox finds its secret files, one per key,
+// on a read-only tmpfs of their own; AGENTKERNEL_SECRETS_PATH names it.
+const SecretFilesDir = "/run/agentkernel/secrets"
+
+// SecretFile is one secret written to SecretFilesDir/Key, mode 0400,
+// owned by the command's user: its value, or with --placeholder-secrets
+// SecretPlaceholder (a binding of Key puts the value in its requests).
+type SecretFile struct {
+	Key   string
+	Value []byte
 }
 
 // SecretBinding is one secret for one host.

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -32,11 +33,26 @@ import (
 // namespace of its own routed through the lab's inet namespace (the
 // lab's servers own port 443 of every inet address), with a CA of its
 // own that only the network helper is told to trust; it records the
-// credentials each request arrived with.
+// credentials each request arrived with. Under /git/ it is a git
+// server (smart HTTP, one ref) to requests whose Authorization is
+// gitAuth, and answers others 401.
 type secretUpstream struct {
-	caFile string
-	mu     sync.Mutex
-	seen   []upstreamRequest
+	caFile  string
+	mu      sync.Mutex
+	seen    []upstreamRequest
+	gitAuth string
+}
+
+// gitCommit is the one commit the upstream's git repository advertises.
+const gitCommit = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+// gitAdvertisement is git's smart-HTTP answer to info/refs for
+// git-upload-pack (protocol v0): HEAD and refs/heads/main at gitCommit.
+func gitAdvertisement() string {
+	pkt := func(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+	return pkt("# service=git-upload-pack\n") + "0000" +
+		pkt(gitCommit+" HEAD\x00symref=HEAD:refs/heads/main agent=git/test\n") +
+		pkt(gitCommit+" refs/heads/main\n") + "0000"
 }
 
 type upstreamRequest struct {
@@ -133,7 +149,23 @@ func newSecretUpstream(t *testing.T, lab *netlab.Lab) *secretUpstream {
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			u.mu.Lock()
 			u.seen = append(u.seen, upstreamRequest{path: r.URL.Path, auth: r.Header.Get("Authorization"), apiKey: r.Header.Get("X-Api-Key")})
+			gitAuth := u.gitAuth
 			u.mu.Unlock()
+			if strings.HasPrefix(r.URL.Path, "/git/") {
+				if gitAuth == "" || r.Header.Get("Authorization") != gitAuth {
+					w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+					http.Error(w, "authorization required", http.StatusUnauthorized)
+					return
+				}
+				if !strings.HasSuffix(r.URL.Path, "/info/refs") || r.URL.Query().Get("service") != "git-upload-pack" {
+					http.NotFound(w, r)
+					return
+				}
+				w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+				w.Header().Set("Cache-Control", "no-cache")
+				io.WriteString(w, gitAdvertisement())
+				return
+			}
 			fmt.Fprintf(w, "upstream ok %s\n", r.URL.Path)
 		}),
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}}},
@@ -145,9 +177,13 @@ func newSecretUpstream(t *testing.T, lab *netlab.Lab) *secretUpstream {
 }
 
 // TestSecretInjection: run -S against a real HTTPS upstream. curl,
-// Python's urllib and Node's fetch inside the sandbox send the
-// placeholder and the upstream receives the real value (inline, and from
-// the vault in a header of its own); inside, $KEY is the placeholder and
+// Python's urllib, Node's fetch and git (ls-remote over smart HTTP, to a
+// server that answers 401 without the real value) inside the sandbox
+// send the placeholder and the upstream receives the real value (inline,
+// and from the vault in a header of its own); OpenSSL reading only
+// SSL_CERT_DIR (-CApath) trusts the injector, which the image's own
+// directory does not, and the directory holds the image's certificates
+// too; inside, $KEY is the placeholder and
 // the value is nowhere in the processes' environments or the sandbox's
 // writable files (a control token planted the same way is found, so the
 // search can fail); the audit log names the secret and the host, never
@@ -170,6 +206,9 @@ func TestSecretInjection(t *testing.T) {
 	}
 	n.a.stdin = ""
 	const inline = "secretvalue"
+	up.mu.Lock()
+	up.gitAuth = "Bearer " + inline
+	up.mu.Unlock()
 
 	script := `
 set -u
@@ -180,6 +219,17 @@ curl -fsS -H "Authorization: Bearer $KEY" https://` + upstreamName + `/curl || e
 python3 -c 'import os, urllib.request as u; print(u.urlopen(u.Request("https://` + upstreamName + `/python", headers={"Authorization": "Bearer " + os.environ["KEY"]})).read().decode().strip())' || echo "python failed"
 node -e 'fetch("https://` + upstreamName + `/node", {headers: {authorization: "Bearer " + process.env.KEY}}).then(r => r.text()).then(t => process.stdout.write(t), e => { console.log("node failed", e); })'
 curl -fsS -H "X-Api-Key: $VKEY" https://` + upstreamName + `/vault || echo "vault curl failed"
+git -c http.extraHeader="Authorization: Bearer $KEY" ls-remote https://` + upstreamName + `/git/repo.git 2>&1 | sed 's/^/git: /' || echo "git failed"
+# A client that reads a hashed directory only: OpenSSL with -CApath
+# $SSL_CERT_DIR (the control: the image's directory alone).
+printf 'SSL_CERT_DIR=%s\n' "$SSL_CERT_DIR"
+for d in "$SSL_CERT_DIR" /etc/ssl/certs; do
+	code=$(echo | openssl s_client -connect ` + upstreamName + `:443 -servername ` + upstreamName + ` -CApath "$d" -no-CAfile -no-CAstore 2>&1 | grep -o 'Verify return code: [0-9]*' | head -n1)
+	[ "$code" = "Verify return code: 0" ] && echo "capath $d: trusted" || echo "capath $d: untrusted ($code)"
+done
+anchor=$(ls /etc/ssl/certs/*.pem | head -n1)
+openssl verify -no-CAfile -no-CAstore -CApath "$SSL_CERT_DIR" "$anchor" >/dev/null 2>&1 && echo "image anchors in dir" || echo "image anchors missing"
+ls "$SSL_CERT_DIR" | grep -c '^[0-9a-f]\{8\}\.[0-9]$' | sed 's/^/hashed entries /'
 # A placeholder sent where no secret of it goes is refused.
 code=$(curl -sS -o /dev/null -w '%{http_code}' -H "X-Other: $KEY" https://` + upstreamName + `/leak)
 echo "leak status $code"
@@ -204,6 +254,11 @@ done
 		"KEY=ak-proxy-managed VKEY=ak-proxy-managed",
 		"SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
 		"upstream ok /curl", "upstream ok /python", "upstream ok /node", "upstream ok /vault",
+		"git: " + gitCommit + "\tHEAD\ngit: " + gitCommit + "\trefs/heads/main\n",
+		"SSL_CERT_DIR=/run/agentkernel/certs\n",
+		"capath /run/agentkernel/certs: trusted\n",
+		"capath /etc/ssl/certs: untrusted (Verify return code: 2",
+		"image anchors in dir",
 		"leak status 403",
 		fmt.Sprintf("needle %d hits 1", len("ctl-token-42")),
 		fmt.Sprintf("needle %d hits 0", len(inline)),
@@ -224,6 +279,9 @@ done
 		if got[p].auth != "Bearer "+inline {
 			t.Errorf("upstream %s: Authorization %q, want the inline secret", p, got[p].auth)
 		}
+	}
+	if q := got["/git/repo.git/info/refs"]; q.auth != "Bearer "+inline {
+		t.Errorf("upstream git info/refs: Authorization %q, want the inline secret", q.auth)
 	}
 	if q := got["/vault"]; q.apiKey != vaultValue || q.auth != "Bearer "+inline {
 		t.Errorf("upstream /vault: X-Api-Key %q, Authorization %q: want the vault's value and the inline one", q.apiKey, q.auth)
@@ -277,7 +335,9 @@ done
 // TestSecretTrustStore: in an image with no CA bundle of its own (the
 // busybox test image), the sandbox's CA is the whole bundle, at the first
 // usual path, and alone at /etc/agentkernel/ca.crt, both read-only, and
-// the trust variables name the bundle over what -e gave them.
+// the trust variables name the bundle over what -e gave them; its
+// SSL_CERT_DIR holds the CA under its subject hash and a link to the
+// bundle (the image's /etc/ssl/certs, made for it), read-only.
 func TestSecretTrustStore(t *testing.T) {
 	a, ref := withRegistry(t)
 	if r := a.run("run", "--image", ref, "--", "true"); r.code != 0 {
@@ -289,18 +349,22 @@ func TestSecretTrustStore(t *testing.T) {
 	for _, v := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
 		want += v + "=/etc/ssl/certs/ca-certificates.crt\n"
 	}
-	want += "certs 1 1\nsame\nread-only\nno key\n"
+	want += "SSL_CERT_DIR=/run/agentkernel/certs\n"
+	want += "certs 1 1\nsame\nread-only\nno key\ndir HASH.0 ca-certificates.crt \ndir same\ndir read-only\n"
 	// The sandbox built on a thread of agentkernel's, and by the
 	// re-executed init.
 	for _, env := range [][]string{nil, {"AGENTKERNEL_REEXEC_INIT=1"}} {
 		a.env = env
 		r := a.run("run", "--image", ref, "--pull", "never", "--network", "full", "-e", "SSL_CERT_FILE=/elsewhere", "-e", "TOKEN=real",
-			"-S", "TOKEN=hunter2hunter2:api.example.test", "--", "sh", "-c", `
-for v in TOKEN SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS CURL_CA_BUNDLE GIT_SSL_CAINFO; do eval "echo $v=\$$v"; done
+			"-S", "TOKEN=hunter2hunter2:api.example.test", "-e", "SSL_CERT_DIR=/elsewhere", "--", "sh", "-c", `
+for v in TOKEN SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS CURL_CA_BUNDLE GIT_SSL_CAINFO SSL_CERT_DIR; do eval "echo $v=\$$v"; done
 echo "certs $(grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt) $(grep -c 'BEGIN CERTIFICATE' /etc/agentkernel/ca.crt)"
 cmp /etc/ssl/certs/ca-certificates.crt /etc/agentkernel/ca.crt && echo same
 (echo x >> /etc/agentkernel/ca.crt) 2>/dev/null && echo writable || echo read-only
-grep -rl PRIVATE /etc/ssl /etc/agentkernel 2>/dev/null || echo "no key"`)
+grep -rl PRIVATE /etc/ssl /etc/agentkernel 2>/dev/null || echo "no key"
+echo "dir $(ls "$SSL_CERT_DIR" | sed 's/^[0-9a-f]\{8\}\.0$/HASH.0/' | sort | tr '\n' ' ')"
+cmp "$SSL_CERT_DIR"/*.0 /etc/agentkernel/ca.crt && echo "dir same"
+(touch "$SSL_CERT_DIR"/x) 2>/dev/null && echo "dir writable" || echo "dir read-only"`)
 		if r.code != 0 || r.stdout != want {
 			t.Errorf("%v: inside:\n%s\nwant:\n%s\n%v", env, r.stdout, want, r)
 		}
@@ -309,7 +373,8 @@ grep -rl PRIVATE /etc/ssl /etc/agentkernel 2>/dev/null || echo "no key"`)
 
 // TestSecretInjectionRootless: the same injection for a user without
 // privileges, with a TUN device and, where /dev/net/tun cannot be opened,
-// through the sandbox's HTTP proxy.
+// through the sandbox's HTTP proxy; a --placeholder-secrets file is the
+// command's user's, mode 0400.
 func TestSecretInjectionRootless(t *testing.T) {
 	n := newNetEnv(t)
 	up := newSecretUpstream(t, n.lab)
@@ -340,8 +405,10 @@ func TestSecretInjectionRootless(t *testing.T) {
 	} {
 		ra.wrap = c.wrap
 		r := ra.run("run", "--image", "host", "--network", "filtered", "--allow-domain", upstreamName, "-S", "KEY=rootless-value-"+c.name+":"+upstreamName,
-			"--", "sh", "-c", `echo "KEY=$KEY"; curl -fsS --max-time 10 -H "Authorization: Bearer $KEY" https://`+upstreamName+`/rootless-`+c.name)
-		if r.code != 0 || !strings.Contains(r.stdout, "KEY=ak-proxy-managed\nupstream ok /rootless-"+c.name) {
+			"--secret-file", "KEY", "--placeholder-secrets",
+			"--", "sh", "-c", `echo "KEY=$KEY"; curl -fsS --max-time 10 -H "Authorization: Bearer $KEY" https://`+upstreamName+`/rootless-`+c.name+`
+f=$AGENTKERNEL_SECRETS_PATH/KEY; [ "$(stat -c '%a %u' "$f")" = "400 $(id -u)" ] && echo "file $(cat "$f")"`)
+		if r.code != 0 || !strings.Contains(r.stdout, "KEY=ak-proxy-managed\nupstream ok /rootless-"+c.name+"\nfile ak-proxy-managed\n") {
 			t.Errorf("%s: %v", c.name, r)
 		}
 		found := false

@@ -41,6 +41,13 @@ type initConfig struct {
 	// injection, added to its trust store (writeTrustBundle); its key
 	// stays with the owner.
 	TrustCA []byte `json:"trust_ca,omitempty"`
+	// TrustCAHash is OpenSSL's subject hash of TrustCA (8 hex digits):
+	// its name in the sandbox's SSL_CERT_DIR (writeCertDir).
+	TrustCAHash string `json:"trust_ca_hash,omitempty"`
+	// SecretFiles are the files of run --secret-file
+	// (writeSecretFiles); their values reach the init in this message
+	// only, in memory.
+	SecretFiles []sandbox.SecretFile `json:"secret_files,omitempty"`
 	// Rootless: the init already runs in a user namespace of its own (the
 	// caller's uid is root there) and execs the command without another one.
 	Rootless bool `json:"rootless,omitempty"`

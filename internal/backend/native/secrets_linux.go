@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -36,18 +37,31 @@ var trustVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_C
 // gives the init the CA's certificate and the command its placeholders.
 func (r *runState) secretConfig(cfg *initConfig) error {
 	s := r.spec.Secrets
-	if s == nil || len(s.Bindings) == 0 {
+	if s == nil || len(s.Bindings) == 0 && len(s.Files) == 0 {
+		return nil
+	}
+	if r.persistent || r.prepared {
+		return errors.New("secret injection (-S/--secret, --secret-file) is not supported for persistent or pooled sandboxes yet, only for 'agentkernel run'")
+	}
+	if len(s.Files) > 0 {
+		for _, f := range s.Files {
+			if !secretFileName(f.Key) {
+				return fmt.Errorf("--secret-file: %.130q is not a secret's name", f.Key)
+			}
+		}
+		cfg.SecretFiles = s.Files
+		cfg.Exec.Env = setEnv(cfg.Exec.Env, "AGENTKERNEL_SECRETS_PATH", sandbox.SecretFilesDir)
+	}
+	if len(s.Bindings) == 0 {
 		return nil
 	}
 	switch {
-	case r.persistent || r.prepared:
-		return errors.New("secret injection (-S/--secret) is not supported for persistent or pooled sandboxes yet, only for 'agentkernel run'")
 	case !cfg.Network:
 		return errors.New("secret injection (-S/--secret) needs network egress (--network filtered or full)")
 	case len(s.CACert) == 0 || len(s.CAKey) == 0:
 		return errors.New("secret injection: no CA for the sandbox")
 	}
-	cfg.TrustCA = s.CACert
+	cfg.TrustCA, cfg.TrustCAHash = s.CACert, s.CAHash
 	for _, k := range s.Keys() {
 		cfg.Exec.Env = setEnv(cfg.Exec.Env, k, sandbox.SecretPlaceholder)
 	}
@@ -68,10 +82,9 @@ func setEnv(env []string, k, v string) []string {
 // writeTrustBundle gives the sandbox the CA of its secret injection: the
 // image's system bundle with the CA appended, bound read-only over the
 // image's own (or, where it has none, at the first usual path), the CA
-// alone at sandboxCA (where the root can take a new file), and the
-// variables that name a bundle pointing at it. SSL_CERT_DIR is left as it
-// is: a hashed directory would need the image's own tools, and programs
-// that read SSL_CERT_FILE (or the system bundle) first find the CA there.
+// alone at sandboxCA (where the root can take a new file), the variables
+// that name a bundle pointing at it, and SSL_CERT_DIR naming a hashed
+// directory with the CA and the image's own certificates (writeCertDir).
 // Runs in the resolver's stage, when the root is assembled.
 func (s *initState) writeTrustBundle() error {
 	ca := s.cfg.TrustCA
@@ -140,7 +153,98 @@ func (s *initState) writeTrustBundle() error {
 	for _, k := range trustVars {
 		s.cfg.Exec.Env = setEnv(s.cfg.Exec.Env, k, inside)
 	}
+	return s.writeCertDir(ca)
+}
+
+// sandboxCertDir is the sandbox's SSL_CERT_DIR (on its /run tmpfs, which
+// every root has, the host image's read-only /etc included).
+const sandboxCertDir = "/run/agentkernel/certs"
+
+// imageCertDirs are where images keep their hashed certificate
+// directory, in the order they are looked for.
+var imageCertDirs = []string{"/etc/ssl/certs", "/etc/pki/tls/certs"}
+
+// maxCertDirEntries bounds the image's certificate directory taken in.
+const maxCertDirEntries = 8192
+
+// writeCertDir gives the sandbox an SSL_CERT_DIR for the programs that
+// read a hashed directory only (OpenSSL's -CApath, SSL_CERT_DIR alone): a
+// read-only directory at sandboxCertDir holding the CA ca as
+// <subject hash>.N (the first N the image's directory does not use) and,
+// for each entry of the image's certificate directory, a link to it by
+// the same name. Nothing where the CA's hash is unknown.
+func (s *initState) writeCertDir(ca []byte) error {
+	h := s.cfg.TrustCAHash
+	if len(h) != 8 || strings.Trim(h, "0123456789abcdef") != "" {
+		return nil
+	}
+	src := filepath.Join(s.scratch, "certs")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return err
+	}
+	taken := map[string]bool{}
+	for _, d := range imageCertDirs {
+		dir, err := s.inRoot(d)
+		if err != nil {
+			continue
+		}
+		names, err := readDirNames(dir, maxCertDirEntries)
+		if err != nil {
+			continue
+		}
+		for _, name := range names {
+			if err := os.Symlink(d+"/"+name, filepath.Join(src, name)); err != nil {
+				return fmt.Errorf("the sandbox's certificate directory: %w", err)
+			}
+			taken[name] = true
+		}
+		break
+	}
+	n := 0
+	for taken[h+"."+strconv.Itoa(n)] {
+		n++
+	}
+	if err := os.WriteFile(filepath.Join(src, h+"."+strconv.Itoa(n)), ca, 0o644); err != nil {
+		return err
+	}
+	parent, err := s.inRoot(filepath.Dir(sandboxCertDir))
+	if err == nil {
+		err = mkdirAllOwned(parent, s.cfg.RootUID, s.cfg.RootGID)
+	}
+	dst := ""
+	if err == nil {
+		dst, err = s.inRoot(sandboxCertDir)
+	}
+	if err == nil {
+		err = os.MkdirAll(dst, 0o755)
+	}
+	if err == nil {
+		err = bindMount(src, dst, true, false)
+	}
+	if err != nil {
+		return fmt.Errorf("the sandbox's certificate directory at %s: %w", sandboxCertDir, err)
+	}
+	s.cfg.Exec.Env = setEnv(s.cfg.Exec.Env, "SSL_CERT_DIR", sandboxCertDir)
 	return nil
+}
+
+// readDirNames lists the directory dir (not a link to one) without
+// following anything, refusing one of more than max entries.
+func readDirNames(dir string, max int) ([]string, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	names, err := f.Readdirnames(max + 1)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	if len(names) > max {
+		return nil, fmt.Errorf("more than %d entries", max)
+	}
+	return names, nil
 }
 
 // readRegular reads a regular file of at most max bytes, without
@@ -160,4 +264,88 @@ func readRegular(path string, max int64) ([]byte, error) {
 		return nil, errors.New("not a regular file of a CA bundle's size")
 	}
 	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// secretFileName reports whether k can name a secret's file: the vault's
+// rule for names ([A-Za-z0-9_-]{1,128}), so never a path, "." or "..".
+func secretFileName(k string) bool {
+	if k == "" || len(k) > 128 {
+		return false
+	}
+	for _, c := range []byte(k) {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// writeSecretFiles gives the command its --secret-file files: a tmpfs of
+// their own at sandbox.SecretFilesDir (memory only: never the disk, the
+// writable layer or a snapshot of it), each file written there mode
+// 0400 and owned by the command's user (uid, gid: ids as the init sees
+// them), then the tmpfs made read-only. Runs once the user is resolved,
+// before the pivot.
+func (s *initState) writeSecretFiles(uid, gid int) error {
+	files := s.cfg.SecretFiles
+	if len(files) == 0 {
+		return nil
+	}
+	parent, err := s.inRoot(filepath.Dir(sandbox.SecretFilesDir))
+	if err != nil {
+		return fmt.Errorf("secret files: %w", err)
+	}
+	if err := mkdirAllOwned(parent, s.cfg.RootUID, s.cfg.RootGID); err != nil {
+		return fmt.Errorf("secret files: %w", err)
+	}
+	dir, err := s.inRoot(sandbox.SecretFilesDir)
+	if err != nil {
+		return fmt.Errorf("secret files: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("secret files: %w", err)
+	}
+	size := int64(64 << 10)
+	for _, f := range files {
+		size += int64(len(f.Value)) + 4096 // a page per file at least
+	}
+	opts := fmt.Sprintf("mode=0500,size=%d,nr_inodes=%d,uid=%d,gid=%d", size, len(files)+8, uid, gid)
+	if err := mount("tmpfs", dir, "tmpfs", msTmp|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("secret files: a tmpfs at %s: %w", sandbox.SecretFilesDir, err)
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("secret files: %w", err)
+	}
+	defer unix.Close(dfd)
+	for _, f := range files {
+		if !secretFileName(f.Key) {
+			return fmt.Errorf("secret files: %.130q is not a secret's name", f.Key)
+		}
+		if err := writeSecretFile(dfd, f, uid, gid); err != nil {
+			return fmt.Errorf("secret files: %s: %w", f.Key, err)
+		}
+	}
+	if err := mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|msTmp|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("secret files: making %s read-only: %w", sandbox.SecretFilesDir, err)
+	}
+	return nil
+}
+
+// writeSecretFile creates f (a name checked by secretFileName) in the
+// directory dfd, a fresh tmpfs: a new file, no link followed.
+func writeSecretFile(dfd int, f sandbox.SecretFile, uid, gid int) error {
+	fd, err := unix.Openat(dfd, f.Key, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return err
+	}
+	file := os.NewFile(uintptr(fd), f.Key)
+	defer file.Close()
+	if _, err := file.Write(f.Value); err != nil {
+		return err
+	}
+	if err := file.Chown(uid, gid); err != nil {
+		return err
+	}
+	return file.Chmod(0o400)
 }

@@ -32,6 +32,9 @@ func (s *initState) prepareProcess() error {
 		return err
 	}
 	e.UID, e.GID, e.Groups = u.uid, u.gid, u.groups
+	if err := s.writeSecretFiles(s.hostIDs(u)); err != nil {
+		return err
+	}
 	if !hasEnv(e.Env, "HOME") {
 		e.Env = append(e.Env, "HOME="+u.home)
 		s.homeAdded = true
@@ -44,10 +47,7 @@ func (s *initState) prepareProcess() error {
 	} else if wd, err := s.inRoot(e.Workdir); err != nil {
 		return fmt.Errorf("workdir %s: %w", e.Workdir, err)
 	} else if _, err := os.Stat(wd); err != nil {
-		uid, gid := s.cfg.RootUID+u.uid, s.cfg.RootGID+u.gid
-		if s.cfg.Rootless && !s.cfg.SubIDs && u.uid != 0 {
-			uid, gid = 0, 0
-		}
+		uid, gid := s.hostIDs(u)
 		if err := mkdirAllOwned(wd, uid, gid); err != nil {
 			return fmt.Errorf("workdir %s: %w", e.Workdir, err)
 		}
@@ -61,6 +61,16 @@ func (s *initState) prepareProcess() error {
 		e.LandlockRootRW = !s.cfg.ReadOnlyRoot
 	}
 	return nil
+}
+
+// hostIDs are u's ids as the init sees them: those a file the command's
+// user should own gets (rootless without subordinate ids: the caller's,
+// the only ones mapped).
+func (s *initState) hostIDs(u user) (uid, gid int) {
+	if s.cfg.Rootless && !s.cfg.SubIDs && u.uid != 0 {
+		return 0, 0
+	}
+	return s.cfg.RootUID + u.uid, s.cfg.RootGID + u.gid
 }
 
 func hasEnv(env []string, key string) bool {

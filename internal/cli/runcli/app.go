@@ -71,6 +71,10 @@ type App struct {
 	// links the vault and the crypto). Nil: such a run answers
 	// ErrNeedsFull.
 	ResolveSecrets func(ctx context.Context, flags []SecretFlag) (*sandbox.Secrets, error)
+	// SecretValues are the vault's values of keys, in order, for a run's
+	// --secret-file (agentkernel-full's). Nil: such a run answers
+	// ErrNeedsFull.
+	SecretValues func(ctx context.Context, keys []string) ([][]byte, error)
 
 	// AllowDegraded is [security] allow_degraded of the configuration
 	// LoadConfig loaded last (trusted layers only: package config), what

@@ -92,6 +92,9 @@ type RunOptions struct {
 	habits    runHabits     // upstream's and docker's flags (runflags.go)
 	secrets   []string      // -S/--secret bindings (secretflags.go)
 	cfgSecret []SecretFlag  // [secrets] bindings of trusted configuration (secretflags.go)
+	// --secret-file keys and --placeholder-secrets (secretfiles.go)
+	secretFiles        []string
+	placeholderSecrets bool
 }
 
 // BindRunFlags registers run's flags (the sandbox's, BindSpecFlags, and

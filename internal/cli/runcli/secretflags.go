@@ -36,7 +36,9 @@ never widens the network policy. -S is for 'agentkernel run' only so far
 (not with --name, -d, --branch or --keep), and never goes through the daemon.
 [secrets] KEY = {host = "HOST"} in your own configuration file (or --config)
 binds KEY for every run that can reach HOST; a project's agentkernel.toml
-cannot bind secrets (its bindings are ignored, with a warning).`
+cannot bind secrets (its bindings are ignored, with a warning).
+
+` + SecretFileHelp
 
 // maxSecretFlags bounds the -S flags of one run (the network helper's
 // configuration message carries them all).
@@ -61,6 +63,7 @@ func (f SecretFlag) Inline() bool { return f.Value != nil }
 // bindSecretFlags registers -S/--secret into fs.
 func bindSecretFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "add the vault's secret KEY to HTTPS requests to HOST without it entering the sandbox: KEY:HOST, KEY:HOST:HEADER or KEY=VALUE:HOST (repeatable; see Secrets above)")
+	bindSecretFileFlags(fs, o)
 }
 
 // ParseSecretFlag parses one -S/--secret binding: KEY:HOST (vault, the
@@ -214,23 +217,30 @@ func (a *App) checkSecretRun(o *RunOptions) error {
 	if err := a.takeConfigSecrets(o); err != nil {
 		return err
 	}
-	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
+	if err := checkSecretFileFlags(o); err != nil {
+		return err
+	}
+	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 && len(o.secretFiles) == 0 {
 		return nil
 	}
-	if a.ResolveSecrets == nil {
+	if a.ResolveSecrets == nil || (len(o.secretFiles) > 0 && a.SecretValues == nil) {
 		// The vault and the CA are agentkernel-full's.
 		return fmt.Errorf("%w: -S/--secret", ErrNeedsFull)
 	}
-	if len(o.secrets) > 0 {
+	if len(o.secrets) > 0 || len(o.secretFiles) > 0 {
+		flag := "-S/--secret"
+		if len(o.secrets) == 0 {
+			flag = "--secret-file"
+		}
 		if o.habits.persistent() {
-			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep, --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep, --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
 				Hint: "drop --keep/--name/-d/--branch, or give the value to the sandbox another way"}
 		}
 		if o.overrides.Keep {
-			return &ExitError{Code: ExitAgentkernel, Err: errors.New("-S/--secret with --keep is not supported yet")}
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep is not supported yet")}
 		}
 		if b := strings.ToLower(o.backend); b != "" && b != "native" {
-			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("-S/--secret is not supported by backend %s", o.backend)}
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("%s is not supported by backend %s", flag, o.backend)}
 		}
 	}
 	// The daemon's pool cannot take secrets: the run is built here.
@@ -351,7 +361,7 @@ func ConfigSecretFlags(cfg *config.Config, explicit bool) (flags []SecretFlag, i
 // agentkernel-full's). Every failure is exit status 125.
 func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec) error {
 	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
-		return nil
+		return a.bindSecretFiles(ctx, o, spec)
 	}
 	fail := func(err error, hint string) error {
 		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
@@ -383,12 +393,15 @@ func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec
 		flags = append(flags, f)
 	}
 	if len(flags) == 0 {
-		return nil
+		return a.bindSecretFiles(ctx, o, spec)
 	}
 	if len(flags) > maxSecretFlags {
 		return fail(fmt.Errorf("-S/--secret and [secrets]: %d bindings, more than %d", len(flags), maxSecretFlags), "")
 	}
-	return a.resolveSecretFlags(ctx, flags, spec)
+	if err := a.resolveSecretFlags(ctx, flags, spec); err != nil {
+		return err
+	}
+	return a.bindSecretFiles(ctx, o, spec)
 }
 
 // BindSecrets gives spec the secret bindings (the forms of -S/--secret:
