@@ -9,6 +9,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
@@ -91,6 +93,14 @@ func Run(ctx context.Context, o Options) *Report {
 	}
 	rootless := os.Geteuid() != 0
 	r := &Report{Backend: "native", Rootless: rootless}
+	// Inside a container the fixes are the container's options.
+	ctr := DetectContainer(ContainerSigns{
+		DockerEnv:    fileExists("/.dockerenv"),
+		ContainerEnv: fileExists("/run/.containerenv"),
+		Kubernetes:   os.Getenv("KUBERNETES_SERVICE_HOST") != "" || fileExists("/var/run/secrets/kubernetes.io/serviceaccount"),
+		PID1Cgroup:   readTrim("/proc/1/cgroup"),
+		PID1Comm:     readTrim("/proc/1/comm"),
+	})
 	add := func(c Check) { r.Checks = append(r.Checks, c) }
 	fatal := map[string]string{} // check → why runs fail
 	ladder := func(c *Check, protection string, cause error) {
@@ -145,12 +155,47 @@ func Run(ctx context.Context, o Options) *Report {
 		}
 	}
 	add(uc)
+	nc := Check{Name: "namespaces", Enables: "every sandbox: its own mounts, processes, network, IPC and host name"}
+	nsErr := native.ProbeNamespaces(ctx)
+	if nsErr == nil && usernsErr == nil {
+		nc.Status, nc.Message = StatusOK, "mount, PID, network, IPC and UTS namespaces were made, lo brought up, a /proc mounted, the host name set (and, as root, a device node made) in them"
+		if rootless {
+			nc.Message += " inside a user namespace"
+		}
+	} else if nsErr != nil {
+		nc.Status, nc.Message = StatusError, "cannot create the sandbox's namespaces: "+nsErr.Error()
+		switch {
+		case errors.Is(nsErr, native.ErrLoopbackRefused):
+			nc.Fix = "as root, lo up needs CAP_NET_ADMIN: run the container with --cap-add NET_ADMIN, or --privileged; docs/containers.md"
+		case errors.Is(nsErr, native.ErrMknodRefused):
+			nc.Fix = "as root, the sandbox's /dev needs CAP_MKNOD: run the container with --cap-add MKNOD, or --privileged; docs/containers.md"
+		case errors.Is(nsErr, native.ErrHostnameRefused):
+			nc.Fix = "the container's seccomp profile refuses sethostname: run the container with --security-opt seccomp=unconfined (or --privileged); docs/containers.md"
+		case errors.Is(nsErr, native.ErrProcRefused):
+			nc.Fix = "the kernel refuses a new /proc where parts of it are masked, as a container masks them: podman run --security-opt unmask=ALL, docker run --security-opt systempaths=unconfined, or --privileged; docs/containers.md"
+		case rootless:
+			nc.Fix = sys.Fix()
+		case ctr != "":
+			nc.Fix = "as root, they need CAP_SYS_ADMIN: run the container with --cap-add SYS_ADMIN (and, where AppArmor is on, --security-opt apparmor=unconfined), or --privileged; docs/containers.md"
+		default:
+			nc.Fix = "a kernel with CONFIG_NAMESPACES, CONFIG_PID_NS, CONFIG_NET_NS, CONFIG_IPC_NS and CONFIG_UTS_NS; as root, CAP_SYS_ADMIN"
+		}
+		fatal["namespaces"] = nc.Message
+	} else {
+		nc.Status, nc.Message = StatusError, "not tried: no user namespace"
+		nc.Fix = uc.Fix
+	}
+	add(nc)
 	oc := Check{Name: "overlayfs", Enables: "a writable layer over the image that the host never sees written"}
 	where := "in a new mount namespace"
 	if rootless {
 		where = "inside a user namespace"
 	}
-	if overlayErr != nil {
+	if overlayErr != nil && (usernsErr != nil || nsErr != nil && errors.Is(overlayErr, native.ErrCloneRefused)) {
+		// Not an overlayfs matter: the namespaces check says why.
+		oc.Status, oc.Message = StatusError, "not tried: the namespace it is mounted in cannot be made (see namespaces)"
+		fatal["overlayfs"] = oc.Message
+	} else if overlayErr != nil {
 		oc.Status, oc.Message = StatusError, "overlayfs "+where+" failed: "+overlayErr.Error()
 		oc.Fix = "a kernel with overlayfs (CONFIG_OVERLAY_FS; 5.11 or later for rootless)"
 		if rootless && sys.AppArmorRestrict == 1 {
@@ -174,6 +219,9 @@ func Run(ctx context.Context, o Options) *Report {
 	} else if err != nil {
 		ic.Status, ic.Message = StatusError, "idmapped mount of "+dir+" failed: "+err.Error()
 		ic.Fix = "keep the data directory on a filesystem with idmapped mounts (ext4, xfs, btrfs, tmpfs on 6.3+) on Linux 5.12 or later"
+		if ctr != "" && errors.Is(err, syscall.EPERM) {
+			ic.Fix = "as root, idmapped mounts need CAP_SYS_ADMIN: run the container with --cap-add SYS_ADMIN, or --privileged; docs/containers.md"
+		}
 		fatal["idmapped_mounts"] = ic.Message
 	} else {
 		ic.Status, ic.Message = StatusOK, "idmapped mount of "+dir+" made"
@@ -199,6 +247,9 @@ func Run(ctx context.Context, o Options) *Report {
 			cc.Message = layout + ": the caller's cgroup subtree is not delegated (" + cp.Err.Error() + ")"
 		}
 		ladder(&cc, config.DegradeCgroups, cp.Err)
+		if ctr != "" && !cp.Rootless {
+			cc.Fix = "the container's cgroup hierarchy is read-only: remount it read-write inside the container (which needs CAP_SYS_ADMIN), or run the container with --privileged; docs/containers.md"
+		}
 	default:
 		cc.Status, cc.Message = StatusError, layout+": making a cgroup failed: "+cp.Err.Error()
 		cc.Fix = "check the cgroup hierarchy's mount and the kernel's memory, pids and cpu controllers"
@@ -238,8 +289,11 @@ func Run(ctx context.Context, o Options) *Report {
 		tc.Status, tc.Message = StatusInfo, err.Error()+": rootless runs with egress get an HTTP(S) proxy instead (HTTP_PROXY in the sandbox; other TCP and UDP refused)"
 		tc.Fix = "sudo chmod 0666 /dev/net/tun (the usual mode) for full TCP/UDP egress rootless"
 	} else {
-		tc.Status, tc.Message = StatusWarning, err.Error()+": runs that ask for network egress fail (--network none works)"
+		tc.Status, tc.Message = StatusWarning, err.Error()+": runs that ask for network egress fail, and the default profile's do (--network none works)"
 		tc.Fix = "sudo modprobe tun"
+		if ctr != "" {
+			tc.Fix = "run the container with --device /dev/net/tun"
+		}
 	}
 	add(tc)
 
@@ -259,13 +313,12 @@ func Run(ctx context.Context, o Options) *Report {
 	}
 
 	// container
-	ctr := DetectContainer(fileExists("/.dockerenv"), readTrim("/run/.containerenv") != "" || fileExists("/run/.containerenv"), readTrim("/proc/1/cgroup"), readTrim("/proc/1/comm"))
 	cn := Check{Name: "container", Status: StatusInfo, Enables: "(information) inside a container the sandbox nests in it: the container's own limits and seccomp profile apply too"}
 	if ctr == "" {
 		cn.Message = "not inside a container"
 	} else {
 		cn.Message = "inside a container (" + ctr + ")"
-		cn.Fix = "run the container with --privileged (or at least --security-opt seccomp=unconfined --security-opt apparmor=unconfined --cgroupns=private and a writable /sys/fs/cgroup); see docs/doctor.md"
+		cn.Fix = "as root: run the container with --privileged, or with --cap-add SYS_ADMIN --cap-add NET_ADMIN --device /dev/net/tun (and --security-opt apparmor=unconfined where AppArmor is on) and its cgroup hierarchy remounted read-write; docs/containers.md"
 	}
 	add(cn)
 
@@ -282,11 +335,21 @@ func (r *Report) finish(fatal map[string]string) {
 	bc := Check{Name: "backend", Enables: "agentkernel run"}
 	switch {
 	case len(fatal) > 0:
-		names := make([]string, 0, len(fatal))
-		for n := range fatal {
-			names = append(names, n)
+		// In the checks' order: the first is the cause of the others.
+		var names []string
+		for _, c := range r.Checks {
+			if _, ok := fatal[c.Name]; ok && !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
 		}
-		slices.Sort(names)
+		var rest []string
+		for n := range fatal {
+			if !slices.Contains(names, n) {
+				rest = append(rest, n)
+			}
+		}
+		slices.Sort(rest)
+		names = append(names, rest...)
 		r.Isolation = "refused"
 		r.Why = "runs fail here: " + fatal[names[0]]
 		bc.Status, bc.Message = StatusError, "native, "+who+": no sandbox can start ("+strings.Join(names, ", ")+" missing)"
@@ -386,25 +449,41 @@ func (s UsernsSysctls) Fix() string {
 	return "a kernel with CONFIG_USER_NS=y; inside a container, run it with --privileged or a seccomp profile that allows unshare and clone with namespace flags"
 }
 
-// DetectContainer says what container this process is in, "" for none,
-// from /.dockerenv, /run/.containerenv, PID 1's cgroup and its name.
-func DetectContainer(dockerenv, containerenv bool, pid1Cgroup, pid1Comm string) string {
+// ContainerSigns are what tells a container from the inside.
+type ContainerSigns struct {
+	// DockerEnv: /.dockerenv exists (docker).
+	DockerEnv bool
+	// ContainerEnv: /run/.containerenv exists (podman, buildah).
+	ContainerEnv bool
+	// Kubernetes: KUBERNETES_SERVICE_HOST is set or a service account
+	// is mounted (every pod has one of them, whatever its runtime).
+	Kubernetes bool
+	// PID1Cgroup and PID1Comm are /proc/1/cgroup and /proc/1/comm.
+	PID1Cgroup, PID1Comm string
+}
+
+// DetectContainer says what container this process is in, "" for none.
+// Inside a container with a cgroup namespace of its own, PID 1's cgroup
+// is "0::/" and says nothing: the files and the pod's environment do.
+func DetectContainer(s ContainerSigns) string {
 	switch {
-	case containerenv:
+	case s.ContainerEnv:
 		return "podman"
-	case dockerenv:
+	case s.DockerEnv:
 		return "docker"
+	case s.Kubernetes:
+		return "kubernetes"
 	}
 	for _, k := range []struct{ sub, name string }{{"kubepods", "kubernetes"}, {"/docker/", "docker"}, {"docker-", "docker"}, {"libpod", "podman"}, {"/lxc/", "lxc"}, {"containerd", "containerd"}} {
-		if strings.Contains(pid1Cgroup, k.sub) {
+		if strings.Contains(s.PID1Cgroup, k.sub) {
 			return k.name
 		}
 	}
-	switch pid1Comm {
+	switch s.PID1Comm {
 	case "", "systemd", "init", "launchd":
 		return ""
 	case "tini", "dumb-init", "catatonit", "docker-init", "conmon":
-		return pid1Comm + " as PID 1"
+		return s.PID1Comm + " as PID 1"
 	}
 	return ""
 }

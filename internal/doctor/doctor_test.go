@@ -77,23 +77,25 @@ func TestUsernsSysctls(t *testing.T) {
 
 func TestDetectContainer(t *testing.T) {
 	for _, c := range []struct {
-		dockerenv, containerenv bool
-		cgroup, comm            string
-		want                    string
+		s    ContainerSigns
+		want string
 	}{
-		{false, false, "0::/init.scope", "systemd", ""},
-		{false, false, "0::/", "init", ""},
-		{true, false, "0::/", "sh", "docker"},
-		{false, true, "0::/", "catatonit", "podman"},
-		{false, false, "12:memory:/kubepods/burstable/pod1/abc", "pause", "kubernetes"},
-		{false, false, "0::/system.slice/docker-0123.scope", "bash", "docker"},
-		{false, false, "1:name=systemd:/docker/0123", "bash", "docker"},
-		{false, false, "0::/machine.slice/libpod-0123.scope", "bash", "podman"},
-		{false, false, "0::/", "tini", "tini as PID 1"},
-		{false, false, "0::/", "bash", ""},
+		{ContainerSigns{PID1Cgroup: "0::/init.scope", PID1Comm: "systemd"}, ""},
+		{ContainerSigns{PID1Cgroup: "0::/", PID1Comm: "init"}, ""},
+		{ContainerSigns{DockerEnv: true, PID1Cgroup: "0::/", PID1Comm: "sh"}, "docker"},
+		{ContainerSigns{ContainerEnv: true, PID1Cgroup: "0::/", PID1Comm: "catatonit"}, "podman"},
+		{ContainerSigns{PID1Cgroup: "12:memory:/kubepods/burstable/pod1/abc", PID1Comm: "pause"}, "kubernetes"},
+		// A pod with a cgroup namespace of its own: PID 1's cgroup
+		// says nothing, its environment does.
+		{ContainerSigns{Kubernetes: true, PID1Cgroup: "0::/", PID1Comm: "python3"}, "kubernetes"},
+		{ContainerSigns{PID1Cgroup: "0::/system.slice/docker-0123.scope", PID1Comm: "bash"}, "docker"},
+		{ContainerSigns{PID1Cgroup: "1:name=systemd:/docker/0123", PID1Comm: "bash"}, "docker"},
+		{ContainerSigns{PID1Cgroup: "0::/machine.slice/libpod-0123.scope", PID1Comm: "bash"}, "podman"},
+		{ContainerSigns{PID1Cgroup: "0::/", PID1Comm: "tini"}, "tini as PID 1"},
+		{ContainerSigns{PID1Cgroup: "0::/", PID1Comm: "bash"}, ""},
 	} {
-		if got := DetectContainer(c.dockerenv, c.containerenv, c.cgroup, c.comm); got != c.want {
-			t.Errorf("DetectContainer(%v, %v, %q, %q) = %q, want %q", c.dockerenv, c.containerenv, c.cgroup, c.comm, got, c.want)
+		if got := DetectContainer(c.s); got != c.want {
+			t.Errorf("DetectContainer(%+v) = %q, want %q", c.s, got, c.want)
 		}
 	}
 }
@@ -189,7 +191,7 @@ func TestRunHere(t *testing.T) {
 			t.Errorf("%s: an error without a fix: %+v", c.Name, c)
 		}
 	}
-	for _, n := range []string{"kernel", "user_namespaces", "overlayfs", "idmapped_mounts", "cgroups", "seccomp", "landlock", "network_egress", "kvm", "sh", "no-such-runtime", "container", "backend"} {
+	for _, n := range []string{"kernel", "user_namespaces", "namespaces", "overlayfs", "idmapped_mounts", "cgroups", "seccomp", "landlock", "network_egress", "kvm", "sh", "no-such-runtime", "container", "backend"} {
 		if !names[n] {
 			t.Errorf("no %s check", n)
 		}

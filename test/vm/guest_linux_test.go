@@ -42,8 +42,10 @@ const (
 var binary string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("AGENTKERNEL_VM_GUEST") != "1" {
-		fmt.Println("FAIL: test/vm runs only inside the guest that scripts/vmtest.sh boots (AGENTKERNEL_VM_GUEST=1)")
+	switch os.Getenv("AGENTKERNEL_VM_GUEST") {
+	case "1", "container":
+	default:
+		fmt.Println("FAIL: test/vm runs only inside the guest that scripts/vmtest.sh boots (AGENTKERNEL_VM_GUEST=1) or the containers of scripts/podmantest.sh (AGENTKERNEL_VM_GUEST=container)")
 		os.Exit(1)
 	}
 	binary = os.Getenv("AGENTKERNEL_VM_BIN")
@@ -58,6 +60,7 @@ func TestMain(m *testing.M) {
 // what the job promises: the 6.1 kernel, only the unified hierarchy
 // mounted, no controller on v1, and the delegated subtree in place.
 func TestGuestIsPureCgroupV2(t *testing.T) {
+	requireQEMUGuest(t)
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		t.Fatal(err)
@@ -103,6 +106,14 @@ func TestGuestIsPureCgroupV2(t *testing.T) {
 	}
 }
 
+// requireQEMUGuest skips a check of the QEMU guest's own layout in the
+// containers of scripts/podmantest.sh.
+func requireQEMUGuest(t *testing.T) {
+	if os.Getenv("AGENTKERNEL_VM_GUEST") != "1" {
+		t.Skip("a check of scripts/vmtest.sh's guest")
+	}
+}
+
 // user is who runs agentkernel: root, or the test user in the leaf of
 // its delegated subtree.
 type user struct {
@@ -110,7 +121,8 @@ type user struct {
 	rootless bool
 	// cgroupParent is where agentkernel makes the sandboxes' cgroups.
 	cgroupParent string
-	// leaf is the cgroup a rootless user's agentkernel starts in.
+	// leaf is the cgroup a rootless user's agentkernel starts in ("":
+	// the caller's own).
 	leaf string
 }
 
@@ -172,15 +184,17 @@ func (r *runner) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	c.Env = []string{"HOME=" + r.home, "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + filepath.Join(r.home, ".config")}
 	c.WaitDelay = 5 * time.Second
 	if r.u.rootless {
-		leaf, err := os.Open(r.u.leaf)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		r.t.Cleanup(func() { leaf.Close() })
 		c.SysProcAttr = &syscall.SysProcAttr{
-			Credential:  &syscall.Credential{Uid: testUID, Gid: testUID, Groups: []uint32{}},
-			UseCgroupFD: true,
-			CgroupFD:    int(leaf.Fd()),
+			Credential: &syscall.Credential{Uid: testUID, Gid: testUID, Groups: []uint32{}},
+		}
+		if r.u.leaf != "" {
+			leaf, err := os.Open(r.u.leaf)
+			if err != nil {
+				r.t.Fatal(err)
+			}
+			r.t.Cleanup(func() { leaf.Close() })
+			c.SysProcAttr.UseCgroupFD = true
+			c.SysProcAttr.CgroupFD = int(leaf.Fd())
 		}
 	}
 	return c
@@ -265,6 +279,7 @@ func noLimitsWarning(t *testing.T, res result) {
 // TestSandbox runs the checks that depend on cgroup v2, the namespaces
 // and Landlock on this kernel, as root and as the delegated test user.
 func TestSandbox(t *testing.T) {
+	requireQEMUGuest(t)
 	reg := imagetest.NewRegistry(t)
 	ref := reg.Push(t, "vm/busybox:1", imagetest.Image(t, imagetest.BusyboxConfig(),
 		imagetest.Layer(t, imagetest.BusyboxFiles(t)...),
@@ -517,6 +532,7 @@ type doctorReport struct {
 	Rootless  bool     `json:"rootless"`
 	Isolation string   `json:"isolation"`
 	Refused   []string `json:"refused"`
+	Why       string   `json:"why"`
 }
 
 func (a *runner) doctor(t *testing.T) doctorReport {
@@ -557,6 +573,7 @@ func checkDoctor(t *testing.T, a *runner, ref string) {
 // delegated to it: doctor says runs are refused for want of cgroups, and
 // a run is refused, with no cgroup made and nothing run.
 func TestUndelegatedRootless(t *testing.T) {
+	requireQEMUGuest(t)
 	reg := imagetest.NewRegistry(t)
 	ref := reg.Push(t, "vm/busybox:1", imagetest.Image(t, imagetest.BusyboxConfig(),
 		imagetest.Layer(t, imagetest.BusyboxFiles(t)...)))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -143,7 +144,7 @@ func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error)
 			return nil, err
 		}
 		if err := m.Apply(-1); err != nil {
-			if rootless {
+			if rootless || notWritable(err) {
 				return nil, fmt.Errorf("%w: %v", errNoCgroups, err)
 			}
 			return nil, fmt.Errorf("creating cgroup: %w", err)
@@ -181,7 +182,7 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 	cg := &cgroup{}
 	fail := func(err error) (*cgroup, error) {
 		_ = cg.destroy()
-		if rootless || errors.Is(err, os.ErrPermission) {
+		if rootless || notWritable(err) {
 			return nil, fmt.Errorf("%w: %v", errNoCgroups, err)
 		}
 		return nil, err
@@ -196,6 +197,10 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 			if _, serr := os.Stat(filepath.Join(cgroupRoot, c, "cgroup.procs")); serr != nil {
 				continue
 			}
+			// Inside a container the hierarchy is mounted from the
+			// container's own cgroup, not from its root.
+			parent = filepath.Join(v1OwnDir(c, own[c]), cgroupParent)
+			dir = filepath.Join(parent, name)
 			if err = os.MkdirAll(parent, 0o755); err == nil {
 				err = unix.Mkdir(dir, 0o755)
 			}
@@ -217,6 +222,79 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 		return nil, fmt.Errorf("%w: no cgroup v1 memory/pids/cpu hierarchy", errNoCgroups)
 	}
 	return cg, nil
+}
+
+// notWritable reports whether err means the caller may not write the
+// cgroup hierarchy at all (not its to write, or mounted read-only, as a
+// container mounts it): the fallback ladder's case, not a failure.
+func notWritable(err error) bool {
+	return errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EROFS)
+}
+
+// v1OwnDir is the directory of the cgroup path own (as /proc/self/cgroup
+// names it) in controller c's v1 hierarchy: /sys/fs/cgroup/c/own, or,
+// where the hierarchy is mounted from a cgroup below its root (inside a
+// container that shares the host's cgroup namespace, whose mount starts
+// at the container's own cgroup), the same cgroup under that mount.
+func v1OwnDir(c, own string) string {
+	dir := filepath.Join(cgroupRoot, c, own)
+	if _, err := os.Stat(dir); err == nil {
+		return dir
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return dir
+	}
+	if d, ok := v1OwnDirIn(string(b), c, own); ok {
+		return d
+	}
+	return dir
+}
+
+// v1OwnDirIn is v1OwnDir's answer from a mountinfo table: the mount of
+// controller c's hierarchy at /sys/fs/cgroup/..., its root a prefix of
+// own.
+func v1OwnDirIn(mountinfo, c, own string) (string, bool) {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || g[0] != "cgroup" || !slices.Contains(strings.Split(g[2], ","), c) {
+			continue
+		}
+		root, mnt := unescapeMount(f[3]), unescapeMount(f[4])
+		if !strings.HasPrefix(mnt, cgroupRoot+"/") {
+			continue
+		}
+		rel, ok := strings.CutPrefix(own, root)
+		if !ok || root != "/" && rel != "" && rel[0] != '/' {
+			continue
+		}
+		return filepath.Join(mnt, rel), true
+	}
+	return "", false
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // setV1Limits writes controller c's limits into the fresh cgroup dir.

@@ -111,7 +111,7 @@ func freezeV1(name string, dirs []string) (func() error, error) {
 				}
 				if first {
 					if h := freezerCgroupOf(pid); h != "" {
-						home = filepath.Join(root, h)
+						home = v1OwnDir("freezer", h)
 					}
 					first = false
 				}

@@ -135,7 +135,7 @@ func cgroupParents() []string {
 	} else {
 		for _, c := range v1Controllers {
 			add(filepath.Join(cgroupRoot, c, cgroupParent))
-			add(filepath.Join(cgroupRoot, c, own[c], cgroupParent))
+			add(filepath.Join(v1OwnDir(c, own[c]), cgroupParent))
 			roots = append(roots, filepath.Join(cgroupRoot, c))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -72,7 +73,7 @@ func ProbeCgroups(dataDir string) CgroupProbe {
 			p.Controllers = strings.TrimSpace(string(b))
 		}
 	} else if own, err := cgroups.ParseCgroupFile("/proc/self/cgroup"); err == nil {
-		p.Dir = filepath.Join(cgroupRoot, "memory", own["memory"], cgroupParent)
+		p.Dir = filepath.Join(v1OwnDir("memory", own["memory"]), cgroupParent)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -147,6 +148,46 @@ func ProbeUserNamespace(ctx context.Context) (userns, overlay error) {
 	return nil, probeChild(ctx, "overlay", flags, rootless)
 }
 
+// sandboxNamespaces are the namespaces every sandbox's init makes
+// besides its user namespace (makeNamespaces; a rootless init makes them
+// inside its own user namespace).
+const sandboxNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+
+// ProbeNamespaces starts a child in the mount, PID, network, IPC and UTS
+// namespaces a sandbox's init makes, as the init makes them: as root,
+// with the caller's own privilege (CAP_SYS_ADMIN, which a container
+// usually withholds); rootless, inside a new user namespace.
+func ProbeNamespaces(ctx context.Context) error {
+	rootless := os.Geteuid() != 0
+	flags := uintptr(sandboxNamespaces)
+	if rootless {
+		flags |= unix.CLONE_NEWUSER
+	}
+	if err := probeChild(ctx, "namespaces", flags, rootless); err != nil {
+		return fmt.Errorf("mount, PID, network, IPC and UTS namespaces: %w", err)
+	}
+	return nil
+}
+
+// What a namespaces probe child says failed after its clone: lo up in
+// its network namespace (setupNetwork's), a fresh /proc of its PID
+// namespace (mountFreshProc's).
+var (
+	ErrLoopbackRefused = errors.New("bringing lo up in the new network namespace")
+	ErrProcRefused     = errors.New("mounting a /proc of the new PID namespace")
+	ErrHostnameRefused = errors.New("setting the host name in the new UTS namespace")
+	ErrMknodRefused    = errors.New("making the sandbox's device nodes")
+)
+
+// probeChildErrors are the child's failures the parent gives back as
+// the errors above, by the prefix the child prints.
+var probeChildErrors = []error{ErrLoopbackRefused, ErrProcRefused, ErrHostnameRefused, ErrMknodRefused}
+
+// ErrCloneRefused marks a probe whose child could not be cloned into its
+// namespaces at all (the kernel or a container's seccomp profile refused
+// clone), as opposed to one that started and then failed.
+var ErrCloneRefused = errors.New("creating the namespaces refused")
+
 // ProbeSeccomp compiles the allowlist profile's filter and loads it in a
 // child, as the exec stage loads a sandbox's.
 func ProbeSeccomp(ctx context.Context) error {
@@ -207,7 +248,15 @@ func probeChild(ctx context.Context, mode string, flags uintptr, rootless bool) 
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		// exec's error names /proc/self/exe; what failed is the clone.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			err = errno
+		}
+		return fmt.Errorf("%w: %w", ErrCloneRefused, err)
+	}
+	err := cmd.Wait()
 	if ctx.Err() != nil {
 		return fmt.Errorf("no answer within %s", probeTimeout)
 	}
@@ -215,6 +264,11 @@ func probeChild(ctx context.Context, mode string, flags uintptr, rootless bool) 
 		if msg := strings.TrimSpace(out.String()); msg != "" {
 			if len(msg) > 300 {
 				msg = msg[:300]
+			}
+			for _, e := range probeChildErrors {
+				if rest, ok := strings.CutPrefix(msg, e.Error()+": "); ok {
+					return fmt.Errorf("%w: %s", e, rest)
+				}
 			}
 			return errors.New(msg)
 		}
@@ -235,6 +289,8 @@ func probeMain() int {
 	switch os.Args[1] {
 	case "userns":
 		// Being here is the answer.
+	case "namespaces":
+		err = probeNamespaces(rootless)
 	case "overlay":
 		err = probeOverlay(rootless)
 	case "seccomp":
@@ -247,6 +303,45 @@ func probeMain() int {
 		return 1
 	}
 	return 0
+}
+
+// probeNamespaces does in the child's fresh namespaces what every
+// sandbox's init does first there: lo up (setupNetwork), a /proc of the
+// new PID namespace (mountFreshProc), in a private mount tree, and its
+// host name (setHostname); as root, a device node (mountDev's). A
+// container that withholds CAP_NET_ADMIN or CAP_MKNOD,
+// masks parts of /proc (which makes the kernel refuse a fresh proc in a
+// user namespace), or whose seccomp profile refuses sethostname, fails
+// here as runs would.
+func probeNamespaces(rootless bool) error {
+	if err := prestart.LoopbackUp(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLoopbackRefused, err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := (&initState{}).mountFreshProc(); err != nil {
+		return fmt.Errorf("%w: %w", ErrProcRefused, err)
+	}
+	if err := setHostname("agentkernel-probe"); err != nil {
+		return fmt.Errorf("%w: %w", ErrHostnameRefused, err)
+	}
+	if rootless {
+		return nil // a rootless /dev binds the caller's device nodes
+	}
+	// As root, mountDev's device nodes, on a tmpfs of the child's own.
+	dir := "/tmp"
+	if _, err := os.Stat(dir); err != nil {
+		dir = "/dev"
+	}
+	if err := mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "size=16k,mode=0700"); err != nil {
+		return fmt.Errorf("%w: %w", ErrMknodRefused, err)
+	}
+	d := devices[0]
+	if err := unix.Mknod(dir+"/"+d.name, unix.S_IFCHR|0o600, int(unix.Mkdev(d.major, d.minor))); err != nil {
+		return fmt.Errorf("%w: mknod /dev/%s: %w", ErrMknodRefused, d.name, err)
+	}
+	return nil
 }
 
 // probeOverlay mounts a tmpfs with an overlay on it in the child's own

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/opencontainers/cgroups"
@@ -92,6 +93,73 @@ func TestCgroupLayoutOf(t *testing.T) {
 	// This host's, as runs see it.
 	if l := CgroupLayout(); l != "v2" && l != "hybrid" && l != "v1" && l != "none" {
 		t.Errorf("CgroupLayout() = %q", l)
+	}
+}
+
+// TestV1OwnDirIn: a v1 hierarchy mounted from the host's root keeps
+// /proc/self/cgroup's path; one mounted from a container's own cgroup (a
+// container sharing the host's cgroup namespace, as podman and docker do
+// on v1 and hybrid hosts) is that cgroup's root, so the path is taken
+// relative to the mount's root. Before, the sandboxes' cgroups were
+// made at <container cgroup>/<container cgroup again>/agentkernel.
+func TestV1OwnDirIn(t *testing.T) {
+	const ctr = "/libpod_parent/libpod-6505ab"
+	host := "30 25 0:31 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n" +
+		"31 25 0:28 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"
+	inCtr := "148 141 0:74 / /sys/fs/cgroup rw - tmpfs cgroup rw,size=1024k\n" +
+		"155 148 0:31 " + ctr + " /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n" +
+		"158 148 0:28 " + ctr + " /sys/fs/cgroup/cpu rw,nosuid - cgroup cgroup rw,cpu\n" +
+		"159 148 0:29 /a\\040b /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids\n"
+	for _, c := range []struct {
+		mountinfo, ctl, own, want string
+		ok                        bool
+	}{
+		{host, "memory", "/user.slice/session-1.scope", "/sys/fs/cgroup/memory/user.slice/session-1.scope", true},
+		{host, "cpu", "/x", "/sys/fs/cgroup/cpu,cpuacct/x", true},
+		{host, "pids", "/x", "", false},
+		{inCtr, "memory", ctr, "/sys/fs/cgroup/memory", true},
+		{inCtr, "memory", ctr + "/sub", "/sys/fs/cgroup/memory/sub", true},
+		{inCtr, "cpu", ctr, "/sys/fs/cgroup/cpu", true},
+		// A path outside the mount's root, and a sibling sharing its
+		// prefix, are not under it.
+		{inCtr, "memory", "/other", "", false},
+		{inCtr, "memory", ctr + "x", "", false},
+		{inCtr, "pids", "/a b/c", "/sys/fs/cgroup/pids/c", true},
+	} {
+		got, ok := v1OwnDirIn(c.mountinfo, c.ctl, c.own)
+		if got != c.want || ok != c.ok {
+			t.Errorf("v1OwnDirIn(%s, %q) = %q %v, want %q %v", c.ctl, c.own, got, ok, c.want, c.ok)
+		}
+	}
+	// This host's own cgroup resolves to a directory that exists.
+	if CgroupLayout() != "v2" {
+		if own, err := cgroups.ParseCgroupFile("/proc/self/cgroup"); err == nil && own["memory"] != "" {
+			if d := v1OwnDir("memory", own["memory"]); !dirExists(d) {
+				t.Errorf("v1OwnDir(memory, %q) = %s, which does not exist", own["memory"], d)
+			}
+		}
+	}
+}
+
+func dirExists(d string) bool {
+	st, err := os.Stat(d)
+	return err == nil && st.IsDir()
+}
+
+// TestNotWritable: a hierarchy the caller may not write, or one mounted
+// read-only (a container's), is the fallback ladder's case.
+func TestNotWritable(t *testing.T) {
+	for _, err := range []error{
+		&os.PathError{Op: "mkdir", Path: "/sys/fs/cgroup/memory/x", Err: syscall.EROFS},
+		fmt.Errorf("creating a cgroup: %w", &os.PathError{Op: "mkdir", Path: "/x", Err: syscall.EACCES}),
+		syscall.EPERM,
+	} {
+		if !notWritable(err) {
+			t.Errorf("notWritable(%v) = false", err)
+		}
+	}
+	if notWritable(syscall.EBUSY) || notWritable(errors.New("other")) {
+		t.Error("notWritable of EBUSY or another error")
 	}
 }
 

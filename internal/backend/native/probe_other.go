@@ -34,6 +34,20 @@ func CgroupLayout() string { return "none" }
 // ProbeUserNamespace fails off Linux.
 func ProbeUserNamespace(context.Context) (userns, overlay error) { return errNotLinux, errNotLinux }
 
+// ProbeNamespaces fails off Linux.
+func ProbeNamespaces(context.Context) error { return errNotLinux }
+
+// ErrCloneRefused is never returned off Linux.
+var ErrCloneRefused = fmt.Errorf("creating the namespaces refused")
+
+// The namespaces probe's failures (never off Linux).
+var (
+	ErrLoopbackRefused = fmt.Errorf("bringing lo up in the new network namespace")
+	ErrProcRefused     = fmt.Errorf("mounting a /proc of the new PID namespace")
+	ErrHostnameRefused = fmt.Errorf("setting the host name in the new UTS namespace")
+	ErrMknodRefused    = fmt.Errorf("making the sandbox's device nodes")
+)
+
 // ProbeSeccomp fails off Linux.
 func ProbeSeccomp(context.Context) error { return errNotLinux }
 

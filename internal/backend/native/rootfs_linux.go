@@ -54,7 +54,14 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 // forking the exec stage writes /proc/<pid>/uid_map, which must name our
 // child. The same mount later moves into the new root (moveProc).
 func (s *initState) mountFreshProc() error {
-	return mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	err := mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	if errors.Is(err, unix.EPERM) {
+		// The kernel refuses a new proc where the caller's own has
+		// parts hidden (mount_too_revealing): a container's masked
+		// paths.
+		return fmt.Errorf("%w (where parts of /proc are masked, as a container masks them, the kernel refuses a new one: podman --security-opt unmask=ALL, docker --security-opt systempaths=unconfined, or --privileged: docs/containers.md)", err)
+	}
+	return err
 }
 
 // setupNetwork brings up loopback and sets the hostname. A sandbox with
@@ -68,6 +75,9 @@ func (s *initState) mountFreshProc() error {
 func (s *initState) setupNetwork() error {
 	if !s.loUp {
 		if err := prestart.LoopbackUp(); err != nil {
+			if errors.Is(err, unix.EPERM) && !s.cfg.Rootless {
+				return fmt.Errorf("lo up: %w (root needs CAP_NET_ADMIN for it, which a container withholds unless it runs with --cap-add NET_ADMIN or --privileged: docs/containers.md)", err)
+			}
 			return fmt.Errorf("lo up: %w", err)
 		}
 	}
@@ -110,7 +120,24 @@ func (s *initState) setupNetwork() error {
 			}
 		}
 	}
-	return unix.Sethostname([]byte(s.cfg.Hostname))
+	return setHostname(s.cfg.Hostname)
+}
+
+// mknodHint says why root may not make the sandbox's device nodes.
+const mknodHint = "root needs CAP_MKNOD for the sandbox's /dev, which a container may withhold unless it runs with --cap-add MKNOD or --privileged: docs/containers.md"
+
+// setHostname sets the sandbox's host name in its UTS namespace.
+func setHostname(name string) error {
+	err := unix.Sethostname([]byte(name))
+	if errors.Is(err, unix.EPERM) {
+		// Inside its own UTS namespace only a seccomp filter refuses
+		// it: a container's default profile, without CAP_SYS_ADMIN.
+		return fmt.Errorf("sethostname: %w (a container's seccomp profile refuses it without CAP_SYS_ADMIN: run the container with --security-opt seccomp=unconfined: docs/containers.md)", err)
+	}
+	if err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	return nil
 }
 
 // proxyPort is where a sandbox in proxy mode finds its HTTP proxy.
@@ -485,6 +512,9 @@ func (s *initState) mountDev() error {
 		p := dev + "/" + d.name
 		if !s.cfg.Rootless {
 			if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+				if errors.Is(err, unix.EPERM) {
+					return fmt.Errorf("mknod %s: %w (%s)", p, err, mknodHint)
+				}
 				return fmt.Errorf("mknod %s: %w", p, err)
 			}
 			// mknod is subject to the umask.

@@ -227,8 +227,16 @@ func stageReport(id stageID, err error) *stageFailure {
 	if errors.As(err, &f) {
 		return f
 	}
-	return &stageFailure{Stage: id, Msg: stages[id].name + ": " + err.Error()}
+	msg := stages[id].name + ": " + err.Error()
+	if id == stageNamespaces && errors.Is(err, syscall.EPERM) {
+		msg += " (" + namespacesHint + ")"
+	}
+	return &stageFailure{Stage: id, Msg: msg}
 }
+
+// namespacesHint says why root may not make a sandbox's namespaces: what
+// 'agentkernel doctor' says of its namespaces check.
+const namespacesHint = "root needs CAP_SYS_ADMIN for them, which a container withholds unless it runs with --cap-add SYS_ADMIN or --privileged (docs/containers.md); 'agentkernel doctor' shows what this host gives"
 
 // stageFailure is what the init, the thread or the exec stage reports
 // to the parent when building the sandbox or starting its command

@@ -521,7 +521,11 @@ func stubError(s *stubScript, report []byte) *stageFailure {
 	if desc == descCapDrop {
 		desc = "dropping capability " + strconv.FormatUint(r.args[1], 10) + " from the bounding set"
 	}
-	return &stageFailure{Exec: r.exec, Errno: errno, Msg: desc + ": " + errno.Error()}
+	msg := desc + ": " + errno.Error()
+	if errno == syscall.EPERM && strings.HasPrefix(desc, "mknod ") {
+		msg += " (" + mknodHint + ")"
+	}
+	return &stageFailure{Exec: r.exec, Errno: errno, Msg: msg}
 }
 
 // stubInitScript is the whole life of a sandbox's PID 1 when the parent

@@ -280,8 +280,13 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 	if failed, err := s.runStages(stageConfig, stageExecStart); err != nil || !s.stub {
 		if err == nil {
 			err = errors.New("starting sandbox: the exec stage did not start")
+		} else if perr := t.pid1Failure(failed, err); perr != nil {
+			err = perr
 		} else {
 			err = fmt.Errorf("%s: %w", stages[failed].name, err)
+			if failed == stageNamespaces && errors.Is(err, unix.EPERM) {
+				err = fmt.Errorf("%w (%s)", err, namespacesHint)
+			}
 		}
 		stopped()
 		io3.closeChild()
@@ -349,6 +354,9 @@ func (r *runState) buildOnThread(cfg *initConfig, tl *threadLaunch, pre *prestar
 
 	if failed, err := s.runStages(stageExecStart+1, stageLast); err != nil {
 		_ = unix.Kill(s.execPid, unix.SIGKILL)
+		if perr := t.pid1Failure(failed, err); perr != nil {
+			err = perr
+		}
 		outcome <- stageReport(failed, err).encode()
 		<-done
 		return
@@ -441,6 +449,42 @@ func (t *threadInit) nextReport() error {
 	n, _ := io.ReadFull(t.errR, report[:])
 	return stubError(t.script, report[:n])
 }
+
+// pid1Failure is what PID 1's script says failed when forking the exec
+// stage into its PID namespace failed with ENOMEM, the kernel's answer
+// once the namespace's PID 1 has exited, or when the exec stage ended
+// without its report (the kernel kills every process of a PID namespace
+// whose PID 1 exits): PID 1's own failure (a mount or device node of its
+// script) is the cause. nil where PID 1 reported nothing within a second.
+func (t *threadInit) pid1Failure(failed stageID, err error) error {
+	if t.errR == nil || t.script == nil {
+		return nil
+	}
+	var sf *stageFailure
+	unreported := errors.As(err, &sf) && sf.Errno == 0 && !sf.Exec
+	if !(failed == stageExecStart && errors.Is(err, unix.ENOMEM)) && !unreported {
+		return nil
+	}
+	// PID 1 writes its report, or closes the pipe by exiting, only when
+	// it fails.
+	fds := []unix.PollFd{{Fd: int32(t.errR.Fd()), Events: unix.POLLIN}}
+	n, perr := unix.Poll(fds, 1000)
+	for perr == unix.EINTR {
+		n, perr = unix.Poll(fds, 1000)
+	}
+	if n <= 0 {
+		return nil
+	}
+	var report [16]byte
+	k, _ := io.ReadFull(t.errR, report[:])
+	if f := stubError(t.script, report[:k]); f.Errno != 0 {
+		return f
+	}
+	return fmt.Errorf("%s: %w (the sandbox's PID 1 ended while it staged /proc, /dev, /sys and /tmp: %s)", stages[failed].name, err, pid1Hint)
+}
+
+// pid1Hint says what a root sandbox's PID 1 needs for its mounts.
+const pid1Hint = "as root they need CAP_SYS_ADMIN and CAP_MKNOD, which a container may withhold unless it runs with --cap-add SYS_ADMIN --cap-add MKNOD or --privileged (docs/containers.md); 'agentkernel doctor' says which is missing"
 
 // pid1Locked waits until PID 1 reports that it holds nothing any more
 // (stubInitScript's second report); it has long done so by the time the

@@ -151,7 +151,7 @@ func start(unused chan struct{}, h *handoff) {
 // work it is then given.
 func serve(unused chan struct{}, h *handoff) {
 	restore := awayFrom(h.mainCPU)
-	err := prepare()
+	unshared, err := prepare()
 	restore()
 	var t *Thread
 	if err == nil {
@@ -161,7 +161,19 @@ func serve(unused chan struct{}, h *handoff) {
 	if !h.stage.CompareAndSwap(stageMaking, stageWaiting) {
 		// Give handed over the work while the thread was being made:
 		// run it now. Without namespaces (t nil) the work makes its
-		// own, on this thread.
+		// own, on this thread, unless this thread is in namespaces
+		// half made (lo could not be brought up, as in a container
+		// without CAP_NET_ADMIN): then on a fresh one, and this one
+		// ends with its goroutine, locked.
+		if t == nil && unshared {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				(*h.given.Load())(nil)
+			}()
+			<-done
+			return
+		}
 		(*h.given.Load())(t)
 		return
 	}
@@ -297,14 +309,14 @@ func (i Init) discard() {
 	syscall.Close(i.Err)
 }
 
-func prepare() error {
+func prepare() (unshared bool, err error) {
 	if err := syscall.Unshare(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS); err != nil {
-		return err
+		return false, err
 	}
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
-		return err
+		return true, err
 	}
-	return LoopbackUp()
+	return true, LoopbackUp()
 }
 
 // Pending reports whether a thread is being made or waits to be taken:
