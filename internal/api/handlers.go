@@ -149,9 +149,6 @@ type runRequest struct {
 // maxSecrets bounds a request's secret bindings.
 const maxSecrets = 32
 
-// errSecretsRunOnly refuses secrets for a persistent sandbox.
-var errSecretsRunOnly = badRequest("secrets are not supported for persistent sandboxes yet: secrets work with POST /run (and /run/stream, /batch/run) only for now")
-
 // networkField is a request's "network": a boolean (upstream's form) or
 // a mode name.
 type networkField struct{ set config.NetworkSetting }
@@ -422,15 +419,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		AllowDomains []string     `json:"allow_domains"`
 		BlockDomains []string     `json:"block_domains"`
 		Ports        []string     `json:"ports"`
-		// Secrets are refused (errSecretsRunOnly), never ignored.
-		Secrets json.RawMessage `json:"secrets"`
+		// Secrets are vault keys bound to hosts (KEY:HOST,
+		// KEY:HOST:HEADER; no inline value), kept by the sandbox across
+		// restarts and restores.
+		Secrets []string `json:"secrets"`
 	}
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)
 		return
 	}
-	if len(q.Secrets) > 0 && string(q.Secrets) != "null" && string(q.Secrets) != "[]" {
-		s.fail(w, q.Name, errSecretsRunOnly)
+	if len(q.Secrets) > maxSecrets {
+		s.fail(w, q.Name, badRequest("secrets: %d bindings, more than %d", len(q.Secrets), maxSecrets))
 		return
 	}
 	if err := sandbox.ValidateName(q.Name); err != nil {
@@ -449,7 +448,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec, err := s.opts.Resolve(r.Context(), RunSpec{Name: q.Name, Image: q.Image, Profile: p, VCPUs: q.VCPUs, MemoryMB: q.MemoryMB,
-		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Ports: q.Ports})
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Ports: q.Ports, Secrets: q.Secrets})
 	if err != nil {
 		s.fail(w, q.Name, badRequest("%s", err.Error()))
 		return

@@ -207,7 +207,7 @@ func poolable(spec *sandbox.Spec) bool {
 	// sandboxes of the spec could not both hold them.
 	// Secrets are made per run (their CA, their values), and are not
 	// part of the pool's key.
-	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 || len(spec.Network.Ports) > 0 || spec.Secrets != nil {
+	if spec.TTY || spec.Interactive || spec.Keep || len(spec.Args) == 0 || len(spec.Network.Ports) > 0 || spec.Secrets != nil || spec.SecretBindings != nil {
 		return false
 	}
 	n := 0

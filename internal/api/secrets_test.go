@@ -22,11 +22,16 @@ func TestSecretsNeverPooled(t *testing.T) {
 	if poolable(spec) {
 		t.Error("a spec with secrets is poolable")
 	}
+	spec.Secrets = nil
+	spec.SecretBindings = &sandbox.SecretBindings{Bindings: []sandbox.SecretRef{{Key: "K", Host: "api.example.test"}}}
+	if poolable(spec) {
+		t.Error("a spec with recorded secret bindings is poolable")
+	}
 }
 
-// TestSecretsPassedAndRefused: /run hands "secrets" to the resolver as
-// given; POST /sandboxes refuses them (400) before resolving anything;
-// a resolver's error is a 400.
+// TestSecretsPassedAndRefused: /run and POST /sandboxes hand "secrets"
+// to the resolver as given (the sandbox's with its name); a resolver's
+// error is a 400; more than 32 bindings are refused before resolving.
 func TestSecretsPassedAndRefused(t *testing.T) {
 	var got []string
 	resolved := 0
@@ -40,14 +45,18 @@ func TestSecretsPassedAndRefused(t *testing.T) {
 	if code != http.StatusBadRequest || strings.Join(got, " ") != "K:api.example.test V=hunter2:api.example.test" {
 		t.Errorf("/run: %d %v, secrets %q", code, body, got)
 	}
-	resolved = 0
-	code, body = do(s, "POST", "/sandboxes", `{"name":"box","secrets":["V=hunter2:api.example.test"]}`)
-	if code != http.StatusBadRequest || resolved != 0 || !strings.Contains(body["error"].(string), "POST /run") || strings.Contains(body["error"].(string), "hunter2") {
-		t.Errorf("POST /sandboxes with secrets: %d %v (resolved %d times)", code, body, resolved)
+	resolved, got = 0, nil
+	code, body = do(s, "POST", "/sandboxes", `{"name":"box","secrets":["K:api.example.test:x-api-key"]}`)
+	if code != http.StatusBadRequest || resolved != 1 || strings.Join(got, " ") != "K:api.example.test:x-api-key" {
+		t.Errorf("POST /sandboxes with secrets: %d %v (resolved %d times, secrets %q)", code, body, resolved, got)
 	}
-	code, _ = do(s, "POST", "/run", `{"command":["true"],"secrets":[`+strings.Repeat(`"K:a.test",`, 33)+`"K:a.test"]}`)
-	if code != http.StatusBadRequest {
-		t.Errorf("34 bindings: %d", code)
+	resolved = 0
+	many := `"secrets":[` + strings.Repeat(`"K:a.test",`, 33) + `"K:a.test"]}`
+	for path, body := range map[string]string{"/run": `{"command":["true"],` + many, "/sandboxes": `{"name":"box",` + many} {
+		code, _ = do(s, "POST", path, body)
+		if code != http.StatusBadRequest || resolved != 0 {
+			t.Errorf("%s, 34 bindings: %d, resolved %d times", path, code, resolved)
+		}
 	}
 }
 

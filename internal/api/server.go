@@ -39,8 +39,8 @@ type RunSpec struct {
 	BlockDomains []string
 	Ports        []string
 	// Secrets are secret bindings in the forms of 'run -S' (KEY:HOST,
-	// KEY:HOST:HEADER, KEY=VALUE:HOST); only runs (not persistent
-	// sandboxes) take them. The resolver must never put a value in an
+	// KEY:HOST:HEADER, KEY=VALUE:HOST; a persistent sandbox, Name set,
+	// takes no inline value). The resolver must never put a value in an
 	// error.
 	Secrets []string
 }

@@ -115,6 +115,8 @@ func (a *App) runMCPServer(ctx context.Context) error {
 		Version:     a.Version.Version,
 		Logger:      a.Logger,
 		Warn:        a.Warnf,
+		// The [secrets] bindings of the server's own configuration.
+		ServerSecrets: a.serverSecrets,
 	})
 	a.Infof("agentkernel MCP server started (stdio)")
 	if err := mcp.Serve(ctx, s); err != nil && ctx.Err() == nil {

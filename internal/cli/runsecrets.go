@@ -2,13 +2,22 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/netpolicy"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/secrets"
@@ -55,18 +64,9 @@ func (a *App) resolveSecrets(ctx context.Context, flags []runcli.SecretFlag) (*s
 	if err != nil {
 		return nil, err
 	}
-	// The injector's own rules (a value a header can carry, one secret
-	// per header of a host), checked now rather than when the sandbox
-	// first reaches the network, in its helper.
-	in := &netpolicy.Injection{CA: ca, Roots: x509.NewCertPool()}
-	for _, b := range s.Bindings {
-		in.Bindings = append(in.Bindings, netpolicy.Binding{Key: b.Key, Host: b.Host, Header: b.Header, Value: b.Value})
+	if err := checkInjection(s, ca); err != nil {
+		return nil, err
 	}
-	e, err := netpolicy.Compile(sandbox.Network{Mode: sandbox.NetworkNone}, netpolicy.Options{Inject: in})
-	if err != nil {
-		return nil, &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("-S/--secret: %w", err)}
-	}
-	e.Close()
 	key, err := x509.MarshalPKCS8PrivateKey(ca.PrivateKey)
 	if err != nil {
 		return nil, fmt.Errorf("secret injection CA: %w", err)
@@ -78,6 +78,187 @@ func (a *App) resolveSecrets(ctx context.Context, flags []runcli.SecretFlag) (*s
 	}
 	s.CAHash = fmt.Sprintf("%08x", h)
 	return s, nil
+}
+
+// checkInjection checks s's bindings with the CA against the injector's
+// own rules (a value a header can carry, one secret per header of a
+// host) now, rather than when the sandbox first reaches the network, in
+// its helper.
+func checkInjection(s *sandbox.Secrets, ca tls.Certificate) error {
+	in := &netpolicy.Injection{CA: ca, Roots: x509.NewCertPool()}
+	for _, b := range s.Bindings {
+		in.Bindings = append(in.Bindings, netpolicy.Binding{Key: b.Key, Host: b.Host, Header: b.Header, Value: b.Value})
+	}
+	e, err := netpolicy.Compile(sandbox.Network{Mode: sandbox.NetworkNone}, netpolicy.Options{Inject: in})
+	if err != nil {
+		return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("-S/--secret: %w", err)}
+	}
+	e.Close()
+	return nil
+}
+
+// sandboxSecrets resolves a persistent sandbox's recorded bindings
+// (spec.SecretBindings) for one start, in its supervisor: each key's
+// value from the vault it was recorded with (a key deleted since fails
+// the start, named), and the sandbox's CA from its directory dir
+// (sandbox.SecretCAFile), made there at the first start with secrets and
+// kept, so that the trust store of every start holds the same CA.
+func sandboxSecrets(dataDir, dir string, spec *sandbox.Spec) (*sandbox.Secrets, error) {
+	rec := spec.SecretBindings
+	if rec == nil || len(rec.Bindings) == 0 {
+		return nil, nil
+	}
+	vault, err := secrets.Open(secrets.Options{Backend: rec.Backend, DataDir: dataDir})
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: the secrets vault: %w", spec.Name, err)
+	}
+	s := &sandbox.Secrets{}
+	var hosts []string
+	seenHost := map[string]bool{}
+	for _, r := range rec.Bindings {
+		v, err := vault.Get(r.Key)
+		if errors.Is(err, secrets.ErrNotFound) {
+			return nil, fmt.Errorf("sandbox %s: secret '%s' (bound to %s) is not in the vault: store it again with 'agentkernel secret set %s', or re-create the sandbox without it", spec.Name, r.Key, r.Host, r.Key)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %s: secret '%s': %w", spec.Name, r.Key, err)
+		}
+		s.Bindings = append(s.Bindings, sandbox.SecretBinding{Key: r.Key, Host: r.Host, Header: r.Header, Value: v})
+		if !seenHost[r.Host] {
+			seenHost[r.Host] = true
+			hosts = append(hosts, r.Host)
+		}
+	}
+	ca, certPEM, keyPEM, err := sandboxCA(dir, spec.Name, hosts)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.Name, err)
+	}
+	if err := checkInjection(s, ca); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", spec.Name, err)
+	}
+	s.CACert, s.CAKey = certPEM, keyPEM
+	h, err := netpolicy.SubjectHash(ca.Leaf.RawSubject)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: its secret injection CA: %w", spec.Name, err)
+	}
+	s.CAHash = fmt.Sprintf("%08x", h)
+	return s, nil
+}
+
+// sandboxCA is the CA of the persistent sandbox whose directory is dir,
+// for hosts: the one in dir/sandbox.SecretCAFile, or a new one written
+// there (0600, through atomicfile) when there is none, or when the one
+// there no longer covers hosts or nears its end. A file that is not the
+// user's own regular file closed to others, or that holds no CA, is
+// refused with the fix.
+func sandboxCA(dir, name string, hosts []string) (ca tls.Certificate, certPEM, keyPEM []byte, err error) {
+	p := filepath.Join(dir, sandbox.SecretCAFile)
+	b, err := readPrivateFile(p, 64<<10)
+	switch {
+	case err == nil:
+		ca, certPEM, keyPEM, err = parseCA(b)
+		if err != nil {
+			return tls.Certificate{}, nil, nil, fmt.Errorf("its secret injection CA %s: %v (remove the file: a new CA is made at the next start)", p, err)
+		}
+		if caCovers(ca.Leaf, hosts, time.Now()) {
+			return ca, certPEM, keyPEM, nil
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return tls.Certificate{}, nil, nil, fmt.Errorf("its secret injection CA: %w", err)
+	}
+	ca, certPEM, err = netpolicy.NewCA(name, hosts...)
+	if err != nil {
+		return tls.Certificate{}, nil, nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(ca.PrivateKey)
+	if err != nil {
+		return tls.Certificate{}, nil, nil, fmt.Errorf("secret injection CA: %w", err)
+	}
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := atomicfile.WriteFile(p, append(append([]byte(nil), certPEM...), keyPEM...), 0o600); err != nil {
+		return tls.Certificate{}, nil, nil, fmt.Errorf("writing its secret injection CA: %w", err)
+	}
+	return ca, certPEM, keyPEM, nil
+}
+
+// parseCA reads a CA file's certificate and private key (PEM).
+func parseCA(b []byte) (ca tls.Certificate, certPEM, keyPEM []byte, err error) {
+	var certBlock, keyBlock *pem.Block
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		switch {
+		case blk.Type == "CERTIFICATE" && certBlock == nil:
+			certBlock = blk
+		case blk.Type == "PRIVATE KEY" && keyBlock == nil:
+			keyBlock = blk
+		}
+	}
+	if certBlock == nil || keyBlock == nil {
+		return tls.Certificate{}, nil, nil, errors.New("no certificate and private key in it")
+	}
+	certPEM, keyPEM = pem.EncodeToMemory(certBlock), pem.EncodeToMemory(keyBlock)
+	ca, err = tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, nil, nil, err
+	}
+	if ca.Leaf == nil {
+		if ca.Leaf, err = x509.ParseCertificate(ca.Certificate[0]); err != nil {
+			return tls.Certificate{}, nil, nil, err
+		}
+	}
+	if !ca.Leaf.IsCA {
+		return tls.Certificate{}, nil, nil, errors.New("its certificate is not a CA's")
+	}
+	return ca, certPEM, keyPEM, nil
+}
+
+// caCovers reports whether the CA cert may vouch for every host (its
+// name constraints) for at least another day.
+func caCovers(cert *x509.Certificate, hosts []string, now time.Time) bool {
+	if now.Add(24 * time.Hour).After(cert.NotAfter) {
+		return false
+	}
+	for _, h := range hosts {
+		ok := len(cert.PermittedDNSDomains) == 0
+		for _, d := range cert.PermittedDNSDomains {
+			d = strings.ToLower(strings.TrimPrefix(d, "."))
+			if h == d || strings.HasSuffix(h, "."+d) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// readPrivateFile reads a file of at most max bytes that must be the
+// user's own regular file, closed to group and others, without
+// following a last symbolic link.
+func readPrivateFile(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of a CA's size", path)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm()&0o077 != 0 || !ok || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s must be your own file, closed to others (chmod 600 %s)", path, path)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
 }
 
 // secretValues is runcli.App.SecretValues: the vault's values of a run's
@@ -125,10 +306,12 @@ func secretFlagError(flag, key string, err error) error {
 	return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("%s %s: %w", flag, key, err), Hint: hint}
 }
 
-// errSecretsRunOnly refuses secret bindings where they are not supported
-// yet: a persistent sandbox cannot keep them across its restarts.
-func errSecretsRunOnly(where string) error {
-	return &runcli.ExitError{Code: runcli.ExitAgentkernel,
-		Err:  fmt.Errorf("%s: -S/--secret is not supported for persistent sandboxes yet: secrets work with 'agentkernel run' only for now", where),
-		Hint: "run the command with 'agentkernel run -S KEY:HOST -- CMD' instead"}
+// serverSecrets is mcp.Options.ServerSecrets: the [secrets] bindings of
+// the MCP server's own configuration cfg for a run (their values and a
+// CA for it) or a created sandbox (recorded without values).
+func (a *App) serverSecrets(ctx context.Context, cfg *config.Config, spec *sandbox.Spec, persistent bool) error {
+	if persistent {
+		return a.BindSandboxSecrets(ctx, nil, cfg, spec)
+	}
+	return a.BindSecrets(ctx, nil, cfg, spec)
 }

@@ -250,17 +250,31 @@ directory, and an existing sandbox of that name is reused (and started with
 
 --dir names the project directory (default: the current one): it is shown
 at /workspace as the profile says (moderate: copy-on-write, permissive:
-read-write, restrictive: not at all), and its agentkernel.toml applies.`,
+read-write, restrictive: not at all), and its agentkernel.toml applies.
+
+Secrets: -S/--secret KEY:HOST (or KEY:HOST:HEADER, as for 'agentkernel
+run') binds the vault's secret KEY ('agentkernel secret set KEY') to HTTPS
+requests to HOST for the sandbox's whole life: inside, every command sees
+$KEY=ak-proxy-managed, and the sandbox's network helper puts the real value
+in the request's header (Authorization: Bearer, or HEADER) on its way to
+HOST. The sandbox records the key's name, host and header, never the value:
+each start reads the value from the vault again (a key deleted since fails
+the start, named), and a restored snapshot binds the same keys. Its CA (whose
+certificate is in the sandbox's trust store) is kept on the host, in the
+sandbox's directory. Inline values (KEY=VALUE:HOST) are refused: store them
+in the vault. The [secrets] bindings of your own configuration file apply
+too; a project's agentkernel.toml cannot bind secrets. The sandbox needs
+network egress, and in filtered mode HOST must also be allowed
+(--allow-domain HOST).`,
 		Example: `  agentkernel sandbox create dev --image alpine:3.20 --label team=ml
   agentkernel sandbox create dev --ttl 2h --start
   agentkernel sandbox create --branch --start          # e.g. myapp-feature-login
   agentkernel sandbox create api --dir ~/src/api -p permissive
-  agentkernel sandbox create ci --template python-ci`,
+  agentkernel sandbox create ci --template python-ci
+  agentkernel sandbox create agent --network filtered --allow-domain api.anthropic.com \
+      -S ANTHROPIC_API_KEY:api.anthropic.com:x-api-key`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(o.secrets) > 0 {
-				return errSecretsRunOnly("sandbox create")
-			}
 			o.overrides.Set = runcli.ChangedFlags(cmd.Flags())
 			if cmd.Flags().Changed("template") {
 				if o.template == "" {
@@ -289,7 +303,7 @@ read-write, restrictive: not at all), and its agentkernel.toml applies.`,
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
 	fs.StringVar(&o.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below the project's agentkernel.toml and the flags")
-	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "not supported yet: secrets work with 'agentkernel run' only (a persistent sandbox cannot keep them across restarts yet)")
+	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "add the vault's secret KEY to HTTPS requests to HOST without it entering the sandbox: KEY:HOST or KEY:HOST:HEADER (repeatable; see Secrets above)")
 	return cmd
 }
 
@@ -343,6 +357,11 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 		a.Warnf("%s", w)
 	}
 	if err := a.CheckEgress(spec, cfg, &o.overrides); err != nil {
+		return "", nil, err
+	}
+	// -S and the [secrets] of trusted configuration, checked now (the
+	// vault holds each key) and recorded without their values.
+	if err := a.BindSandboxSecrets(context.Background(), o.secrets, cfg, spec); err != nil {
 		return "", nil, err
 	}
 	return name, &sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description, TTL: o.ttl, Files: files}, nil
@@ -859,6 +878,11 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fail(fmt.Errorf("spec.json: %w", err))
 	}
+	// Its secrets: the values from the vault, now, and its CA, kept in
+	// dir; they reach the network helper over its socket only.
+	if spec.Secrets, err = sandboxSecrets(dataDir, dir, &spec); err != nil {
+		return fail(err)
+	}
 	// What the sandbox's network policy refuses goes to the audit log as
 	// it happens, as a run's refusals do when it ends.
 	auditor := sandbox.NewManager(sandbox.ManagerOptions{Audit: audit.New(dataDir), Who: runcli.Who("supervisor"), Warn: func(string, ...any) {}})
@@ -866,6 +890,11 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 		AllowDegraded: func() []string { return allowDegraded },
 		OnNetworkDeny: func(spec *sandbox.Spec, d sandbox.NetworkDenial) {
 			auditor.AuditDenials(spec, []sandbox.NetworkDenial{d}, time.Now())
+		},
+		// Which secret went to which host (names, counts), when the
+		// sandbox stops.
+		OnSecretInjections: func(spec *sandbox.Spec, is []sandbox.SecretInjection) {
+			auditor.AuditInjections(spec, is, time.Now())
 		}})
 	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready, supervisor.WithExpiry(startExpire(dataDir, name, warn))); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}

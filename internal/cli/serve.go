@@ -343,6 +343,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Version:     a.Version.Version,
 		Logger:      a.Logger,
 		Warn:        a.Warnf,
+		// The [secrets] bindings of the server's own configuration.
+		ServerSecrets: a.serverSecrets,
 	})
 	srv := api.New(api.Options{
 		Manager:        m,
@@ -397,9 +399,6 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, api.RunSpec) (*sandbox.Spec, error) {
 	home, _ := os.UserHomeDir()
 	return func(ctx context.Context, r api.RunSpec) (*sandbox.Spec, error) {
-		if len(r.Secrets) > 0 && r.Name != "" {
-			return nil, errors.New("secrets are not supported for persistent sandboxes yet: secrets work with runs only for now")
-		}
 		o := policy.Overrides{Name: r.Name, Image: r.Image, Profile: r.Profile, Network: r.Network,
 			AllowDomains: r.AllowDomains, BlockDomains: r.BlockDomains, Publish: r.Ports}
 		if r.VCPUs > 0 {
@@ -423,8 +422,15 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		} else if w != "" {
 			a.Logger.Warn(w)
 		}
-		// The same parsing, checks and vault lookup as 'run -S'.
-		if err := a.BindSecrets(ctx, r.Secrets, spec); err != nil {
+		// The same parsing, checks and vault lookup as 'run -S' and
+		// 'sandbox create -S', with the [secrets] bindings of the server's
+		// own configuration (never a project file's).
+		if r.Name != "" {
+			err = a.BindSandboxSecrets(ctx, r.Secrets, cfg, spec)
+		} else {
+			err = a.BindSecrets(ctx, r.Secrets, cfg, spec)
+		}
+		if err != nil {
 			return nil, err
 		}
 		return spec, nil

@@ -58,6 +58,12 @@ type Options struct {
 	// Warn prints one line for the user (host fallback notices and the
 	// like); nil sends them to Logger.
 	Warn func(format string, args ...any)
+	// ServerSecrets gives a spec of sandbox_run (persistent false) or
+	// sandbox_create (true) the [secrets] bindings of the server's own
+	// configuration cfg: the agent names no secret (no tool takes one),
+	// so only the server's owner decides which vault key goes to which
+	// host. nil: none. Its errors never hold a value.
+	ServerSecrets func(ctx context.Context, cfg *config.Config, spec *sandbox.Spec, persistent bool) error
 }
 
 // tools is the work behind the tool handlers.

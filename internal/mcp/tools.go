@@ -245,6 +245,11 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	} else if w != "" {
 		t.opts.Warn("%s", w)
 	}
+	if t.opts.ServerSecrets != nil {
+		if err := t.opts.ServerSecrets(ctx, cfg, spec, false); err != nil {
+			return errorResult(err.Error()), nil, nil
+		}
+	}
 	spec.TTY, spec.Interactive = false, false
 
 	out := newOutput(ctx, req)
@@ -348,6 +353,11 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 		return errorResult(err.Error()), nil, nil
 	} else if w != "" {
 		t.opts.Warn("%s", w)
+	}
+	if t.opts.ServerSecrets != nil {
+		if err := t.opts.ServerSecrets(ctx, cfg, spec, true); err != nil {
+			return errorResult(err.Error()), nil, nil
+		}
 	}
 	info, _, err := t.opts.Manager.Create(ctx, sandbox.CreateRequest{Name: in.Name, Spec: spec, Start: true})
 	if err != nil {

@@ -53,6 +53,39 @@ type SecretFile struct {
 	Value []byte
 }
 
+// SecretBindings are what a persistent sandbox keeps of its secret
+// bindings (Spec.SecretBindings, in its record, its spec.json and the
+// snapshots taken of it): which vault key goes to which host, in which
+// header, and which vault holds the keys. No value and no key material:
+// the sandbox's supervisor looks the values up in the vault at each
+// start (so a key deleted meanwhile fails that start, named), and its CA
+// lives in the sandbox's directory on the host (SecretCAFile).
+type SecretBindings struct {
+	// Backend is the vault ([secrets] backend: file, env) the keys are
+	// read from; "" is the default, file.
+	Backend string `json:"backend,omitempty"`
+	// Bindings are the keys and their hosts, in order.
+	Bindings []SecretRef `json:"bindings"`
+}
+
+// SecretRef is one recorded binding: a vault key for a host.
+type SecretRef struct {
+	Key  string `json:"key"`
+	Host string `json:"host"`
+	// Header is the header the value goes in as it is; "" is
+	// "Authorization: Bearer <value>".
+	Header string `json:"header,omitempty"`
+}
+
+// SecretCAFile is the name, in a persistent sandbox's directory on the
+// host (never in anything the sandbox mounts, nor in a snapshot's
+// layers), of the file that holds its secret injection CA: certificate
+// and private key, mode 0600. It is made at the sandbox's first start
+// with secrets and kept, so the CA (and the trust store made from it at
+// each start) stays the same across restarts; a sandbox restored from a
+// snapshot is another sandbox and makes its own.
+const SecretCAFile = "secret-ca.pem"
+
 // SecretBinding is one secret for one host.
 type SecretBinding struct {
 	// Key is the secret's name; inside the sandbox the variable of that

@@ -70,6 +70,10 @@ type Spec struct {
 	// Secrets are the secrets the egress stack adds to the requests for
 	// their hosts (run -S). Never serialized: values stay in memory.
 	Secrets *Secrets `json:"-"`
+	// SecretBindings are a persistent sandbox's secret bindings as
+	// recorded (sandbox create -S): names, hosts and headers, never a
+	// value; its supervisor resolves them into Secrets at each start.
+	SecretBindings *SecretBindings `json:"secret_bindings,omitempty"`
 }
 
 // MountKind says how a host path appears inside the sandbox.

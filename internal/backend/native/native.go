@@ -37,6 +37,11 @@ type Options struct {
 	// persistent sandbox's network policy as it happens (a run's come
 	// back in its Result instead).
 	OnNetworkDeny func(spec *sandbox.Spec, d sandbox.NetworkDenial)
+	// OnSecretInjections, when set, is told which secrets a persistent
+	// sandbox's network helper added to which hosts' requests (names and
+	// counts), when the helper ends with the sandbox (a run's come back
+	// in its Result instead).
+	OnSecretInjections func(spec *sandbox.Spec, is []sandbox.SecretInjection)
 }
 
 // Backend is the embedded Linux backend: namespaces, an overlay root,

@@ -177,7 +177,10 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 			inst.initErr = parseInitError(msg)
 		}
 		// The sandbox's network goes with it.
-		_, _ = r.stopNetwork()
+		rep, _ := r.stopNetwork()
+		if f := r.b.opts.OnSecretInjections; f != nil && len(rep.Injections) > 0 {
+			f(r.spec, rep.Injections)
+		}
 		if inst.netDev != nil {
 			inst.netDev.Close()
 		}

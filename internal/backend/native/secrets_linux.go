@@ -15,10 +15,12 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// Secret injection (run -S, sandbox.Secrets): the secrets' values and the
-// CA's private key stay with the sandbox's owner and its network helper
+// Secret injection (run -S, sandbox create -S: sandbox.Secrets): the
+// secrets' values and the CA's private key stay with the sandbox's owner
+// (a run, or a persistent sandbox's supervisor) and its network helper
 // (netproc.Config.Inject); the sandbox gets the CA's certificate in its
-// trust store and, in each bound secret's variable, the placeholder.
+// trust store and, in each bound secret's variable, the placeholder (for
+// a persistent sandbox, in the template of every exec).
 
 // systemBundles are where images keep their CA bundle, in the order they
 // are looked for (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
@@ -40,8 +42,13 @@ func (r *runState) secretConfig(cfg *initConfig) error {
 	if s == nil || len(s.Bindings) == 0 && len(s.Files) == 0 {
 		return nil
 	}
-	if r.persistent || r.prepared {
-		return errors.New("secret injection (-S/--secret, --secret-file) is not supported for persistent or pooled sandboxes yet, only for 'agentkernel run'")
+	switch {
+	case r.prepared:
+		// A warm sandbox serves requests of any caller: a CA, placeholders
+		// and secret files are a request's own.
+		return errors.New("secret injection (-S/--secret, --secret-file) is not supported for pooled sandboxes")
+	case r.persistent && len(s.Files) > 0:
+		return errors.New("--secret-file is not supported for persistent sandboxes: bind the secret with -S KEY:HOST instead")
 	}
 	if len(s.Files) > 0 {
 		for _, f := range s.Files {

@@ -32,8 +32,10 @@ processes of the host: prefer the vault). Other hosts are not intercepted
 (their TLS stays end to end), and a request that carries the placeholder to
 a host it is not bound to is refused. The sandbox needs network egress, and
 in filtered mode HOST must also be allowed (--allow-domain HOST): a binding
-never widens the network policy. -S is for 'agentkernel run' only so far
-(not with --name, -d, --branch or --keep), and never goes through the daemon.
+never widens the network policy. -S goes with a plain 'agentkernel run'
+(not with --name, -d, --branch or --keep: for a sandbox that keeps its
+secrets across restarts, see 'agentkernel sandbox create --help'), and never
+goes through the daemon.
 [secrets] KEY = {host = "HOST"} in your own configuration file (or --config)
 binds KEY for every run that can reach HOST; a project's agentkernel.toml
 cannot bind secrets (its bindings are ignored, with a warning).
@@ -233,8 +235,8 @@ func (a *App) checkSecretRun(o *RunOptions) error {
 			flag = "--secret-file"
 		}
 		if o.habits.persistent() {
-			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep, --name, -d or --branch: secrets are not supported for persistent sandboxes yet, only for a plain 'agentkernel run'"),
-				Hint: "drop --keep/--name/-d/--branch, or give the value to the sandbox another way"}
+			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep, --name, -d or --branch: 'agentkernel run' does not bind secrets for persistent sandboxes (secrets are not supported for persistent sandboxes made by run), only for a plain run"),
+				Hint: "create the sandbox with 'agentkernel sandbox create NAME -S KEY:HOST' (its -S bindings then hold across restarts), and run commands in it with 'agentkernel exec NAME -- CMD'"}
 		}
 		if o.overrides.Keep {
 			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep is not supported yet")}
@@ -262,21 +264,9 @@ func (a *App) takeConfigSecrets(o *RunOptions) error {
 	if err != nil {
 		return nil
 	}
-	flags, ignored, err := ConfigSecretFlags(cfg, a.ConfigPath != "")
+	flags, err := a.TrustedSecretFlags(cfg)
 	if err != nil {
-		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "fix the binding in the configuration file"}
-	}
-	if len(ignored) > 0 {
-		// The names are the project file's: quoted, a few.
-		names := make([]string, 0, 5)
-		for i, k := range ignored {
-			if i == 4 && len(ignored) > 5 {
-				names = append(names, fmt.Sprintf("and %d more", len(ignored)-4))
-				break
-			}
-			names = append(names, fmt.Sprintf("%.60q", k))
-		}
-		a.Warnf("ignoring [secrets] binding %s of %s: a project's agentkernel.toml may not bind secrets (it could send them to a host of its choosing); bind them in your own configuration file (%s) or give -S", strings.Join(names, ", "), projectFileSource(cfg, ignored[0]), userConfigHint())
+		return err
 	}
 	if len(flags) == 0 {
 		return nil
@@ -291,11 +281,39 @@ func (a *App) takeConfigSecrets(o *RunOptions) error {
 		why = "backend " + o.backend
 	}
 	if why != "" {
-		a.Warnf("the [secrets] bindings of the configuration are not applied: secrets are not supported with %s yet", why)
+		hint := ""
+		if why == "a persistent sandbox (--keep, --name, -d, --branch)" {
+			hint = " (a sandbox made with 'agentkernel sandbox create' gets them)"
+		}
+		a.Warnf("the [secrets] bindings of the configuration are not applied: 'agentkernel run' does not bind secrets for %s%s", why, hint)
 		return nil
 	}
 	o.cfgSecret = flags
 	return nil
+}
+
+// TrustedSecretFlags returns the [secrets] bindings of cfg that trusted
+// configuration made (ConfigSecretFlags: the user's own file, or
+// --config), warning about those a project's agentkernel.toml set, which
+// are ignored. Its error is exit status 125.
+func (a *App) TrustedSecretFlags(cfg *config.Config) ([]SecretFlag, error) {
+	flags, ignored, err := ConfigSecretFlags(cfg, a.ConfigPath != "")
+	if err != nil {
+		return nil, &ExitError{Code: ExitAgentkernel, Err: err, Hint: "fix the binding in the configuration file"}
+	}
+	if len(ignored) > 0 {
+		// The names are the project file's: quoted, a few.
+		names := make([]string, 0, 5)
+		for i, k := range ignored {
+			if i == 4 && len(ignored) > 5 {
+				names = append(names, fmt.Sprintf("and %d more", len(ignored)-4))
+				break
+			}
+			names = append(names, fmt.Sprintf("%.60q", k))
+		}
+		a.Warnf("ignoring [secrets] binding %s of %s: a project's agentkernel.toml may not bind secrets (it could send them to a host of its choosing); bind them in your own configuration file (%s) or give -S", strings.Join(names, ", "), projectFileSource(cfg, ignored[0]), userConfigHint())
+	}
+	return flags, nil
 }
 
 // userConfigHint names the user-wide configuration file.
@@ -360,19 +378,35 @@ func ConfigSecretFlags(cfg *config.Config, explicit bool) (flags []SecretFlag, i
 // App.ResolveSecrets (the vault's values, the sandbox's CA:
 // agentkernel-full's). Every failure is exit status 125.
 func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec) error {
-	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
-		return a.bindSecretFiles(ctx, o, spec)
+	flags, err := a.secretFlags(o, spec, "see 'agentkernel run --help' (Secrets)")
+	if err != nil {
+		return err
 	}
-	fail := func(err error, hint string) error {
-		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
+	if len(flags) > 0 {
+		if err := a.resolveSecretFlags(ctx, flags, spec); err != nil {
+			return err
+		}
+	}
+	return a.bindSecretFiles(ctx, o, spec)
+}
+
+// secretFlags parses o's -S flags and adds the configuration's bindings
+// (o.cfgSecret) as bindSecrets says, all checked against spec's network
+// policy.
+func (a *App) secretFlags(o *RunOptions, spec *sandbox.Spec, hint string) ([]SecretFlag, error) {
+	if len(o.secrets) == 0 && len(o.cfgSecret) == 0 {
+		return nil, nil
+	}
+	fail := func(err error, hint string) ([]SecretFlag, error) {
+		return nil, &ExitError{Code: ExitAgentkernel, Err: err, Hint: hint}
 	}
 	flags, err := parseSecretFlags(o.secrets)
 	if err != nil {
-		return fail(err, "see 'agentkernel run --help' (Secrets)")
+		return fail(err, hint)
 	}
 	if len(flags) > 0 {
 		if err := checkSecretHosts(spec.Network, flags); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	taken := map[string]bool{}
@@ -392,27 +426,79 @@ func (a *App) bindSecrets(ctx context.Context, o *RunOptions, spec *sandbox.Spec
 		taken[secretSlot(f)] = true
 		flags = append(flags, f)
 	}
-	if len(flags) == 0 {
-		return a.bindSecretFiles(ctx, o, spec)
-	}
 	if len(flags) > maxSecretFlags {
 		return fail(fmt.Errorf("-S/--secret and [secrets]: %d bindings, more than %d", len(flags), maxSecretFlags), "")
 	}
-	if err := a.resolveSecretFlags(ctx, flags, spec); err != nil {
-		return err
-	}
-	return a.bindSecretFiles(ctx, o, spec)
+	return flags, nil
 }
 
 // BindSecrets gives spec the secret bindings (the forms of -S/--secret:
 // KEY:HOST, KEY:HOST:HEADER, KEY=VALUE:HOST) as a run's -S flags would,
-// with the same checks and the same vault lookup: the one resolution of
-// the HTTP API's and MCP's "secrets". Its errors never hold a value.
-func (a *App) BindSecrets(ctx context.Context, bindings []string, spec *sandbox.Spec) error {
+// with the same checks and the same vault lookup, and, with cfg, the
+// [secrets] bindings of its trusted configuration (TrustedSecretFlags)
+// as a run's configuration gives them: the one resolution of the HTTP
+// API's "secrets" and of the server-side bindings of API and MCP runs.
+// Its errors never hold a value.
+func (a *App) BindSecrets(ctx context.Context, bindings []string, cfg *config.Config, spec *sandbox.Spec) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return a.bindSecrets(ctx, &RunOptions{secrets: bindings}, spec)
+	o := &RunOptions{secrets: bindings}
+	if cfg != nil {
+		flags, err := a.TrustedSecretFlags(cfg)
+		if err != nil {
+			return err
+		}
+		o.cfgSecret = flags
+	}
+	return a.bindSecrets(ctx, o, spec)
+}
+
+// BindSandboxSecrets records in spec (a persistent sandbox's, for
+// sandbox create and the HTTP API's POST /sandboxes) its secret
+// bindings: bindings in the forms of -S and cfg's [secrets] bindings of
+// trusted configuration (TrustedSecretFlags), with the checks of a run's
+// (the network policy, the vault holds every key: each value is looked
+// up, then forgotten), as spec.SecretBindings: names, hosts, headers and
+// the vault's backend, never a value. The sandbox's supervisor resolves
+// them again at each start. An inline value (KEY=VALUE:HOST) is refused:
+// a persistent sandbox needs its values at every start, and the one
+// place agentkernel keeps a value is the vault. Every failure is exit
+// status 125 (and the API's 400), never holding a value.
+func (a *App) BindSandboxSecrets(ctx context.Context, bindings []string, cfg *config.Config, spec *sandbox.Spec) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cfgFlags, err := a.TrustedSecretFlags(cfg)
+	if err != nil {
+		return err
+	}
+	flags, err := a.secretFlags(&RunOptions{secrets: bindings, cfgSecret: cfgFlags}, spec, "see 'agentkernel sandbox create --help'")
+	if err != nil || len(flags) == 0 {
+		return err
+	}
+	for _, f := range flags {
+		if f.Inline() {
+			return &ExitError{Code: ExitAgentkernel,
+				Err:  fmt.Errorf("-S/--secret %s=…:%s: a persistent sandbox takes no inline value (it needs the value at every start, and values are kept only in the vault)", f.Key, f.Host),
+				Hint: "store it with 'agentkernel secret set " + f.Key + "', then give -S " + f.Key + ":" + f.Host}
+		}
+	}
+	if err := a.resolveSecretFlags(ctx, flags, spec); err != nil {
+		return err
+	}
+	// The values and the CA were only a check: the supervisor makes its
+	// own at each start.
+	spec.Secrets = nil
+	rec := &sandbox.SecretBindings{Backend: cfg.Secrets.Backend}
+	if rec.Backend == "file" {
+		rec.Backend = ""
+	}
+	for _, f := range flags {
+		rec.Bindings = append(rec.Bindings, sandbox.SecretRef{Key: f.Key, Host: f.Host, Header: f.Header})
+	}
+	spec.SecretBindings = rec
+	return nil
 }
 
 // resolveSecretFlags sets spec.Secrets for flags, checked already,

@@ -3,11 +3,13 @@ package runcli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -166,5 +168,81 @@ func TestRunSecretFlags(t *testing.T) {
 		if !strings.Contains(ee.Err.Error()+" "+ee.Hint, c.why) {
 			t.Errorf("%v: %q (hint %q), want it to say %q", c.argv, ee.Err, ee.Hint, c.why)
 		}
+	}
+}
+
+// TestBindSandboxSecrets: a persistent sandbox's bindings (-S and the
+// trusted configuration's) are checked and resolved once, through
+// ResolveSecrets, then recorded in the spec without values or CA; an
+// inline value is refused without being quoted; a project file's
+// binding is ignored, with a warning.
+func TestBindSandboxSecrets(t *testing.T) {
+	var stderr bytes.Buffer
+	a := &App{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr}
+	resolved := 0
+	a.ResolveSecrets = func(_ context.Context, fs []SecretFlag) (*sandbox.Secrets, error) {
+		resolved++
+		s := &sandbox.Secrets{CACert: []byte("cert"), CAKey: []byte("key")}
+		for _, f := range fs {
+			if f.Key == "NOPE" {
+				return nil, &ExitError{Code: ExitAgentkernel, Err: errors.New("secret 'NOPE' is not in the vault")}
+			}
+			s.Bindings = append(s.Bindings, sandbox.SecretBinding{Key: f.Key, Host: f.Host, Header: f.Header, Value: []byte("vault-value")})
+		}
+		return s, nil
+	}
+	cfg := config.Defaults()
+	cfg.Secrets.Backend = "env"
+	cfg.Secrets.Bindings = map[string]config.SecretBinding{
+		"CFG":  {Host: "api.allowed.test"},
+		"PROJ": {Host: "evil.test", Header: "x-api-key"},
+	}
+	cfg.Sources["secrets.CFG"] = config.Source{Kind: config.SourceUser}
+	cfg.Sources["secrets.PROJ"] = config.Source{Kind: config.SourceProject, Path: "/p/agentkernel.toml"}
+	newSpec := func() *sandbox.Spec {
+		return &sandbox.Spec{Name: "box", Network: sandbox.Network{Mode: sandbox.NetworkFull}}
+	}
+
+	spec := newSpec()
+	if err := a.BindSandboxSecrets(context.Background(), []string{"GH:api.github.test:x-api-key"}, cfg, spec); err != nil {
+		t.Fatal(err)
+	}
+	want := sandbox.SecretBindings{Backend: "env", Bindings: []sandbox.SecretRef{{Key: "GH", Host: "api.github.test", Header: "x-api-key"}, {Key: "CFG", Host: "api.allowed.test"}}}
+	if got := spec.SecretBindings; got == nil || got.Backend != want.Backend || len(got.Bindings) != 2 || got.Bindings[0] != want.Bindings[0] || got.Bindings[1] != want.Bindings[1] {
+		t.Errorf("recorded: %+v, want %+v", got, want)
+	}
+	if spec.Secrets != nil || resolved != 1 {
+		t.Errorf("spec.Secrets %+v after the check (resolved %d times)", spec.Secrets, resolved)
+	}
+	if b, _ := json.Marshal(spec); strings.Contains(string(b), "vault-value") || strings.Contains(string(b), "evil.test") {
+		t.Errorf("the spec holds a value or the project's binding: %s", b)
+	}
+	if !strings.Contains(stderr.String(), `ignoring [secrets] binding "PROJ"`) {
+		t.Errorf("no warning about the project's binding: %q", stderr.String())
+	}
+
+	for _, c := range []struct {
+		bindings []string
+		network  sandbox.Network
+		want     string
+	}{
+		{[]string{"GH=hunter2-value:api.github.test"}, sandbox.Network{Mode: sandbox.NetworkFull}, "takes no inline value"},
+		{[]string{"NOPE:api.github.test"}, sandbox.Network{Mode: sandbox.NetworkFull}, "secret 'NOPE' is not in the vault"},
+		{[]string{"GH:api.github.test"}, sandbox.Network{Mode: sandbox.NetworkNone}, "needs network egress"},
+	} {
+		spec := newSpec()
+		spec.Network = c.network
+		err := a.BindSandboxSecrets(context.Background(), c.bindings, cfg, spec)
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Code != ExitAgentkernel || !strings.Contains(ee.Error(), c.want) || strings.Contains(ee.Error()+ee.Hint, "hunter2") || spec.SecretBindings != nil {
+			t.Errorf("%v: %v, want exit status 125 saying %q and nothing recorded", c.bindings, err, c.want)
+		}
+	}
+
+	// No binding at all: nothing recorded, nothing resolved.
+	resolved = 0
+	spec = newSpec()
+	if err := a.BindSandboxSecrets(context.Background(), nil, config.Defaults(), spec); err != nil || spec.SecretBindings != nil || resolved != 0 {
+		t.Errorf("no bindings: %v %+v (resolved %d times)", err, spec.SecretBindings, resolved)
 	}
 }
