@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -31,6 +34,14 @@ The copy-on-write view of the project directory (/workspace, profile
 moderate) is not part of a snapshot: a restored sandbox sees the project as
 it is on the host.
 
+'snapshot export' makes an image of a snapshot: the base image's layers and
+the snapshot's, with the base image's config. By default it goes into the
+local image store as agentkernel-snap:NAME (--tag names another), which
+'run --image' and 'sandbox create --image' use like any cached image; with
+-o FILE (-o - for stdout) it is written as a 'docker save' tarball that
+'agentkernel images load', 'docker load', 'podman load' and skopeo
+(docker-archive:) read.
+
 Snapshot names follow the sandbox names' rule; the default is
 <sandbox>-YYYYMMDD. A restored sandbox is called <sandbox>-restored unless
 --as names it.`
@@ -40,16 +51,18 @@ func newSnapshotCmd(a *App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "snapshot",
 		Aliases: []string{"snapshots", "snap"},
-		Short:   "Take, list, restore and delete snapshots of persistent sandboxes",
+		Short:   "Take, list, restore, export and delete snapshots of persistent sandboxes",
 		Long:    snapshotLong,
 		Example: `  agentkernel snapshot take dev --name dev-before-upgrade
   agentkernel snapshot restore dev-before-upgrade --as dev2
   agentkernel snapshot list
+  agentkernel snapshot export dev-before-upgrade
+  agentkernel run --image agentkernel-snap:dev-before-upgrade -- ls /root
   agentkernel snapshot delete dev-before-upgrade`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSnapshotTakeCmd(a), newSnapshotListCmd(a), newSnapshotRestoreCmd(a), newSnapshotDeleteCmd(a))
+	cmd.AddCommand(newSnapshotTakeCmd(a), newSnapshotListCmd(a), newSnapshotRestoreCmd(a), newSnapshotExportCmd(a), newSnapshotDeleteCmd(a))
 	return cmd
 }
 
@@ -168,6 +181,163 @@ func newSnapshotRestoreCmd(a *App) *cobra.Command {
 	cmd.Flags().StringVar(&as, "as", "", "the new sandbox's name (default <sandbox>-restored)")
 	cmd.ValidArgsFunction = a.completeSnapshotName
 	return cmd
+}
+
+// SnapshotImageRepo is the repository of a snapshot's image when export
+// is given no --tag: agentkernel-snap:NAME (upstream's image tag of a
+// snapshot).
+const SnapshotImageRepo = "agentkernel-snap"
+
+func newSnapshotExportCmd(a *App) *cobra.Command {
+	var tag, output string
+	cmd := &cobra.Command{
+		Use:   "export SNAPSHOT",
+		Short: "Make an image of a snapshot: into the image store, or a 'docker save' tarball with -o",
+		Long: `Make an OCI image of a snapshot: the layers of the image its sandbox was
+created from and the snapshot's own, each written as an image layer
+(overlayfs whiteouts become .wh. entries, opaque directories .wh..wh..opq,
+owners the image's own ids), with the base image's config (environment,
+command, working directory).
+
+Without -o the image goes into the local image store under --tag
+(default agentkernel-snap:SNAPSHOT): 'run --image REF' and 'sandbox create
+--image REF' use it, 'images list' shows it, 'images rm' removes it. The
+snapshot's layers are unpacked by the store as any image's are; the base
+image's are shared.
+
+With -o FILE the image is written as a 'docker save' tarball (uncompressed
+layers), named by --tag, that 'agentkernel images load', 'docker load',
+'podman load' and skopeo (docker-archive:FILE) read; '-o -' writes it to
+standard output (not a terminal). FILE is written through a temporary file
+beside it and renamed at the end; an existing symbolic link or anything
+but a regular file there is refused.
+
+A file inside the snapshot whose name starts with ".wh." cannot be
+exported (an image would read it as a deletion): the export is refused,
+naming it.`,
+		Example: `  agentkernel snapshot export dev-clean
+  agentkernel run --image agentkernel-snap:dev-clean -- ls /root
+  agentkernel snapshot export dev-clean --tag team/dev:clean
+  agentkernel snapshot export dev-clean -o dev-clean.tar && docker load -i dev-clean.tar`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeSnapshotName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			snap := args[0]
+			if err := sandbox.ValidateSnapshotName(snap); err != nil {
+				return &ExitError{Code: ExitAgentkernel, Err: err}
+			}
+			ref := tag
+			if ref == "" {
+				ref = SnapshotImageRepo + ":" + snap
+			}
+			if _, err := image.NormalizeRef(ref); err != nil || image.IsHost(ref) {
+				if err == nil {
+					err = errors.New("the name is reserved for the host image")
+				}
+				return usageError("snapshot export: --tag %q: %v", ref, err)
+			}
+			if output == "-" && isTerminal(a.Stdout) {
+				return usageError("snapshot export: refusing to write an image archive to a terminal: redirect standard output, or give -o FILE")
+			}
+			if output != "" && output != "-" {
+				if err := checkOutputPath(output); err != nil {
+					return err
+				}
+			}
+			m, done, err := a.sandboxes()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, stop := imagesContext(cmd)
+			defer stop()
+			spec, err := m.SnapshotSpec(ctx, snap)
+			if err != nil {
+				return snapshotError(snap, "", err)
+			}
+			meta, err := m.GetSnapshot(ctx, snap)
+			if err != nil {
+				return snapshotError(snap, "", err)
+			}
+			src := image.ExportSource{Layers: spec.Rootfs.Layers, IDMap: spec.Rootfs.IDMap, BaseDigest: spec.Rootfs.Digest,
+				Config: spec.Rootfs.Config, CreatedBy: "agentkernel snapshot export " + snap, Created: meta.CreatedAt}
+			s, err := a.openImageStore()
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			switch output {
+			case "":
+				sum, err := s.Commit(ctx, src, ref)
+				if err != nil {
+					return exportError(snap, err)
+				}
+				fmt.Fprintf(a.Stdout, "%s@%s\n", sum.Ref, sum.Digest)
+				return nil
+			case "-":
+				return exportError(snap, s.WriteArchive(ctx, src, ref, a.Stdout))
+			}
+			return exportError(snap, writeFileAtomic(output, func(w io.Writer) error { return s.WriteArchive(ctx, src, ref, w) }))
+		},
+	}
+	cmd.Flags().StringVarP(&tag, "tag", "t", "", "the image's reference (default agentkernel-snap:SNAPSHOT)")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write a 'docker save' tarball to FILE ('-': standard output) instead of the image store")
+	return cmd
+}
+
+func exportError(snap string, err error) error {
+	if errors.Is(err, image.ErrNotExportable) {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("snapshot %q: %w", snap, err)}
+	}
+	return imageError(err)
+}
+
+// checkOutputPath refuses an output path that is a symbolic link or an
+// existing file that is not a regular one.
+func checkOutputPath(p string) error {
+	fi, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return usageError("snapshot export: -o %s: refusing to write through a symbolic link", p)
+	case !fi.Mode().IsRegular():
+		return usageError("snapshot export: -o %s: not a regular file", p)
+	}
+	return nil
+}
+
+// writeFileAtomic writes p through a temporary file in its directory,
+// synced and renamed over p at the end (a rename replaces a link put
+// there meanwhile, never follows it); on failure p is untouched.
+func writeFileAtomic(p string, write func(io.Writer) error) error {
+	if err := checkOutputPath(p); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	tmp := f.Name()
+	err = write(f)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 func newSnapshotDeleteCmd(a *App) *cobra.Command {

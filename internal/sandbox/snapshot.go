@@ -62,6 +62,13 @@ type Snapshotter interface {
 	DeleteSnapshot(ctx context.Context, name string) error
 }
 
+// SnapshotSpecer is what a Snapshotter offers for exports: the spec a
+// restore of the snapshot uses, its Rootfs.Layers the whole stack
+// (ErrSnapshotNotFound).
+type SnapshotSpecer interface {
+	SnapshotSpec(ctx context.Context, name string) (*Spec, error)
+}
+
 // Freezer is what a backend offers to hold a running sandbox still
 // while its writable layer is copied (the cgroup freezer).
 type Freezer interface {
@@ -186,6 +193,20 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*Info, 
 		m.audit(audit.Entry{Sandbox: as, Action: ActionRestore, Details: "from snapshot " + name}, start, err)
 	}
 	return info, err
+}
+
+// SnapshotSpec returns the spec a restore of the snapshot name uses:
+// what an export of it as an image reads (its Rootfs: the layers,
+// lowest first, their id map and the image's config).
+func (m *Manager) SnapshotSpec(ctx context.Context, name string) (*Spec, error) {
+	sn, ok := m.opts.Store.(SnapshotSpecer)
+	if !ok {
+		return nil, m.missing("snapshot export")
+	}
+	if err := ValidateSnapshotName(name); err != nil {
+		return nil, err
+	}
+	return sn.SnapshotSpec(ctx, name)
 }
 
 // DeleteSnapshot removes the snapshot called name.

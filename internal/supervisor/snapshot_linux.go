@@ -536,23 +536,43 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*sandbo
 	if err != nil {
 		return nil, err
 	}
-	var spec sandbox.Spec
-	if err := json.Unmarshal(sm.Spec, &spec); err != nil {
-		return nil, fmt.Errorf("the spec of snapshot %q: %w", name, err)
-	}
-	for _, l := range spec.Rootfs.Layers {
-		if _, err := os.Stat(l); err != nil {
-			return nil, fmt.Errorf("snapshot %q: layer %s: %w", name, l, err)
-		}
+	spec, err := sm.stack()
+	if err != nil {
+		return nil, err
 	}
 	spec.Name, spec.ID = as, ""
 	info := &sandbox.Info{Name: as, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, RequestedImage: spec.RequestedImage,
 		Backend: sm.Backend, Status: sandbox.StatusStopped, Profile: spec.Profile, Resources: spec.Resources,
 		Description: "restored from snapshot " + name}
-	if err := m.Create(ctx, info, &spec); err != nil {
+	if err := m.Create(ctx, info, spec); err != nil {
 		return nil, err
 	}
 	return m.Get(ctx, as)
+}
+
+// SnapshotSpec returns the spec a restore of the snapshot name uses,
+// every layer of its stack checked to be there.
+func (m *Manager) SnapshotSpec(_ context.Context, name string) (*sandbox.Spec, error) {
+	sm, err := m.readMeta(name)
+	if err != nil {
+		return nil, err
+	}
+	return sm.stack()
+}
+
+// stack decodes the snapshot's spec, every layer of its stack checked
+// to be there.
+func (sm *snapshotMeta) stack() (*sandbox.Spec, error) {
+	var spec sandbox.Spec
+	if err := json.Unmarshal(sm.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("the spec of snapshot %q: %w", sm.Name, err)
+	}
+	for _, l := range spec.Rootfs.Layers {
+		if _, err := os.Stat(l); err != nil {
+			return nil, fmt.Errorf("snapshot %q: layer %s: %w", sm.Name, l, err)
+		}
+	}
+	return &spec, nil
 }
 
 // DeleteSnapshot removes the snapshot's metadata, then the layers that
@@ -663,4 +683,7 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 	return removed, errors.Join(errs...)
 }
 
-var _ sandbox.Snapshotter = (*Manager)(nil)
+var (
+	_ sandbox.Snapshotter    = (*Manager)(nil)
+	_ sandbox.SnapshotSpecer = (*Manager)(nil)
+)
