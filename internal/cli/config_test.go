@@ -127,7 +127,8 @@ func TestProfilesCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"permissive", "moderate (default)", "restrictive", "copy-on-write", "2048 MB", "100% of one core",
-		"CHOWN SETUID SETGID DAC_OVERRIDE FOWNER KILL", "read-only, tmpfs /tmp", "ANTHROPIC_API_KEY", "169.254.169.254"} {
+		"CHOWN SETUID SETGID DAC_OVERRIDE FOWNER KILL", "read-only, tmpfs /tmp", "ANTHROPIC_API_KEY", "169.254.169.254",
+		"refused in every mode\nunless --allow-cidr names them", "an address only until --allow-cidr names it"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("profiles lacks %q", want)
 		}

@@ -140,7 +140,8 @@ func printProfiles(a *App) {
 	row("cpu", func(p policy.Profile) string { return limit(p.CPUPercent, "%d%% of one core") })
 	tw.Flush()
 	fmt.Fprintln(a.Stdout, "\nNetwork modes: none (loopback only), filtered (only allowed names), full (all but blocked")
-	fmt.Fprintln(a.Stdout, "names). Cloud metadata, link-local and the host's own addresses are refused in every mode.")
+	fmt.Fprintln(a.Stdout, "names). Cloud metadata, link-local and the host's own addresses are refused in every mode")
+	fmt.Fprintln(a.Stdout, "unless --allow-cidr names them.")
 
 	fmt.Fprintln(a.Stdout)
 	tw = tabwriter.NewWriter(a.Stdout, 0, 4, 3, ' ', 0)
@@ -159,7 +160,7 @@ func printProfiles(a *App) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, m.BaseProfile, project, network, key, domains)
 	}
 	tw.Flush()
-	fmt.Fprintf(a.Stdout, "\nEvery mode blocks the cloud metadata endpoints (%s)", strings.Join(policy.MetadataHosts(), ", "))
+	fmt.Fprintf(a.Stdout, "\nEvery mode blocks the cloud metadata endpoints (%s; an address only until --allow-cidr names it)", strings.Join(policy.MetadataHosts(), ", "))
 	for _, m := range policy.Modes() {
 		if len(m.BlockDomains) > 0 {
 			fmt.Fprintf(a.Stdout, "; %s also blocks %s", m.Name, strings.Join(m.BlockDomains, " "))

@@ -333,7 +333,7 @@ func ParseNetworkSetting(s string) (NetworkSetting, error) {
 	case "full":
 		return NetworkAll, nil
 	}
-	return NetworkUnset, fmt.Errorf("unknown network mode %q: use none, filtered or full", s)
+	return NetworkUnset, fmt.Errorf("unknown network mode %q: use none, filtered, full or on", s)
 }
 
 // UnmarshalTOML implements toml.Unmarshaler.

@@ -125,7 +125,7 @@ func newTools(opts Options) *tools {
 	return t
 }
 
-const instructions = `agentkernel runs commands in isolated sandboxes (own namespaces, overlay root, seccomp, no network egress).
+const instructions = `agentkernel runs commands in isolated sandboxes (own namespaces, overlay root, seccomp, a network that reaches only what the policy allows).
 Use sandbox_run for one-off commands (tests, builds, untrusted scripts): the project directory (cwd) is visible at /workspace copy-on-write under the default moderate profile, so the host is never changed.
 Use sandbox_create/sandbox_exec/sandbox_file_* for a long-lived environment that keeps its files between calls.`
 

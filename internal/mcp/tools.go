@@ -43,7 +43,7 @@ type runInput struct {
 	Env               map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command, as an object of strings"`
 	TimeoutMS         int64             `json:"timeout_ms,omitempty" jsonschema:"stop the command after this many milliseconds (default 30000, or resources.timeout of agentkernel.toml)"`
 	Profile           string            `json:"profile,omitempty" jsonschema:"security profile (default moderate)"`
-	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true turns egress on as the profile and compatibility mode give it (filtered by the mode's allow list; cloud metadata and host addresses always refused)"`
+	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true turns egress on as the profile and compatibility mode give it (filtered by the mode's allow list; cloud metadata and host addresses refused unless [network] allow_cidrs of the configuration names them)"`
 	CompatibilityMode string            `json:"compatibility_mode,omitempty" jsonschema:"agent compatibility mode (default native)"`
 }
 
@@ -82,7 +82,7 @@ func (t *tools) register(s *sdk.Server) map[string]bool {
 
 	sdk.AddTool(s, &sdk.Tool{Name: "sandbox_run", Title: "Run a command in a fresh sandbox",
 		Description: "Run a command in a fresh, isolated sandbox that is removed afterwards, and return its combined stdout and stderr. " +
-			"SAFE: executes in isolation (own namespaces, overlay root, seccomp, no network egress); under the default moderate profile the project directory is visible at /workspace copy-on-write, so the host is never changed. " +
+			"SAFE: executes in isolation (own namespaces, overlay root, seccomp, a network that reaches only what the policy allows); under the default moderate profile the project directory is visible at /workspace copy-on-write, so the host is never changed. " +
 			"A non-zero exit status is an error result that still carries the output.",
 		InputSchema: schemaFor[runInput](map[string][]any{
 			"profile":            {"permissive", "moderate", "restrictive"},

@@ -11,9 +11,9 @@ description: Run commands in isolated agentkernel sandboxes instead of on the ho
 
 agentkernel runs a command in a throwaway sandbox: its own namespaces, a
 copy-on-write view of the project, seccomp, dropped capabilities and a
-network that reaches only what its policy allows (never cloud metadata or
-the host's own services). Nothing the command does reaches the host unless
-you copy it out.
+network that reaches only what its policy allows (cloud metadata and the
+host's own services only where the user's configuration names their
+addresses). Nothing the command does reaches the host unless you copy it out.
 
 ## When to use the sandbox
 
@@ -44,9 +44,11 @@ nothing.
   ` + "`sandbox_file_write`" + ` / ` + "`sandbox_file_read`" + `, and ` + "`sandbox_remove`" + ` when done.
 - A non-zero exit comes back as an error result with the output: read it,
   fix, run again.
-- The network is on (` + "`moderate`" + ` and ` + "`permissive`" + `) or off (` + "`restrictive`" + `,
-  or ` + "`network: false`" + `): package installs (` + "`npm ci`, `pip install`, `go mod download`" + `)
-  work. A refused name fails at once (NXDOMAIN or connection refused): the
+- The network is on (` + "`moderate`" + ` and ` + "`permissive`" + `), off (` + "`restrictive`" + `,
+  or ` + "`network: false`" + `), or filtered to the agent's own list of hosts with
+  ` + "`compatibility_mode`" + ` ` + "`claude`" + `, ` + "`codex`" + ` or ` + "`gemini`" + `: package installs
+  (` + "`npm ci`, `pip install`, `go mod download`" + `) work unless it is off (in an
+  agent mode, from the registries its list names). A refused name fails at once (NXDOMAIN or connection refused): the
   output's last line names it; ask the user before widening the policy.
 
 ## Suggested permissions (.claude/settings.json)

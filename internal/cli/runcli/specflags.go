@@ -31,7 +31,7 @@ func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.Int64Var(&o.PIDs, "pids", 0, "limit on processes (default: the profile's)")
 	fs.Var(&durationValue{&o.Timeout}, "timeout", "stop the command after this long: 30s, 5m, or a number of seconds")
 	fs.BoolVar(&o.NoNetwork, "no-network", false, "no network access (loopback only); beats everything else")
-	fs.Var(&networkValue{&o.Network}, "network", "network mode: none, filtered (only --allow-domain names) or full (all but --block-domain names); default: the profile's and mode's")
+	fs.Var(&networkValue{&o.Network}, "network", "network mode: none, filtered (only --allow-domain names) or full (all but --block-domain names), or on (egress as the profile and mode give it); default: the profile's and mode's")
 	fs.StringArrayVar(&o.AllowDomains, "allow-domain", nil, "let the sandbox reach this host name, or *.example.com for a domain and its subdomains (repeatable)")
 	fs.StringArrayVar(&o.BlockDomains, "block-domain", nil, "refuse this host name or *.example.com (repeatable; block wins over allow)")
 	fs.StringArrayVar(&o.AllowCIDRs, "allow-cidr", nil, "let the sandbox reach this address or range by address, such as 10.0.0.0/8 (repeatable; needed for private, host and metadata addresses)")
