@@ -138,18 +138,25 @@ func (e *RequestError) Refused() bool { return e.Resp.Kind == KindRefused }
 // (ResponseError), wrapped with sandbox.ErrNotFound or
 // sandbox.ErrCannotInvoke where the command could not be executed.
 func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (syscall.WaitStatus, error) {
+	resp, err := c.ExecEnd(ctx, req, stdin, stdout, stderr, sigs)
+	return syscall.WaitStatus(resp.Status), err
+}
+
+// ExecEnd is Exec, answering with the server's Exited response: the wait
+// status and what the memory limit killed meanwhile (OOMKills).
+func (c *Client) ExecEnd(ctx context.Context, req ExecRequest, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (Response, error) {
 	id, ch, err := c.send(Request{Op: OpExec, Exec: &req}, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
 	if err != nil {
-		return 0, err
+		return Response{}, err
 	}
 	for {
 		select {
 		case resp := <-ch:
 			switch {
 			case resp.Error != "":
-				return 0, ResponseError(&resp)
+				return Response{}, ResponseError(&resp)
 			case resp.Exited:
-				return syscall.WaitStatus(resp.Status), nil
+				return resp, nil
 			}
 		case sig := <-sigs:
 			if s, ok := sig.(syscall.Signal); ok {
@@ -165,10 +172,10 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest, stdin, stdout, stder
 				select {
 				case resp := <-ch:
 					if resp.Exited || resp.Error != "" {
-						return syscall.WaitStatus(resp.Status), ctx.Err()
+						return resp, ctx.Err()
 					}
 				case <-t.C:
-					return 0, ctx.Err()
+					return Response{}, ctx.Err()
 				}
 			}
 		}

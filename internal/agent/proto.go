@@ -102,6 +102,11 @@ type Response struct {
 	// Exited: Status is the command's wait status.
 	Exited bool `json:"exited,omitempty"`
 	Status int  `json:"status,omitempty"`
+	// OOMKills (with Exited) is how many of the sandbox's processes the
+	// memory limit's OOM killer ended while the command ran, MemoryMB
+	// that limit in MiB.
+	OOMKills int   `json:"oom_kills,omitempty"`
+	MemoryMB int64 `json:"memory_mb,omitempty"`
 	// Error says why the request failed, Kind what failed (KindExec,
 	// KindSetup, KindPath, KindRefused) and Errno, when not 0, the error
 	// number behind it. Clients judge a failure by Kind and Errno

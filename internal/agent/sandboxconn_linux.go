@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -100,7 +101,7 @@ func (c SandboxConn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sa
 			return sandbox.Result{}, err
 		}
 	}
-	ws, err := c.C.Exec(ctx, ExecRequest{Args: req.Args, Env: req.Env, Workdir: req.Workdir, User: req.User, TTY: req.TTY}, stdin, stdout, stderr, sigs)
+	end, err := c.C.ExecEnd(ctx, ExecRequest{Args: req.Args, Env: req.Env, Workdir: req.Workdir, User: req.User, TTY: req.TTY}, stdin, stdout, stderr, sigs)
 	for _, w := range waits {
 		w()
 	}
@@ -111,7 +112,8 @@ func (c SandboxConn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sa
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	res := sandbox.Result{ExitCode: ws.ExitStatus()}
+	ws := syscall.WaitStatus(end.Status)
+	res := sandbox.Result{ExitCode: ws.ExitStatus(), OOMKills: end.OOMKills, MemoryMB: end.MemoryMB}
 	if ws.Signaled() {
 		res.Signal = int(ws.Signal())
 		res.ExitCode = 128 + res.Signal

@@ -30,6 +30,15 @@ type Sandbox interface {
 	Stop()
 }
 
+// OOMCounter is a Sandbox that can tell when its memory limit killed
+// processes; the server then says so in a command's Exited answer.
+type OOMCounter interface {
+	// OOMKills is how many of the sandbox's processes the memory
+	// limit's OOM killer has ended since the sandbox started, and the
+	// limit in MiB; 0, 0 without a memory limit.
+	OOMKills() (kills int, memoryMB int64)
+}
+
 // Process is a command started by Sandbox.Exec.
 type Process interface {
 	// Pid is the command's pid in the sandbox's PID namespace.
@@ -331,6 +340,7 @@ func (c *serverConn) exec(req Request, fds []int) {
 		_ = c.conn.Send(Response{ID: req.ID, Error: "exec needs a command and three descriptors", Kind: KindSetup})
 		return
 	}
+	oomsBefore := c.s.oomKills()
 	p, err := c.s.sb.Exec(req.Exec, [3]int{fds[0], fds[1], fds[2]})
 	CloseFds(fds) // the command has its own copies
 	if err != nil {
@@ -363,6 +373,44 @@ func (c *serverConn) exec(req Request, fds []int) {
 			c.s.audit(ExecEnd{Args: f.args, ExitCode: exitCode(ws), Duration: time.Since(f.start), Reason: "client gone"})
 			return
 		}
-		_ = c.conn.Send(Response{ID: req.ID, Exited: true, Status: int(ws)})
+		resp := Response{ID: req.ID, Exited: true, Status: int(ws)}
+		resp.OOMKills, resp.MemoryMB = c.s.oomKillsSince(oomsBefore, ws)
+		_ = c.conn.Send(resp)
 	}()
 }
+
+// oomKills is the sandbox's OOM kill count so far (0 when it cannot
+// tell).
+func (s *Server) oomKills() int {
+	oc, ok := s.sb.(OOMCounter)
+	if !ok {
+		return 0
+	}
+	n, _ := oc.OOMKills()
+	return n
+}
+
+// oomKillsSince is how many processes the memory limit killed since the
+// count was before, and the limit, for a command that ended with ws. The
+// kernel counts a kill just after it sends the SIGKILL: for a command
+// that died of SIGKILL with no kill counted yet, the count is read once
+// more a moment later.
+func (s *Server) oomKillsSince(before int, ws syscall.WaitStatus) (int, int64) {
+	oc, ok := s.sb.(OOMCounter)
+	if !ok {
+		return 0, 0
+	}
+	n, limit := oc.OOMKills()
+	if n <= before && ws.Signaled() && ws.Signal() == syscall.SIGKILL && limit > 0 {
+		time.Sleep(oomRecheck)
+		n, limit = oc.OOMKills()
+	}
+	if n <= before {
+		return 0, 0
+	}
+	return n - before, limit
+}
+
+// oomRecheck is how long oomKillsSince waits before it reads the count
+// again.
+const oomRecheck = 20 * time.Millisecond

@@ -24,22 +24,26 @@ import (
 
 // SandboxInfo is a sandbox on the wire.
 type SandboxInfo struct {
-	Name        string            `json:"name"`
-	Status      string            `json:"status"`
-	Backend     string            `json:"backend"`
-	UUID        string            `json:"uuid,omitempty"`
-	Image       string            `json:"image,omitempty"`
-	VCPUs       int64             `json:"vcpus,omitempty"`
-	MemoryMB    int64             `json:"memory_mb,omitempty"`
-	CreatedAt   string            `json:"created_at,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Description string            `json:"description,omitempty"`
-	IP          string            `json:"ip,omitempty"`
-	ExpiresAt   string            `json:"expires_at,omitempty"`
+	Name    string `json:"name"`
+	Status  string `json:"status"`
+	Backend string `json:"backend"`
+	UUID    string `json:"uuid,omitempty"`
+	Image   string `json:"image,omitempty"`
+	// RequestedImage is the image asked for when Image is "host"
+	// instead: it could not be had, and the sandbox runs the host's
+	// tools.
+	RequestedImage string            `json:"requested_image,omitempty"`
+	VCPUs          int64             `json:"vcpus,omitempty"`
+	MemoryMB       int64             `json:"memory_mb,omitempty"`
+	CreatedAt      string            `json:"created_at,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Description    string            `json:"description,omitempty"`
+	IP             string            `json:"ip,omitempty"`
+	ExpiresAt      string            `json:"expires_at,omitempty"`
 }
 
 func (s *Server) info(i *sandbox.Info) SandboxInfo {
-	out := SandboxInfo{Name: i.Name, Status: i.Status, Backend: i.Backend, UUID: i.UUID, Image: i.Image,
+	out := SandboxInfo{Name: i.Name, Status: i.Status, Backend: i.Backend, UUID: i.UUID, Image: i.Image, RequestedImage: i.RequestedImage,
 		MemoryMB: i.Resources.MemoryMB, Labels: i.Labels, Description: i.Description, IP: i.IP}
 	if out.Status != sandbox.StatusRunning {
 		out.Status = sandbox.StatusStopped // the SDKs know these two only
@@ -310,13 +314,14 @@ func (s *Server) runOnce(r *http.Request, spec *sandbox.Spec, fast bool) (string
 	if err != nil {
 		return "", err
 	}
+	text := sandbox.AppendNote(out.String(), res.OOMText())
 	if res.TimedOut {
-		return "", timeoutError(spec.Resources.Timeout, out.String())
+		return "", timeoutError(spec.Resources.Timeout, text)
 	}
 	if res.ExitCode != 0 {
-		return "", exitError(res.ExitCode, out.String())
+		return "", exitError(res.ExitCode, text)
 	}
-	return out.String(), nil
+	return text, nil
 }
 
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
@@ -551,15 +556,16 @@ func (s *Server) execSandbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, n, err)
 		return
 	}
+	text := sandbox.AppendNote(out.String(), res.OOMText())
 	if res.TimedOut {
-		s.fail(w, n, timeoutError(req.Timeout, out.String()))
+		s.fail(w, n, timeoutError(req.Timeout, text))
 		return
 	}
 	if res.ExitCode != 0 {
-		s.fail(w, n, exitError(res.ExitCode, out.String()))
+		s.fail(w, n, exitError(res.ExitCode, text))
 		return
 	}
-	writeData(w, http.StatusOK, map[string]string{"output": out.String()})
+	writeData(w, http.StatusOK, map[string]string{"output": text})
 }
 
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {

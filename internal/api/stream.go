@@ -127,5 +127,9 @@ func (s *Server) runStream(w http.ResponseWriter, r *http.Request) {
 		ev.event("error", map[string]string{"message": ae.msg})
 		return
 	}
+	if note := res.OOMText(); note != "" {
+		// After the command's own output, where every SDK shows it.
+		ev.event("output", map[string]string{"data": sandbox.AppendNote("", note), "stream": "stderr"})
+	}
 	ev.event("done", map[string]any{"exit_code": res.ExitCode, "success": res.ExitCode == 0})
 }

@@ -260,14 +260,9 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	}
 	res, err := t.opts.Manager.Run(ctx, "", spec, sandbox.Stdio{Stdout: w, Stderr: w})
 	finish()
-	text := out.text()
-	if res.NetworkSummary != "" {
-		// What the network policy refused, where the agent reads it.
-		if text != "" && !strings.HasSuffix(text, "\n") {
-			text += "\n"
-		}
-		text += "agentkernel: " + res.NetworkSummary + "\n"
-	}
+	// What the network policy refused and what the memory limit
+	// killed, where the agent reads it.
+	text := sandbox.AppendNote(sandbox.AppendNote(out.text(), res.NetworkSummary), res.OOMText())
 	switch {
 	case err != nil:
 		code := 125
@@ -388,7 +383,7 @@ func (t *tools) exec(ctx context.Context, req *sdk.CallToolRequest, in execInput
 	}
 	res, err := t.opts.Manager.Exec(ctx, in.Name, sandbox.ExecRequest{Args: in.Command, Timeout: timeout}, sandbox.Stdio{Stdout: w, Stderr: w}, nil)
 	finish()
-	text := out.text()
+	text := sandbox.AppendNote(out.text(), res.OOMText())
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return errorResult(fmt.Sprintf("command exited with code 127: %v%s", err, prefixNL(text))), nil, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 )
 
 // Stdio are the streams of the sandboxed process. When a field is an
@@ -27,6 +29,9 @@ type Result struct {
 	// killer ended because the sandbox reached Resources.MemoryMB (0
 	// without a memory limit, or where the backend cannot tell).
 	OOMKills int
+	// MemoryMB is the memory limit OOMKills happened under, in MiB (set
+	// with OOMKills).
+	MemoryMB int64
 	// KeptAt is the path of the kept writable layer when Spec.Keep is set.
 	KeptAt string
 	// NetworkDenials are the connections and names the network policy
@@ -38,6 +43,62 @@ type Result struct {
 	// SecretInjections are the secrets the egress stack added to the
 	// sandbox's requests, by secret and host (names, never values).
 	SecretInjections []SecretInjection
+}
+
+// CommandOOMKilled is true when the memory limit's OOM killer ended the
+// command itself: it died of SIGKILL while processes of the sandbox were
+// killed for memory.
+func (r Result) CommandOOMKilled() bool {
+	return r.OOMKills > 0 && r.Signal == sigKill
+}
+
+// sigKill is SIGKILL's number, the same on every system agentkernel
+// builds for.
+const sigKill = 9
+
+// OOMText says what the memory limit's OOM killer ended, in one line
+// without a trailing newline: "the command was killed: out of memory
+// (limit 64 MiB)" when it ended the command, "a process in the sandbox
+// was killed: …" (or "N processes …") when it ended others; "" when it
+// ended none.
+func (r Result) OOMText() string {
+	if r.OOMKills <= 0 {
+		return ""
+	}
+	what := "the command was killed"
+	switch {
+	case r.CommandOOMKilled():
+	case r.OOMKills == 1:
+		what = "a process in the sandbox was killed"
+	default:
+		what = strconv.Itoa(r.OOMKills) + " processes in the sandbox were killed"
+	}
+	return what + ": out of memory (limit " + memoryText(r.MemoryMB) + ")"
+}
+
+// AppendNote appends agentkernel's note (such as OOMText or
+// NetworkSummary) to a command's output as a line of its own:
+// "agentkernel: NOTE\n"; output as it is when note is "".
+func AppendNote(output, note string) string {
+	if note == "" {
+		return output
+	}
+	if output != "" && !strings.HasSuffix(output, "\n") {
+		output += "\n"
+	}
+	return output + "agentkernel: " + note + "\n"
+}
+
+// memoryText writes a memory limit in MiB for people: "512 MiB", "2 GiB";
+// "unknown" for 0.
+func memoryText(mb int64) string {
+	switch {
+	case mb <= 0:
+		return "unknown"
+	case mb >= 1024 && mb%1024 == 0:
+		return strconv.FormatInt(mb/1024, 10) + " GiB"
+	}
+	return strconv.FormatInt(mb, 10) + " MiB"
 }
 
 // NetworkDenial is a connection or name a sandbox's network policy

@@ -36,18 +36,22 @@ type Stats struct {
 
 // SandboxInfo is a persistent sandbox.
 type SandboxInfo struct {
-	Name        string            `json:"name"`
-	Status      string            `json:"status"` // "running" or "stopped"
-	Backend     string            `json:"backend"`
-	UUID        string            `json:"uuid,omitempty"`
-	Image       string            `json:"image,omitempty"`
-	VCPUs       int               `json:"vcpus,omitempty"`
-	MemoryMB    int               `json:"memory_mb,omitempty"`
-	CreatedAt   string            `json:"created_at,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Description string            `json:"description,omitempty"`
-	IP          string            `json:"ip,omitempty"`
-	ExpiresAt   string            `json:"expires_at,omitempty"`
+	Name    string `json:"name"`
+	Status  string `json:"status"` // "running" or "stopped"
+	Backend string `json:"backend"`
+	UUID    string `json:"uuid,omitempty"`
+	Image   string `json:"image,omitempty"`
+	// RequestedImage is the image that was asked for when Image is
+	// "host" instead (it could not be had: the sandbox runs the host's
+	// tools); empty otherwise.
+	RequestedImage string            `json:"requested_image,omitempty"`
+	VCPUs          int               `json:"vcpus,omitempty"`
+	MemoryMB       int               `json:"memory_mb,omitempty"`
+	CreatedAt      string            `json:"created_at,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Description    string            `json:"description,omitempty"`
+	IP             string            `json:"ip,omitempty"`
+	ExpiresAt      string            `json:"expires_at,omitempty"`
 }
 
 // RunOptions are the optional fields of /run and /run/stream.

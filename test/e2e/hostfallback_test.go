@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/agentkernel/agentkernel/pkg/client"
 )
 
 // TestHostImageToolchain runs the host's Go through the host image: its
@@ -121,6 +123,42 @@ func TestMCPHostFallbackRecorded(t *testing.T) {
 	}
 	if out := mustCall(t, s, "sandbox_list", nil); !strings.Contains(out, "host (fallback for alpine:3.20)") {
 		t.Errorf("sandbox_list after a host fallback: %q", out)
+	}
+}
+
+// TestAPIHostFallbackRecorded: the HTTP API's sandbox objects say what
+// runs (image "host") and what was asked for (requested_image), in the
+// answers of create, get and list, on the wire and through the Go
+// client; a sandbox that got its image has no requested_image.
+func TestAPIHostFallbackRecorded(t *testing.T) {
+	s := startAPI(t, "--api-key", apiKey)
+	t.Cleanup(func() {
+		s.a.run("sandbox", "rm", "--force", "apifallback")
+		s.a.run("sandbox", "rm", "--force", "apihost")
+	})
+	r := s.raw("POST", "/sandboxes", `{"name":"apifallback"}`)
+	if r.status != 201 || !strings.Contains(string(r.env["data"]), `"image":"host","requested_image":"alpine:3.20"`) {
+		t.Fatalf("create after a host fallback: %d %s", r.status, r.body)
+	}
+	c := s.client(apiKey)
+	ctx := t.Context()
+	if sb, err := c.GetSandbox(ctx, "apifallback"); err != nil || sb.Image != "host" || sb.RequestedImage != "alpine:3.20" {
+		t.Errorf("get: %+v %v", sb, err)
+	}
+	hostSB, err := c.CreateSandbox(ctx, client.CreateOptions{Name: "apihost", Image: "host"})
+	if err != nil || hostSB.Image != "host" || hostSB.RequestedImage != "" {
+		t.Fatalf("create with image host: %+v %v", hostSB, err)
+	}
+	list, err := c.ListSandboxes(ctx, nil)
+	got := map[string]string{}
+	for _, sb := range list {
+		got[sb.Name] = sb.Image + "/" + sb.RequestedImage
+	}
+	if err != nil || got["apifallback"] != "host/alpine:3.20" || got["apihost"] != "host/" {
+		t.Errorf("list: %v %v", got, err)
+	}
+	if r := s.raw("GET", "/sandboxes/apihost", ""); strings.Contains(string(r.body), "requested_image") {
+		t.Errorf("a sandbox that got its image: %s", r.body)
 	}
 }
 

@@ -63,3 +63,19 @@ echo ATTEMPTS-DONE`
 		t.Errorf("exec -t exit: %d", code)
 	}
 }
+
+// TestRootlessRunTTY: run -t as an unprivileged user (the re-executed
+// init builds the sandbox) gives the command a terminal from the
+// sandbox's own devpts too: tty names a /dev/pts/N that exists inside
+// (a pty of the host's devpts made that test fail), sized like the
+// caller's, and the command's exit code comes back.
+func TestRootlessRunTTY(t *testing.T) {
+	a, _ := rootlessAK(t)
+	const check = `t=$(tty) && test -c "$t" && echo "TTY-$((1+1))-OK:$t"`
+	c, _, r := ptyRun(t, a, 29, 83, "run", "-t", "--image", "host", "--", "sh", "-c", check+`; stty size; exit 3`)
+	expect(t, r, "TTY-2-OK:/dev/pts/")
+	expect(t, r, "29 83")
+	if code := exitCode(t, c); code != 3 {
+		t.Errorf("run -t exit: %d", code)
+	}
+}

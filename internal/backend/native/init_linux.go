@@ -448,6 +448,10 @@ func (s *initState) releaseExecStage() error {
 	if s.stub {
 		return s.releaseStub()
 	}
+	if s.cfg.Exec.SandboxPTY {
+		// Only the stub takes a terminal after its start (stubRecvStdio).
+		return errors.New("the exec stub did not start, and the command's terminal needs it")
+	}
 	b, err := json.Marshal(&s.cfg.Exec)
 	if err != nil {
 		return err
@@ -553,7 +557,7 @@ func (s *initState) releaseStub() error {
 	if s.cfg.Trace {
 		fmt.Fprintf(os.Stderr, "%s init: path found\n", monotonic())
 	}
-	if c.SandboxPTY && s.cmdStdio == nil && s.thread != nil {
+	if c.SandboxPTY && s.cmdStdio == nil {
 		if err := s.openCommandPTY(); err != nil {
 			return err
 		}

@@ -397,7 +397,22 @@ func TestKillParent(t *testing.T) {
 	}
 }
 
+// TestTTY: a run's terminal comes from the sandbox's own devpts (tty
+// names a /dev/pts/N that exists inside), sized like the caller's, with
+// input going through, whether a thread or the re-executed init (the
+// rootless way) builds the sandbox.
 func TestTTY(t *testing.T) {
+	for _, reexec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reexec=%v", reexec), func(t *testing.T) {
+			if reexec {
+				t.Setenv("AGENTKERNEL_REEXEC_INIT", "1")
+			}
+			testTTY(t)
+		})
+	}
+}
+
+func testTTY(t *testing.T) {
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		testenv.Missing(t, "no pty: %v", err)

@@ -397,6 +397,16 @@ func (i *Instance) closeFds() {
 	}
 }
 
+// OOMKills is how many of the sandbox's processes the memory limit's OOM
+// killer has ended since it started (its cgroup's counter), and that
+// limit in MiB; 0, 0 without a memory limit or a cgroup.
+func (i *Instance) OOMKills() (int, int64) {
+	if i.r.cg == nil || i.r.spec.Resources.MemoryMB <= 0 {
+		return 0, 0
+	}
+	return i.r.cg.oomKills(), i.r.spec.Resources.MemoryMB
+}
+
 // Exec starts a command in the sandbox (see the top of this file) with
 // stdio as its descriptors 0-2.
 func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {

@@ -80,16 +80,8 @@ func openSandboxPTY(rootFd, in, out, uid, gid int) (*sandboxPTY, error) {
 // devpts instance, not a file, FIFO or other device put in its place),
 // unlocks its pty and opens the slave without a path look-up.
 func devptsPeer(fd int) (int, error) {
-	var fs unix.Statfs_t
-	var st unix.Stat_t
-	if err := unix.Fstatfs(fd, &fs); err != nil {
+	if err := devptsMux(fd); err != nil {
 		return -1, err
-	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		return -1, err
-	}
-	if fs.Type != unix.DEVPTS_SUPER_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
-		return -1, errors.New("the sandbox's /dev/pts/ptmx is not its devpts multiplexer")
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
 		return -1, fmt.Errorf("unlocking the pty: %w", err)
@@ -101,6 +93,24 @@ func devptsPeer(fd int) (int, error) {
 		return -1, fmt.Errorf("opening the pty's slave: %w", e)
 	}
 	return int(r), nil
+}
+
+// devptsMux checks that fd is a devpts multiplexer: an open /dev/pts/ptmx
+// of a devpts instance (which is also what its pty's master is), not a
+// file, FIFO or other device put in its place.
+func devptsMux(fd int) error {
+	var fs unix.Statfs_t
+	var st unix.Stat_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if fs.Type != unix.DEVPTS_SUPER_MAGIC || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 5 || unix.Minor(st.Rdev) != 2 {
+		return errors.New("the sandbox's /dev/pts/ptmx is not its devpts multiplexer")
+	}
+	return nil
 }
 
 // bridge copies between the caller's terminal and the pty until the

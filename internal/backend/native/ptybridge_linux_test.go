@@ -45,3 +45,51 @@ func TestDevptsPeerRefuses(t *testing.T) {
 	}
 	unix.Close(slave)
 }
+
+// TestRecvCommandPTYRefuses: the parent of a re-executed init takes the
+// command's terminal from the config socket only as message 'T' with one
+// devpts multiplexer; a file or another device in its place, a wrong
+// message or a closed socket give no terminal (and the descriptor sent
+// is closed).
+func TestRecvCommandPTYRefuses(t *testing.T) {
+	send := func(msg string, path string) *os.File {
+		t.Helper()
+		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent := os.NewFile(uintptr(sp[0]), "parent")
+		defer parent.Close()
+		var rights []byte
+		if path != "" {
+			fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+			if err != nil {
+				testenv.Missing(t, "%s: %v", path, err)
+			}
+			defer unix.Close(fd)
+			rights = unix.UnixRights(fd)
+		}
+		if msg != "" || rights != nil {
+			if err := unix.Sendmsg(sp[1], []byte(msg), rights, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		unix.Close(sp[1])
+		return recvCommandPTY(parent)
+	}
+	file := filepath.Join(t.TempDir(), "ptmx")
+	if err := os.WriteFile(file, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ msg, path string }{{"T", file}, {"T", "/dev/null"}, {"T", "/dev/zero"}, {"N", "/dev/pts/ptmx"}, {"T", ""}, {"", ""}} {
+		if f := send(c.msg, c.path); f != nil {
+			f.Close()
+			t.Errorf("message %q with %q: taken as the command's terminal", c.msg, c.path)
+		}
+	}
+	f := send("T", "/dev/pts/ptmx")
+	if f == nil {
+		t.Fatal("a devpts multiplexer: refused")
+	}
+	f.Close()
+}

@@ -437,10 +437,11 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	var io3 *stdioFiles
 	var err error
 	switch {
-	case cfg.Exec.TTY && r.threadable(cfg):
+	case cfg.Exec.TTY && r.sandboxPTY(cfg):
 		// The terminal comes from the sandbox's own devpts once its root
-		// is built (openCommandPTY), so that its /dev/pts/N exists
-		// inside; until then the exec stage holds /dev/null.
+		// is built (openCommandPTY: the thread's, or the re-executed
+		// init's), so that its /dev/pts/N exists inside; until then the
+		// exec stage holds /dev/null.
 		cfg.Exec.SandboxPTY = true
 		tty = userTerminal(stdio)
 		defer tty.restore()
@@ -491,10 +492,20 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 	}
 	defer l.sock.Close()
 	io3.start()
-	if tty != nil && tl != nil && tl.pty != nil {
+	switch {
+	case tty == nil || !cfg.Exec.SandboxPTY:
+	case tl != nil:
 		// Sent before the command may start, or nil when the build failed
 		// (wait reports why).
 		tty.master = <-tl.pty
+		tty.inheritSize()
+	default:
+		// The re-executed init sends it on the config socket, before
+		// the command may start; nil when the build failed.
+		if l.netDone != nil {
+			<-l.netDone // the network stage's message comes first
+		}
+		tty.master = recvCommandPTY(l.sock)
 		tty.inheritSize()
 	}
 	if tty != nil && tty.master != nil {
@@ -834,7 +845,7 @@ wait:
 		res.ExitCode = st.ExitStatus()
 	}
 	if r.cg != nil && r.spec.Resources.MemoryMB > 0 {
-		res.OOMKills = r.cg.oomKills()
+		res.OOMKills, res.MemoryMB = r.cg.oomKills(), r.spec.Resources.MemoryMB
 	}
 	if killed && termSig != 0 && !res.TimedOut {
 		// The command outlived the grace period after our SIGTERM/SIGINT.

@@ -538,11 +538,13 @@ func (s *initState) closeThreadFiles() {
 }
 
 // openCommandPTY makes the command's terminal in the sandbox's own devpts
-// (Exec.SandboxPTY): the thread has pivoted into the sandbox's root, and
-// the command has not started, so /dev/pts/ptmx is the one the stages
-// mounted; devptsPeer checks it all the same. The slave, owned by the
-// command's user and the tty group as the host sees them, becomes the
-// stub's stdio (stubRecvStdio); the master goes to the parent.
+// (Exec.SandboxPTY), in stage 19 of the thread or of the re-executed
+// init: the root is pivoted and the command has not started, so
+// /dev/pts/ptmx is the one the stages mounted; devptsPeer checks it all
+// the same. The slave, owned by the command's user and the tty group as
+// the host sees them, becomes the stub's stdio (stubRecvStdio); the
+// master goes to the parent: on the thread's channel, or as message 'T'
+// on the init's config socket (recvCommandPTY).
 func (s *initState) openCommandPTY() error {
 	fd, err := unix.Open("/dev/pts/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -561,19 +563,64 @@ func (s *initState) openCommandPTY() error {
 	}
 	_ = unix.Fchown(slave, uid, gid)
 	fds := []int{slave}
+	closeAll := func() {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		master.Close()
+	}
 	for len(fds) < 3 {
 		d, err := unix.FcntlInt(uintptr(slave), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			for _, f := range fds {
-				unix.Close(f)
-			}
-			master.Close()
+			closeAll()
 			return err
 		}
 		fds = append(fds, d)
 	}
+	if s.thread != nil {
+		s.thread.launch.pty <- master
+	} else {
+		err := unix.Sendmsg(int(s.sock.Fd()), []byte{'T'}, unix.UnixRights(fd), nil, 0)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("sending the terminal: %w", err)
+		}
+		master.Close() // the parent has it
+	}
 	s.cmdStdio = fds
 	c.RecvStdio = true
-	s.thread.launch.pty <- master
 	return nil
+}
+
+// sandboxPTY reports whether a run's terminal (Exec.TTY) comes from the
+// sandbox's own devpts (openCommandPTY): the exec stub runs the command,
+// once, in a sandbox built for it (on a thread, or by the re-executed
+// init: rootless runs).
+func (r *runState) sandboxPTY(cfg *initConfig) bool {
+	return execStub != "" && !cfg.GoExecStage && !cfg.Persistent && !r.persistent && !cfg.Deferred
+}
+
+// recvCommandPTY receives the re-executed init's message 'T' with the
+// master of the command's terminal (openCommandPTY) on the config socket.
+// What the sandbox's side sends is checked as exec -t's is (devptsMux): a
+// descriptor that is not a devpts multiplexer is refused. nil when the
+// init ended or failed first, or sent anything else.
+func recvCommandPTY(sock *os.File) *os.File {
+	var b [8]byte
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(sock.Fd()), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil || n == 0 {
+		return nil
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+		fds, _ = unix.ParseUnixRights(&msgs[0])
+	}
+	if n != 1 || b[0] != 'T' || len(fds) != 1 || devptsMux(fds[0]) != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil
+	}
+	return os.NewFile(uintptr(fds[0]), "ptmx")
 }

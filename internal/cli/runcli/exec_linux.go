@@ -342,6 +342,9 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 	if res.TimedOut {
 		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was killed", o.Timeout)}
 	}
+	if err := a.reportOOM(res, "the sandbox's limit is set when it is created (sandbox create --memory)"); err != nil {
+		return err
+	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -249,14 +248,12 @@ func (a *App) finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error
 		return &ExitError{Code: 124, Err: fmt.Errorf("the command ran past --timeout %s and was stopped", spec.Resources.Timeout.Round(time.Millisecond))}
 	}
 	if res.OOMKills > 0 {
-		if res.Signal == int(syscall.SIGKILL) {
-			return &ExitError{Code: res.ExitCode, Err: errors.New("the command was killed: " + oomText(spec.Resources.MemoryMB))}
+		if res.MemoryMB == 0 {
+			res.MemoryMB = spec.Resources.MemoryMB
 		}
-		n := "a process in the sandbox was"
-		if res.OOMKills > 1 {
-			n = strconv.Itoa(res.OOMKills) + " processes in the sandbox were"
+		if err := a.reportOOM(res, "raise it with --memory, such as --memory "+suggestMemory(res.MemoryMB)); err != nil {
+			return err
 		}
-		a.Warnf("%s killed: %s", n, oomText(spec.Resources.MemoryMB))
 	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}
@@ -264,14 +261,21 @@ func (a *App) finishRun(res sandbox.Result, err error, spec *sandbox.Spec) error
 	return nil
 }
 
-// oomText says that the memory limit of memoryMB ran out and how to raise
-// it.
-func oomText(memoryMB int64) string {
-	limit := strconv.FormatInt(memoryMB, 10) + " MiB"
-	if memoryMB >= 1024 && memoryMB%1024 == 0 {
-		limit = strconv.FormatInt(memoryMB/1024, 10) + " GiB"
+// reportOOM says so when the memory limit killed something: the
+// command itself, as the error of its bare 137, or other processes in
+// the sandbox, as a warning (nil error). hint says how to raise the
+// limit.
+func (a *App) reportOOM(res sandbox.Result, hint string) error {
+	text := res.OOMText()
+	if text == "" {
+		return nil
 	}
-	return "out of memory (limit " + limit + "); raise it with --memory, such as --memory " + suggestMemory(memoryMB)
+	text += "; " + hint
+	if res.CommandOOMKilled() {
+		return &ExitError{Code: res.ExitCode, Err: errors.New(text)}
+	}
+	a.Warnf("%s", text)
+	return nil
 }
 
 // suggestMemory is twice memoryMB in --memory's own syntax.
