@@ -30,9 +30,9 @@ files under a fresh writable layer of its own: nothing is copied, whatever the
 size. Files keep their owners and modes. 'snapshot delete' removes a
 snapshot; its layers stay as long as a sandbox still stacks them.
 
-The copy-on-write view of the project directory (/workspace, profile
-moderate) is not part of a snapshot: a restored sandbox sees the project as
-it is on the host.
+The sandbox's edits to the copy-on-write view of the project directory
+(/workspace, profile moderate) are part of a snapshot: a restored sandbox sees
+them over the project as it is on the host now.
 
 'snapshot export' makes an image of a snapshot: the base image's layers and
 the snapshot's, with the base image's config. By default it goes into the

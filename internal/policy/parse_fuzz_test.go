@@ -4,6 +4,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -132,7 +133,7 @@ func FuzzParseVolume(f *testing.F) {
 	f.Fuzz(func(t *testing.T, spec string) {
 		m, err := ParseVolume(spec, cwd, home)
 		if err != nil {
-			if m != (sandbox.Mount{}) {
+			if !reflect.DeepEqual(m, sandbox.Mount{}) {
 				t.Fatalf("ParseVolume(%q) = %+v with error %v", spec, m, err)
 			}
 			return

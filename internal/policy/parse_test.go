@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -57,7 +58,7 @@ func TestParseVolume(t *testing.T) {
 	}
 	for _, tt := range good {
 		got, err := ParseVolume(tt.in, cwd, home)
-		if err != nil || got != tt.want {
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("ParseVolume(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
 	}

@@ -130,7 +130,7 @@ func TestProfileTable(t *testing.T) {
 				t.Errorf("network = %s, want %s", spec.Network.Mode, w.network)
 			}
 			got := mountAt(spec, "/workspace")
-			if (got == nil) != (w.cwd == nil) || got != nil && *got != *w.cwd {
+			if (got == nil) != (w.cwd == nil) || got != nil && !reflect.DeepEqual(*got, *w.cwd) {
 				t.Errorf("cwd mount = %+v, want %+v", got, w.cwd)
 			}
 			if spec.Workdir != w.workdir {
@@ -138,7 +138,7 @@ func TestProfileTable(t *testing.T) {
 			}
 			home := mountAt(spec, "/home/user")
 			if w.home {
-				if home == nil || *home != (sandbox.Mount{Kind: sandbox.MountBind, Source: f.home, Dest: "/home/user", ReadOnly: true}) {
+				if home == nil || !reflect.DeepEqual(*home, sandbox.Mount{Kind: sandbox.MountBind, Source: f.home, Dest: "/home/user", ReadOnly: true}) {
 					t.Errorf("home mount = %+v", home)
 				}
 			} else if home != nil {

@@ -75,6 +75,10 @@ type Freezer interface {
 	// Freeze freezes every process of the sandbox whose backend id is
 	// id; thaw lets them run again.
 	Freeze(id string) (thaw func() error, err error)
+	// Thaw thaws the sandbox whose backend id is id where a Freeze was
+	// left in place (its caller died before calling thaw); a sandbox
+	// that is not frozen is left as it is.
+	Thaw(id string) error
 }
 
 // Audit actions of snapshots.

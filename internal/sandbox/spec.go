@@ -98,6 +98,12 @@ type Mount struct {
 	// Create: the backend makes Source (a directory, mode 0700) when it
 	// does not exist (the caches of run --cache).
 	Create bool `json:"create,omitempty"`
+	// Layers are read-only layers stacked over Source in a copy-on-write
+	// mount, lowest first, under its writable layer: the snapshots of
+	// that layer a restored (or snapshotted) persistent sandbox carries.
+	// They have the image layers' ownership (Rootfs.IDMap's rule, with
+	// no shift: a file the sandbox sees as uid N is N on disk, as root).
+	Layers []string `json:"layers,omitempty"`
 }
 
 // NetworkMode is the coarse network policy of a sandbox.

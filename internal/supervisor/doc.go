@@ -66,6 +66,10 @@
 //	supervisor.log   the supervisor's and init's diagnostics
 //	exit-reason      why the sandbox last stopped on its own
 //	lock             flock'ed during start/stop/remove
+//	supervisor.lock  flock'ed by the supervisor from before its boot to
+//	                 its end (a start waits for one that boots)
+//	frozen, freeze.lock  a snapshot's freeze of the running sandbox
+//	                 (freezeguard_linux.go)
 //	supervisor.pid   "PID START" of the running supervisor (adoption)
 //	activity         its mtime is the last exec
 package supervisor

@@ -348,6 +348,41 @@ func (m *Manager) adopt(name string) (int, uint64, bool) {
 	return pid, start, true
 }
 
+// supervisorLockFile is flock'ed by a sandbox's supervisor from before
+// its boot to its end.
+const supervisorLockFile = "supervisor.lock"
+
+// bootWait bounds how long a start waits for a supervisor that still
+// boots.
+const bootWait = 30 * time.Second
+
+// adoptBooting is adopt, after waiting for a supervisor that still boots
+// (its starter was killed before it was ready: it holds its lock, but
+// has no socket yet) to be ready or gone.
+func (m *Manager) adoptBooting(name string) (int, uint64, bool) {
+	lock := filepath.Join(m.Dir(name), supervisorLockFile)
+	deadline := time.Now().Add(bootWait)
+	for {
+		if pid, start, ok := m.adopt(name); ok {
+			return pid, start, true
+		}
+		if !locked(lock) || time.Now().After(deadline) {
+			return 0, 0, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tryFlock takes an exclusive flock on path without waiting, and returns
+// its release.
+func tryFlock(path string) (func(), error) {
+	unlock, ok, err := atomicfile.TryLock(path)
+	if err == nil && !ok {
+		err = errors.New("another supervisor runs this sandbox")
+	}
+	return unlock, err
+}
+
 // lockedGet takes the sandbox's lock and reads its state under it. It
 // checks that the sandbox exists first, so that a name that does not
 // exist gets no lock file.
@@ -374,12 +409,24 @@ func (m *Manager) lockedGet(ctx context.Context, name string) (*store.Store, *st
 // Start starts the sandbox's supervisor (no-op when it runs).
 func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error) {
 	st, sb, unlock, err := m.lockedGet(ctx, name)
+	for try := 0; err == nil && try < 3 && m.pendingFor(name); try++ {
+		// A snapshot taken of it while stopped was cut short with its
+		// writable layer moved but not yet stacked: finished first
+		// (under the snapshots' lock, taken before the sandbox's).
+		unlock()
+		if err = m.finishPending(ctx); err == nil {
+			st, sb, unlock, err = m.lockedGet(ctx, name)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	if sb.Status == store.StatusRunning {
 		return m.info(sb), nil
+	}
+	if err := m.thawSpec(sb); err != nil {
+		return nil, err
 	}
 	if expired(sb, time.Now()) {
 		err := m.deleteLocked(ctx, st, sb)
@@ -390,7 +437,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		return nil, expiredError(sb)
 	}
 	dir := m.Dir(name)
-	pid, start, ok := m.adopt(name)
+	pid, start, ok := m.adoptBooting(name)
 	if !ok {
 		if err := atomicfile.WriteFile(filepath.Join(dir, "spec.json"), sb.Spec, 0o600); err != nil {
 			return nil, err
@@ -426,6 +473,9 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 		return nil, err
 	}
 	defer unlock()
+	// A freeze whose taker died is undone first (best effort: the stop
+	// goes on, and its processes die with the sandbox once thawed).
+	_ = m.thawSpec(sb)
 	if sb.Status == store.StatusRunning {
 		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
 			err = c.Stop(ctx)

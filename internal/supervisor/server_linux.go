@@ -44,6 +44,14 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 		}
 		return err
 	}
+	// Held from before the boot to the end: a starter killed while this
+	// supervisor boots leaves the next start something to wait for
+	// (Manager.adoptBooting) rather than a second supervisor to race.
+	unlockSup, err := tryFlock(filepath.Join(dir, supervisorLockFile))
+	if err != nil {
+		return fail(err)
+	}
+	defer unlockSup()
 	inst, err := b.Boot(ctx, spec, dir, os.Stderr)
 	if err != nil {
 		return fail(err)
@@ -85,6 +93,13 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 	// us (Manager.adopt).
 	if st, err := ProcStart(os.Getpid()); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), st)), 0o600)
+	}
+	if fz, ok := b.(sandbox.Freezer); ok && spec.ID != "" {
+		stop, err := guardFreeze(fz, spec.ID, dir)
+		if err != nil {
+			return kill(err)
+		}
+		defer stop()
 	}
 	if o.onExpire != nil {
 		stop, err := watchExpiry(dir, o.onExpire)

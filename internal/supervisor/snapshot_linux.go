@@ -10,9 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +28,10 @@ import (
 // Snapshots (sandbox.Snapshotter).
 //
 // A snapshot is read-only overlay layers plus the spec they belong to:
+// the sandbox's writable layers made read-only, its root's (upper/,
+// stacked in Spec.Rootfs.Layers) and each copy-on-write volume's
+// (cow<i>/upper/, stacked in Spec.Mounts[i].Layers over the volume's
+// host directory):
 //
 //	<data-dir>/snapshots/<name>.json    the metadata: sandbox.Snapshot and
 //	                                    the source's spec whose
@@ -59,7 +65,10 @@ import (
 // made an image layer like those: at take time its owners are moved from
 // the sandbox's block to the image's shift (a chown walk, idshift), so
 // that any sandbox that stacks it sees the same owners, through the same
-// idmapped mounts. Rootless, layers and writable layers are the caller's
+// idmapped mounts. A volume's layer is shown to the sandbox through the
+// same idmapped mounts as the host directory under it, whose ids the
+// sandbox sees as they are on disk: its owners move from the sandbox's
+// block to no shift at all. Rootless, layers and writable layers are the caller's
 // own files under the same map in every sandbox: nothing moves.
 //
 // Take: a stopped sandbox's writable layer is renamed into the store
@@ -67,8 +76,9 @@ import (
 // stacks it under a fresh writable layer. A running sandbox's overlay
 // keeps using its writable layer, so it is copied (copyLayer: clones
 // where the file system can) while the sandbox's processes are frozen
-// (the backend's sandbox.Freezer, the cgroup freezer) and after a
-// syncfs; running sandboxes need root (the copy keeps every owner).
+// (the backend's sandbox.Freezer, the cgroup freezer; freezeguard_linux.go
+// thaws a sandbox whose taker died), then synced before the metadata is
+// written; running sandboxes need root (the copy keeps every owner).
 
 const (
 	snapshotsDir = "snapshots"
@@ -87,9 +97,12 @@ const (
 type pendingMove struct {
 	Sandbox string `json:"sandbox"`
 	Layer   string `json:"layer"`
-	From    uint32 `json:"from"`
-	To      uint32 `json:"to"`
-	Size    uint32 `json:"size"`
+	// Mount is the index in Spec.Mounts of the copy-on-write volume
+	// whose layer this is; nil for the root's.
+	Mount *int   `json:"mount,omitempty"`
+	From  uint32 `json:"from"`
+	To    uint32 `json:"to"`
+	Size  uint32 `json:"size"`
 }
 
 // snapshotMeta is a snapshot's metadata file.
@@ -216,8 +229,63 @@ func (m *Manager) listMetas() ([]*snapshotMeta, error) {
 	return out, nil
 }
 
-// TakeSnapshot turns the writable layer of the sandbox src into the
-// snapshot name.
+// writable is one writable layer of a sandbox that a take turns into a
+// snapshot layer: the root's (mount -1) or that of the copy-on-write
+// volume Spec.Mounts[mount] (cow<i>/upper).
+type writable struct {
+	upper string
+	mount int
+	shift idShift
+}
+
+// writables lists the sandbox's writable layers that exist on disk (in
+// dir): the root's first, then its copy-on-write volumes', in the order
+// of Spec.Mounts. rootShift moves the root layer's owners to the
+// image's; a volume's owners move to no shift at all (a volume's lower
+// layer, the host directory, is shown to the sandbox as its own ids).
+func writables(spec *sandbox.Spec, dir string, rootShift idShift) ([]writable, error) {
+	var out []writable
+	isDir := func(p string) (bool, error) {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !fi.IsDir() {
+			return false, fmt.Errorf("%s: not a directory", p)
+		}
+		return true, nil
+	}
+	if !spec.Rootfs.Host {
+		p := filepath.Join(dir, "upper")
+		if ok, err := isDir(p); err != nil {
+			return nil, err
+		} else if ok {
+			out = append(out, writable{upper: p, mount: -1, shift: rootShift})
+		}
+	}
+	for i, mt := range spec.Mounts {
+		if mt.Kind != sandbox.MountCopyOnWrite || mt.ReadOnly {
+			continue
+		}
+		p := filepath.Join(dir, "cow"+strconv.Itoa(i), "upper")
+		ok, err := isDir(p)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			sh := rootShift
+			sh.to, sh.moves = 0, sh.from != 0
+			out = append(out, writable{upper: p, mount: i, shift: sh})
+		}
+	}
+	return out, nil
+}
+
+// TakeSnapshot turns the writable layers of the sandbox src (its
+// root's and those of its copy-on-write volumes) into the snapshot name.
 func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.Snapshot, error) {
 	metaPath, err := m.metaPath(name)
 	if err != nil {
@@ -237,10 +305,14 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 	if _, err := os.Lstat(metaPath); err == nil {
 		return nil, fmt.Errorf("%q: %w", name, sandbox.ErrSnapshotExists)
 	}
-	st, sb, unlock, err := m.lockedGet(ctx, src)
+	st, sb, unlockSb, err := m.lockedGet(ctx, src)
 	if err != nil {
 		return nil, err
 	}
+	// The sandbox's lock goes as soon as its layers are taken (a running
+	// sandbox's copy is thawed), before the copy is made durable.
+	var once sync.Once
+	unlock := func() { once.Do(unlockSb) }
 	defer unlock()
 	var spec sandbox.Spec
 	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
@@ -250,44 +322,58 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 		return nil, fmt.Errorf("sandbox %q runs the host's own tools (read-only): it has no writable layer to snapshot: %w", src, sandbox.ErrUnsupported)
 	}
 	dir := m.Dir(src)
-	upper := filepath.Join(dir, "upper")
+	if err := m.thawLeftover(&spec, dir); err != nil {
+		return nil, err
+	}
 	sh, err := m.ownerShift(&spec, dir)
 	if err != nil {
 		return nil, err
 	}
-	layers := m.snapshotsDir() + "/" + layersDir
-	id, err := randomHex()
+	ws, err := writables(&spec, dir, sh)
 	if err != nil {
 		return nil, err
 	}
-	final := filepath.Join(layers, id)
-	var own []string
-	_, uerr := os.Lstat(upper)
+	layers := m.snapshotsDir() + "/" + layersDir
+	var finals []string
 	switch {
-	case errors.Is(uerr, fs.ErrNotExist):
+	case len(ws) == 0:
 		// Never started: the snapshot is its image.
-	case uerr != nil:
-		return nil, uerr
 	case sb.Status == store.StatusRunning:
-		if err := m.copyRunning(&spec, upper, filepath.Join(layers, tmpLayerPrefix+id), final, sh); err != nil {
+		if finals, err = m.copyRunning(&spec, dir, ws, layers, unlock); err != nil {
 			return nil, err
 		}
-		own = []string{final}
 	default:
-		if err := m.moveStopped(ctx, st, src, upper, final, sh); err != nil {
-			return nil, err
+		for _, w := range ws {
+			id, err := randomHex()
+			if err != nil {
+				return nil, err
+			}
+			final := filepath.Join(layers, id)
+			if err := m.moveStopped(ctx, st, src, w, final); err != nil {
+				return nil, err
+			}
+			finals = append(finals, final)
 		}
-		own = []string{final}
 	}
+	unlock()
 	snapSpec := spec
-	snapSpec.Rootfs.Layers = append(append([]string{}, spec.Rootfs.Layers...), own...)
+	snapSpec.Rootfs.Layers = slices.Clone(spec.Rootfs.Layers)
+	snapSpec.Mounts = slices.Clone(spec.Mounts)
+	for i, w := range ws[:len(finals)] {
+		if w.mount < 0 {
+			snapSpec.Rootfs.Layers = append(snapSpec.Rootfs.Layers, finals[i])
+		} else {
+			mt := &snapSpec.Mounts[w.mount]
+			mt.Layers = append(slices.Clone(mt.Layers), finals[i])
+		}
+	}
 	snapSpec.ID, snapSpec.Name = "", ""
 	specJSON, err := json.Marshal(&snapSpec)
 	if err != nil {
 		return nil, err
 	}
 	sm := snapshotMeta{Snapshot: sandbox.Snapshot{Name: name, Sandbox: src, Backend: sb.Backend, BaseImage: sb.Image,
-		MemoryMB: spec.Resources.MemoryMB, Layers: len(snapSpec.Rootfs.Layers), CreatedAt: time.Now().UTC()}, Spec: specJSON, Own: own}
+		MemoryMB: spec.Resources.MemoryMB, Layers: len(snapSpec.Rootfs.Layers), CreatedAt: time.Now().UTC()}, Spec: specJSON, Own: finals}
 	if c := spec.Resources.CPUPercent; c > 0 {
 		sm.VCPUs = (c + 99) / 100
 	}
@@ -342,12 +428,15 @@ func (m *Manager) ownerShift(spec *sandbox.Spec, dir string) (idShift, error) {
 	return sh, nil
 }
 
-// moveStopped makes the stopped sandbox's writable layer the layer
+// moveStopped makes the stopped sandbox's writable layer w the layer
 // final and stacks it in the sandbox's spec: a rename, the owners moved
-// to the image's shift, the spec updated; each step undone when a later
-// one fails. spec's layers stay those under final.
-func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string, upper, final string, sh idShift) error {
+// (w.shift), the spec updated; each step undone when a later one fails.
+func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string, w writable, final string) error {
 	pm := pendingMove{Sandbox: name, Layer: final}
+	if w.mount >= 0 {
+		pm.Mount = &w.mount
+	}
+	sh := w.shift
 	if sh.moves {
 		pm.From, pm.To, pm.Size = sh.from, sh.to, sh.size
 	}
@@ -360,7 +449,7 @@ func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string,
 		return err
 	}
 	defer os.Remove(marker)
-	if err := os.Rename(upper, final); err != nil {
+	if err := os.Rename(w.upper, final); err != nil {
 		if errors.Is(err, unix.EXDEV) {
 			return fmt.Errorf("the data directory's sandboxes and snapshots are on different file systems: %w", err)
 		}
@@ -370,7 +459,7 @@ func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string,
 		if sh.moves {
 			_ = idshift.Tree(final, sh.to, sh.from, sh.size, nil)
 		}
-		_ = os.Rename(final, upper)
+		_ = os.Rename(final, w.upper)
 	}
 	if sh.moves {
 		if err := idshift.Tree(final, sh.from, sh.to, sh.size, nil); err != nil {
@@ -378,28 +467,34 @@ func (m *Manager) moveStopped(ctx context.Context, st *store.Store, name string,
 			return fmt.Errorf("moving the layer's files to the image's owners: %w", err)
 		}
 	}
-	if err := m.stackLayer(ctx, st, name, final); err != nil {
+	if err := m.stackLayer(ctx, st, name, final, w.mount); err != nil {
 		undo()
 		return err
 	}
 	return nil
 }
 
-// stackLayer puts layer on top of the image layers of the sandbox
-// name's spec (unless it is there already).
-func (m *Manager) stackLayer(ctx context.Context, st *store.Store, name, layer string) error {
+// stackLayer puts layer on top of the read-only layers of the sandbox
+// name's root (mount -1) or of its copy-on-write volume Mounts[mount]
+// (unless it is there already).
+func (m *Manager) stackLayer(ctx context.Context, st *store.Store, name, layer string, mount int) error {
 	var newSpec []byte
 	_, err := st.Update(ctx, name, func(s *store.Sandbox) error {
 		var cur sandbox.Spec
 		if err := json.Unmarshal(s.Spec, &cur); err != nil {
 			return err
 		}
-		for _, l := range cur.Rootfs.Layers {
-			if l == layer {
-				return nil
+		stack := &cur.Rootfs.Layers
+		if mount >= 0 {
+			if mount >= len(cur.Mounts) || cur.Mounts[mount].Kind != sandbox.MountCopyOnWrite {
+				return fmt.Errorf("sandbox %q has no copy-on-write volume %d", name, mount)
 			}
+			stack = &cur.Mounts[mount].Layers
 		}
-		cur.Rootfs.Layers = append(cur.Rootfs.Layers, layer)
+		if slices.Contains(*stack, layer) {
+			return nil
+		}
+		*stack = append(*stack, layer)
 		b, err := json.Marshal(&cur)
 		if err != nil {
 			return err
@@ -457,7 +552,11 @@ func (m *Manager) recoverPending(ctx context.Context) error {
 						continue
 					}
 				}
-				if err := m.stackLayer(ctx, st, pm.Sandbox, pm.Layer); err != nil {
+				mount := -1
+				if pm.Mount != nil {
+					mount = *pm.Mount
+				}
+				if err := m.stackLayer(ctx, st, pm.Sandbox, pm.Layer, mount); err != nil {
 					errs = append(errs, err)
 					continue
 				}
@@ -473,35 +572,61 @@ func (m *Manager) recoverPending(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// copyRunning copies the running sandbox's writable layer into tmp,
-// with its processes frozen, then renames tmp to final.
-func (m *Manager) copyRunning(spec *sandbox.Spec, upper, tmp, final string, sh idShift) error {
+// copyRunning copies the running sandbox's writable layers ws into new
+// layers under layers, with its processes frozen (freezeGuard: a take
+// that dies meanwhile is thawed by the supervisor or the next start),
+// then calls release (the sandbox may change again), makes the copies
+// durable and renames them into place. It returns their paths, in the
+// order of ws.
+func (m *Manager) copyRunning(spec *sandbox.Spec, dir string, ws []writable, layers string, release func()) ([]string, error) {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("a snapshot of a running sandbox needs root (its files keep their owners); stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", sandbox.ErrUnsupported)
+		return nil, fmt.Errorf("a snapshot of a running sandbox needs root (its files keep their owners); stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", sandbox.ErrUnsupported)
 	}
 	fz, ok := m.Reclaimer.(sandbox.Freezer)
 	if !ok {
-		return fmt.Errorf("this backend cannot freeze a running sandbox; stop it first: %w", sandbox.ErrUnsupported)
+		return nil, fmt.Errorf("this backend cannot freeze a running sandbox; stop it first: %w", sandbox.ErrUnsupported)
 	}
-	thaw, err := fz.Freeze(spec.ID)
-	if err != nil {
-		return fmt.Errorf("freezing the sandbox: %w", err)
+	tmps := make([]string, len(ws))
+	finals := make([]string, len(ws))
+	for i := range ws {
+		id, err := randomHex()
+		if err != nil {
+			return nil, err
+		}
+		tmps[i], finals[i] = filepath.Join(layers, tmpLayerPrefix+id), filepath.Join(layers, id)
 	}
-	err = syncfs(upper)
+	cleanup := func() {
+		for i := range ws {
+			_ = os.RemoveAll(tmps[i])
+			_ = os.RemoveAll(finals[i])
+		}
+	}
+	err := withFrozen(fz, spec.ID, dir, func() error {
+		// The copy reads what the sandbox wrote through the page cache:
+		// no sync is needed while it is frozen.
+		for i, w := range ws {
+			if err := copyLayer(w.upper, tmps[i], w.shift.apply); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	release()
 	if err == nil {
-		err = copyLayer(upper, tmp, sh.apply)
+		// The copies reach the disk before the snapshot is listed.
+		err = syncfs(layers)
 	}
-	if terr := thaw(); terr != nil && err == nil {
-		err = fmt.Errorf("thawing the sandbox: %w", terr)
+	for i := 0; err == nil && i < len(ws); i++ {
+		err = os.Rename(tmps[i], finals[i])
 	}
 	if err == nil {
-		err = os.Rename(tmp, final)
+		err = atomicfile.SyncDir(layers)
 	}
 	if err != nil {
-		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("copying the writable layer: %w", err)
+		cleanup()
+		return nil, fmt.Errorf("copying the writable layer: %w", err)
 	}
-	return nil
+	return finals, nil
 }
 
 func syncfs(dir string) error {
@@ -567,7 +692,11 @@ func (sm *snapshotMeta) stack() (*sandbox.Spec, error) {
 	if err := json.Unmarshal(sm.Spec, &spec); err != nil {
 		return nil, fmt.Errorf("the spec of snapshot %q: %w", sm.Name, err)
 	}
-	for _, l := range spec.Rootfs.Layers {
+	all := slices.Clone(spec.Rootfs.Layers)
+	for _, mt := range spec.Mounts {
+		all = append(all, mt.Layers...)
+	}
+	for _, l := range all {
 		if _, err := os.Stat(l); err != nil {
 			return nil, fmt.Errorf("snapshot %q: layer %s: %w", sm.Name, l, err)
 		}
@@ -629,12 +758,20 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 			Rootfs struct {
 				Layers []string `json:"layers"`
 			} `json:"rootfs"`
+			Mounts []struct {
+				Layers []string `json:"layers"`
+			} `json:"mounts"`
 		}
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
 		for _, l := range s.Rootfs.Layers {
 			used[filepath.Clean(l)] = true
+		}
+		for _, mt := range s.Mounts {
+			for _, l := range mt.Layers {
+				used[filepath.Clean(l)] = true
+			}
 		}
 		return nil
 	}
@@ -687,3 +824,31 @@ var (
 	_ sandbox.Snapshotter    = (*Manager)(nil)
 	_ sandbox.SnapshotSpecer = (*Manager)(nil)
 )
+
+// pendingFor reports whether a stopped take of the sandbox name left a
+// move to finish (recoverPending).
+func (m *Manager) pendingFor(name string) bool {
+	ms, _ := filepath.Glob(filepath.Join(m.snapshotsDir(), "*"+pendingSuffix))
+	for _, p := range ms {
+		b, err := readNoFollow(p)
+		if err != nil {
+			continue
+		}
+		var pm pendingMove
+		if json.Unmarshal(b, &pm) == nil && pm.Sandbox == name {
+			return true
+		}
+	}
+	return false
+}
+
+// finishPending finishes the moves of stopped takes that were cut short
+// (recoverPending) under the snapshots' lock.
+func (m *Manager) finishPending(ctx context.Context) error {
+	unlock, err := m.lockSnapshots()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.recoverPending(ctx)
+}

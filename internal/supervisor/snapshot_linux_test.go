@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -309,5 +310,89 @@ func TestSnapshotKilledStoppedTake(t *testing.T) {
 	checkLayer(t, layer)
 	if left, _ := filepath.Glob(filepath.Join(m.DataDir, "snapshots", "*.pending")); len(left) != 0 {
 		t.Errorf("records left: %q", left)
+	}
+}
+
+// TestSnapshotStoppedTakeVolume: a stopped take moves the writable
+// layer of each copy-on-write volume too, stacks it in the sandbox's
+// spec over the volume's host directory (Mounts[i].Layers) and records
+// it in the snapshot; owners move from the sandbox's block to the ids
+// the sandbox sees (no shift); a restore stacks the same layers; a
+// take killed after the volume's rename is finished by the next gc
+// into the same place; the layers stay while a sandbox stacks them.
+func TestSnapshotStoppedTakeVolume(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	m := &Manager{DataDir: t.TempDir()}
+	defer m.Close()
+	base, project := t.TempDir(), t.TempDir()
+	spec := &sandbox.Spec{Image: "busybox", Rootfs: cache.Rootfs{Layers: []string{base}, IDMap: cache.IDMap{Size: 65536}},
+		Mounts: []sandbox.Mount{{Kind: sandbox.MountBind, Source: t.TempDir(), Dest: "/data"},
+			{Kind: sandbox.MountCopyOnWrite, Source: project, Dest: "/workspace"}}}
+	mustDo(t, m.Create(ctx, &sandbox.Info{Name: "v", Backend: "native"}, spec))
+	dir := m.Dir("v")
+	mustDo(t, os.MkdirAll(filepath.Join(dir, "upper"), 0o755))
+	cow := filepath.Join(dir, "cow1", "upper")
+	mustDo(t, os.MkdirAll(cow, 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(cow, "edit"), []byte("e\n"), 0o644))
+	mustDo(t, os.Lchown(filepath.Join(cow, "edit"), testBase+1000, testBase+1001))
+	mustDo(t, os.WriteFile(filepath.Join(dir, "idrange"), []byte(strconv.Itoa(testBase)+"\n"), 0o600))
+
+	if _, err := m.TakeSnapshot(ctx, "v", "vs"); err != nil {
+		t.Fatal(err)
+	}
+	specOf := func(name string) sandbox.Spec {
+		st, err := m.Store(ctx)
+		mustDo(t, err)
+		sb, err := st.Get(ctx, name)
+		mustDo(t, err)
+		var s sandbox.Spec
+		mustDo(t, json.Unmarshal(sb.Spec, &s))
+		return s
+	}
+	got := specOf("v")
+	if len(got.Mounts[0].Layers) != 0 || len(got.Mounts[1].Layers) != 1 || len(got.Rootfs.Layers) != 2 {
+		t.Fatalf("the sandbox's stacks after the take: root %q, mounts %+v", got.Rootfs.Layers, got.Mounts)
+	}
+	layer := got.Mounts[1].Layers[0]
+	var st unix.Stat_t
+	mustDo(t, unix.Lstat(filepath.Join(layer, "edit"), &st))
+	if st.Uid != 1000 || st.Gid != 1001 {
+		t.Errorf("the volume layer's file is owned by %d:%d, want 1000:1001", st.Uid, st.Gid)
+	}
+	if _, err := os.Stat(cow); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the volume's writable layer is still in place: %v", err)
+	}
+	mustDo(t, func() error { _, err := m.RestoreSnapshot(ctx, "vs", "vr"); return err }())
+	if r := specOf("vr"); !reflect.DeepEqual(r.Mounts, got.Mounts) || !reflect.DeepEqual(r.Rootfs.Layers, got.Rootfs.Layers) {
+		t.Errorf("the restored sandbox stacks %q and %+v, the source %q and %+v", r.Rootfs.Layers, r.Mounts, got.Rootfs.Layers, got.Mounts)
+	}
+
+	// A second take killed after it renamed the volume's layer.
+	mustDo(t, os.MkdirAll(cow, 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(cow, "later"), []byte("l\n"), 0o644))
+	killed := filepath.Join(m.DataDir, "snapshots", "layers", "0123abcd")
+	one := 1
+	pm, _ := json.Marshal(pendingMove{Sandbox: "v", Layer: killed, Mount: &one})
+	mustDo(t, os.WriteFile(filepath.Join(m.DataDir, "snapshots", "0123abcd.pending"), pm, 0o600))
+	mustDo(t, os.Rename(cow, killed))
+	if removed, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(removed, " "), killed) {
+		t.Fatalf("gc: %q %v", removed, err)
+	}
+	if got := specOf("v").Mounts[1].Layers; !reflect.DeepEqual(got, []string{layer, killed}) {
+		t.Errorf("the volume's stack after recovery: %q", got)
+	}
+	// Deleted, removed: the layers go with their last user.
+	mustDo(t, m.DeleteSnapshot(ctx, "vs"))
+	if _, err := os.Stat(layer); err != nil {
+		t.Errorf("a volume layer two sandboxes stack was removed: %v", err)
+	}
+	mustDo(t, m.Remove(ctx, "v", false))
+	mustDo(t, m.Remove(ctx, "vr", false))
+	if _, err := m.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(m.DataDir, "snapshots", "layers", "*")); len(left) != 0 {
+		t.Errorf("layers left: %q", left)
 	}
 }

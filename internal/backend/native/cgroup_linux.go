@@ -509,15 +509,23 @@ func (c *cgroup) tryRemove() bool {
 	return true
 }
 
+// cgroupDrain bounds how long removeCgroupDir waits for a cgroup's
+// dying processes.
+const cgroupDrain = 3 * time.Second
+
 // removeCgroupDir kills the processes of one cgroup directory and removes
-// it, retrying while the kernel still counts dying tasks.
+// it, retrying while the kernel still counts dying tasks (for up to
+// cgroupDrain: a sandbox whose PID 1 was killed with its supervisor is
+// counted until its processes have exited and been reaped, which on a
+// loaded machine takes longer than a moment).
 func removeCgroupDir(d string) error {
+	deadline := time.Now().Add(cgroupDrain)
 	for i := 0; ; i++ {
 		err := unix.Rmdir(d)
 		if err == nil || errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		if !errors.Is(err, unix.EBUSY) || i == 50 {
+		if !errors.Is(err, unix.EBUSY) || (i >= 50 && time.Now().After(deadline)) {
 			return fmt.Errorf("remove cgroup %s: %w", d, err)
 		}
 		if data, rerr := os.ReadFile(filepath.Join(d, "cgroup.procs")); rerr == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -78,25 +79,7 @@ func freezeV1(name string, dirs []string) (func() error, error) {
 		return nil, fmt.Errorf("creating a freezer cgroup: %w", err)
 	}
 	home := root // where the processes go back to
-	thaw := func() error {
-		if err := os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("THAWED"), 0); err != nil {
-			return err
-		}
-		// The processes go back where they were (those forked
-		// meanwhile too), and the cgroup goes: what is left of it (an
-		// exiting process still counted) is empty and reused by the
-		// next freeze of the sandbox.
-		for try := 0; try < 100; try++ {
-			for _, pid := range readProcs(fz) {
-				_ = os.WriteFile(filepath.Join(home, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
-			}
-			if unix.Rmdir(fz) == nil || len(readProcs(fz)) == 0 && try > 10 {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		return nil
-	}
+	thaw := func() error { return thawV1(fz, home) }
 	first := true
 	for pass := 0; pass < 100; pass++ {
 		in := map[int]bool{}
@@ -142,6 +125,56 @@ func freezeV1(name string, dirs []string) (func() error, error) {
 	}
 	_ = thaw()
 	return nil, errors.New("the sandbox's processes kept forking while being frozen")
+}
+
+// thawV1 thaws the freezer cgroup fz and moves its processes to home.
+func thawV1(fz, home string) error {
+	if err := os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("THAWED"), 0); err != nil {
+		return err
+	}
+	// The processes go back where they were (those forked meanwhile
+	// too), and the cgroup goes: what is left of it (an exiting process
+	// still counted) is empty and reused by the next freeze of the
+	// sandbox.
+	for try := 0; try < 100; try++ {
+		for _, pid := range readProcs(fz) {
+			_ = os.WriteFile(filepath.Join(home, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+		}
+		if unix.Rmdir(fz) == nil || len(readProcs(fz)) == 0 && try > 10 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// Thaw thaws the sandbox whose id is id where a Freeze was left in place
+// because its caller died before it could thaw (sandbox.Freezer): its
+// v2 cgroup, or the v1 freezer cgroup made for it, whose processes go
+// back to the freezer hierarchy's root. Nothing frozen: nothing done.
+func (b *Backend) Thaw(id string) error {
+	if cgroups.IsCgroup2UnifiedMode() {
+		var errs []error
+		for _, d := range sandboxCgroups(id, b.cgOwner) {
+			err := os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	root := filepath.Join(cgroupRoot, "freezer")
+	var errs []error
+	for _, n := range []string{cgroupName(id, b.cgOwner), cgroupName(id, "")} {
+		fz := filepath.Join(root, cgroupParent, n)
+		if _, err := os.Stat(fz); err != nil {
+			continue
+		}
+		if err := thawV1(fz, root); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // freezerCgroupOf is pid's cgroup in the v1 freezer hierarchy ("" when

@@ -123,3 +123,42 @@ func TestFreezeV2(t *testing.T) {
 	}
 	checkFreezes(t, moving, func() (func() error, error) { return freezeV2(dir) })
 }
+
+// TestThawAbandoned: a Freeze whose caller died before it thawed (its
+// thaw never called) is undone by Thaw of the sandbox's id: the
+// processes run again and, on v1, the freezer cgroup made for the freeze
+// is gone; Thaw of a sandbox that is not frozen changes nothing.
+func TestThawAbandoned(t *testing.T) {
+	testenv.RequireRoot(t)
+	b := New(Options{DataDir: t.TempDir()})
+	id := randomID()
+	cg, err := newCgroup(cgroupName(id, b.cgOwner), sandbox.Resources{}, false)
+	if err != nil {
+		testenv.Missing(t, "cgroups: %v", err)
+	}
+	t.Cleanup(func() { _ = cg.destroy() })
+	pid, moving := busyForker(t)
+	if err := cg.join(pid, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Thaw(id); err != nil || !moving() {
+		t.Fatalf("Thaw of a sandbox that is not frozen: %v (moving: %v)", err, moving())
+	}
+	if _, err := b.Freeze(id); err != nil {
+		t.Fatal(err)
+	}
+	if moving() {
+		t.Fatal("the processes ran on while frozen")
+	}
+	if err := b.Thaw(id); err != nil {
+		t.Fatal(err)
+	}
+	if !moving() {
+		t.Error("the processes did not run again after Thaw")
+	}
+	if fz := filepath.Join(cgroupRoot, "freezer", cgroupParent, cgroupName(id, b.cgOwner)); !cg.v2 {
+		if _, err := os.Stat(fz); !os.IsNotExist(err) {
+			t.Errorf("freezer cgroup left: %v", err)
+		}
+	}
+}

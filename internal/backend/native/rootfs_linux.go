@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -240,7 +241,7 @@ func (s *initState) prepareScratch() error {
 func scratchDir(cfg *initConfig) (string, error) {
 	used := append(append([]string{}, cfg.Layers...), cfg.Upper, cfg.CowDir)
 	for _, m := range cfg.Mounts {
-		used = append(used, m.Source)
+		used = append(append(used, m.Source), m.Layers...)
 	}
 	for _, c := range scratchCandidates {
 		if fi, err := os.Stat(c); err != nil || !fi.IsDir() || underAny(c, used) {
@@ -899,19 +900,33 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 			return err
 		}
 	}
-	if s.usernsFd >= 0 {
-		if err := s.idmappedBind(m.Source, lower, true); err != nil {
+	// The project, then the snapshot layers over it (Mount.Layers,
+	// lowest first), each shown to the sandbox like the project.
+	lowers := []string{lower}
+	srcs := []string{m.Source}
+	for j, l := range m.Layers {
+		d := base + "/l" + strconv.Itoa(j)
+		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
 		}
-	} else if err := bindMount(m.Source, lower, true, false); err != nil {
-		return err
+		lowers = append(lowers, d)
+		srcs = append(srcs, l)
+	}
+	for j, src := range srcs {
+		if s.usernsFd >= 0 {
+			if err := s.idmappedBind(src, lowers[j], true); err != nil {
+				return err
+			}
+		} else if err := bindMount(src, lowers[j], true, false); err != nil {
+			return err
+		}
 	}
 	// The merged directory's owner and mode come from the upper one: the
-	// project's, as the sandbox sees it, when the layer is made; a kept
-	// layer keeps what the sandbox made of them.
+	// top layer's (the project's), as the sandbox sees it, when the layer
+	// is made; a kept layer keeps what the sandbox made of them.
 	if fresh {
 		var st unix.Stat_t
-		if err := unix.Stat(lower, &st); err != nil {
+		if err := unix.Stat(lowers[len(lowers)-1], &st); err != nil {
 			return err
 		}
 		if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
@@ -929,7 +944,8 @@ func (s *initState) mountCow(i int, m sandbox.Mount, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	return s.mountOverlay([]string{lower}, upper, work, dst, unix.MS_NOSUID|unix.MS_NODEV)
+	slices.Reverse(lowers) // overlay wants the top layer first
+	return s.mountOverlay(lowers, upper, work, dst, unix.MS_NOSUID|unix.MS_NODEV)
 }
 
 // keptCowDirs returns the upper and work directories of a persistent

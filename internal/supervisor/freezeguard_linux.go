@@ -1,0 +1,162 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/atomicfile"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/store"
+)
+
+// A running sandbox is frozen (the cgroup freezer) while a snapshot
+// copies its writable layers, by the process that takes the snapshot (the
+// CLI, or the API server). That process may die meanwhile (killed, out of
+// memory): the kernel keeps the cgroup frozen. So the freeze is recorded
+// in the sandbox's directory: the taker holds an flock on freeze.lock and
+// writes the frozen file before it freezes, and removes the file once it
+// has thawed. Whoever then finds the file with the lock free knows the
+// taker is gone and thaws the sandbox (sandbox.Freezer's Thaw): the
+// sandbox's supervisor, which watches the directory (guardFreeze), or,
+// where that supervisor is gone too, the next Start or Stop, and the next
+// take (thawLeftover).
+
+const (
+	frozenFile     = "frozen"
+	freezeLockFile = "freeze.lock"
+)
+
+// withFrozen runs fn while the sandbox whose backend id is id (and whose
+// directory is dir) is frozen.
+func withFrozen(fz sandbox.Freezer, id, dir string, fn func() error) error {
+	unlock, err := atomicfile.Lock(filepath.Join(dir, freezeLockFile))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	marker := filepath.Join(dir, frozenFile)
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		return err
+	}
+	thaw, err := fz.Freeze(id)
+	if err != nil {
+		_ = os.Remove(marker)
+		return fmt.Errorf("freezing the sandbox: %w", err)
+	}
+	err = fn()
+	if terr := thaw(); terr != nil {
+		// The file stays: the supervisor tries again.
+		return errors.Join(err, fmt.Errorf("thawing the sandbox: %w", terr))
+	}
+	_ = os.Remove(marker)
+	return err
+}
+
+// thawIfAbandoned thaws the sandbox when dir records a freeze whose taker
+// is gone, and reports whether the freeze is over (or there was none);
+// false means a taker still holds it.
+func thawIfAbandoned(fz sandbox.Freezer, id, dir string) (bool, error) {
+	marker := filepath.Join(dir, frozenFile)
+	if _, err := os.Lstat(marker); errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	unlock, ok, err := atomicfile.TryLock(filepath.Join(dir, freezeLockFile))
+	if err != nil || !ok {
+		return false, err
+	}
+	defer unlock()
+	if _, err := os.Lstat(marker); errors.Is(err, fs.ErrNotExist) {
+		return true, nil // thawed by its taker meanwhile
+	}
+	if err := fz.Thaw(id); err != nil {
+		return false, err
+	}
+	return true, os.Remove(marker)
+}
+
+// thawLeftover is thawIfAbandoned for the Manager, whose caller holds
+// the sandbox's lock (no take of it can be under way).
+func (m *Manager) thawLeftover(spec *sandbox.Spec, dir string) error {
+	fz, ok := m.Reclaimer.(sandbox.Freezer)
+	if !ok || spec.ID == "" {
+		return nil
+	}
+	if _, err := thawIfAbandoned(fz, spec.ID, dir); err != nil {
+		return fmt.Errorf("thawing the sandbox after a snapshot that did not finish: %w", err)
+	}
+	return nil
+}
+
+// guardFreeze watches dir for a freeze of the sandbox (id) whose taker
+// dies before it thaws, and thaws it. It returns what stops the watch.
+func guardFreeze(fz sandbox.Freezer, id, dir string) (stop func(), err error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	changed := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Read(buf); err != nil {
+				close(changed)
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			// While a freeze is recorded, look again every little while:
+			// its taker's death shows only as the lock coming free.
+			var poll <-chan time.Time
+			if done, err := thawIfAbandoned(fz, id, dir); err != nil {
+				poll = time.After(time.Second)
+			} else if !done {
+				poll = time.After(50 * time.Millisecond)
+			}
+			select {
+			case <-quit:
+				return
+			case _, ok := <-changed:
+				if !ok {
+					return
+				}
+			case <-poll:
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+		f.Close()
+	}, nil
+}
+
+// thawSpec is thawLeftover for the sandbox sb (its lock held).
+func (m *Manager) thawSpec(sb *store.Sandbox) error {
+	var spec sandbox.Spec
+	if err := json.Unmarshal(sb.Spec, &spec); err != nil {
+		return nil // nothing a take could have frozen
+	}
+	spec.ID = SpecID(sb)
+	return m.thawLeftover(&spec, m.Dir(sb.Name))
+}
