@@ -255,7 +255,9 @@ func newSessionSaveCmd(a *App) *cobra.Command {
 	cmd := sessionCmd(a, "save", "Snapshot a session's sandbox; the session is saved",
 		"  agentkernel session save fix-login\n  agentkernel session save fix-login --snapshot fix-login-green",
 		func(cmd *cobra.Command, s *sandbox.Sessions, name string) error {
+			end := a.working("saving session " + name)
 			_, sn, err := s.Save(cmdContext(cmd), name, snap)
+			end()
 			if err != nil {
 				if snap == "" {
 					snap = "(default)"

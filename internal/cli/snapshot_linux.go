@@ -98,7 +98,9 @@ func newSnapshotTakeCmd(a *App) *cobra.Command {
 			if snap == "" {
 				snap = sandbox.DefaultSnapshotName(args[0], time.Now())
 			}
+			end := a.working("taking snapshot " + snap + " of " + args[0])
 			s, err := m.TakeSnapshot(cmdContext(cmd), args[0], snap)
+			end()
 			if err != nil {
 				return snapshotError(snap, args[0], err)
 			}
@@ -266,6 +268,8 @@ naming it.`,
 				return err
 			}
 			defer s.Close()
+			end := a.working("exporting snapshot " + snap)
+			defer end()
 			switch output {
 			case "":
 				sum, err := s.Commit(ctx, src, ref)
