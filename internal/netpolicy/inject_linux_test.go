@@ -286,7 +286,13 @@ func TestInjectHeaderHTTP1AndHTTP2(t *testing.T) {
 	if len(up.requests()) != 4 {
 		t.Fatalf("upstream got %d requests", len(up.requests()))
 	}
+	// An injection is counted once its request's headers are written
+	// upstream (httptrace's WroteHeaders), which may come just after the
+	// answer reached the client.
 	inj := s.injections()
+	for deadline := time.Now().Add(5 * time.Second); len(inj) < 8 && time.Now().Before(deadline); inj = s.injections() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	sort.Strings(inj)
 	if len(inj) != 8 || inj[0] != "KEY_A@api.allowed.test" || inj[7] != "KEY_B@api.allowed.test" {
 		t.Fatalf("OnInject: %v", inj)
