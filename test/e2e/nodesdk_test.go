@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // nodeSDKVersion is the official Node SDK the test drives: the npm
 // package agentkernel, whose client sends the routes and shapes of the
 // SDKs' newer calls (detached commands, a sandbox by UUID, the TTL, the
-// batch file write).
+// batch file write, snapshots).
 const nodeSDKVersion = "0.18.1"
 
 // nodeSDKScript calls the SDK against AK_URL and prints what each call
@@ -52,10 +53,25 @@ try {
   out.after = await c.detachedStatus(name, d.id);
   out.unknown = await caught(() => c.detachedStatus(name, "0123456789abcdef"));
   out.extend = await c.extendTtl(name, { by: "1h" });
+  await c.createSandbox("node-snap", { image: process.env.AK_IMAGE });
+  await c.execInSandbox("node-snap", ["sh", "-c", "echo kept > /root/kept"]);
+  out.taken = await c.takeSnapshot({ sandbox: "node-snap", name: "nodesnap" });
+  out.snapshots = await c.listSnapshots();
+  out.snapshot = await c.getSnapshot("nodesnap");
+  out.noSnapshot = await caught(() => c.getSnapshot("nosuch"));
+  out.restored = await c.restoreSnapshot("nodesnap");
+  // The SDK has no start call: the route it documents, by hand.
+  const st = await fetch(process.env.AK_URL + "/sandboxes/" + out.restored.name + "/start", { method: "POST", headers: { Authorization: "Bearer " + process.env.AK_KEY } });
+  if (!st.ok) throw new Error("start of the restored sandbox: " + st.status + " " + (await st.text()));
+  out.restoredFile = await c.execInSandbox(out.restored.name, ["cat", "/root/kept"]);
+  out.deleted = await caught(() => c.deleteSnapshot("nodesnap"));
+  out.afterDelete = await c.listSnapshots();
 } catch (e) {
   out.error = String(e && e.stack || e);
 } finally {
   await c.removeSandbox(name).catch(() => {});
+  await c.removeSandbox("node-snap").catch(() => {});
+  if (out.restored) await c.removeSandbox(out.restored.name).catch(() => {});
 }
 console.log(JSON.stringify(out));
 `
@@ -109,7 +125,9 @@ func TestNodeSDKNewerCalls(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "sdk.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "AK_URL="+s.url, "AK_KEY="+apiKey)
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "tools/busybox:1", testImage(t, "node-sdk"))
+	cmd.Env = append(os.Environ(), "AK_URL="+s.url, "AK_KEY="+apiKey, "AK_IMAGE="+ref)
 	b, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, b)
@@ -144,6 +162,14 @@ func TestNodeSDKNewerCalls(t *testing.T) {
 		Extend     struct {
 			ExpiresAt *string `json:"expires_at"`
 		}
+		Taken        struct{ Name, Sandbox, CreatedAt string }
+		Snapshots    []struct{ Name, Sandbox string }
+		Snapshot     struct{ Name, Sandbox string }
+		NoSnapshot   *sdkErr
+		Restored     struct{ Name, Status string }
+		RestoredFile struct{ Output string }
+		Deleted      *sdkErr
+		AfterDelete  []struct{ Name string }
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatalf("the script's answer: %v\n%s", err, b)
@@ -189,5 +215,20 @@ func TestNodeSDKNewerCalls(t *testing.T) {
 		t.Errorf("extendTtl: no expires_at")
 	} else if exp, err := time.Parse(time.RFC3339Nano, *out.Extend.ExpiresAt); err != nil || time.Until(exp) < 50*time.Minute {
 		t.Errorf("extendTtl: %s %v", *out.Extend.ExpiresAt, err)
+	}
+	if out.Taken.Name != "nodesnap" || out.Taken.Sandbox != "node-snap" {
+		t.Errorf("takeSnapshot: %+v", out.Taken)
+	}
+	if len(out.Snapshots) != 1 || out.Snapshots[0].Name != "nodesnap" || out.Snapshot.Name != "nodesnap" || out.Snapshot.Sandbox != "node-snap" {
+		t.Errorf("listSnapshots / getSnapshot: %+v %+v", out.Snapshots, out.Snapshot)
+	}
+	if out.NoSnapshot == nil || out.NoSnapshot.Class != "NotFoundError" {
+		t.Errorf("getSnapshot of an unknown snapshot: %+v", out.NoSnapshot)
+	}
+	if out.Restored.Name == "" || out.Restored.Name == "node-snap" || out.RestoredFile.Output != "kept\n" {
+		t.Errorf("restoreSnapshot: %+v, then /root/kept: %q", out.Restored, out.RestoredFile.Output)
+	}
+	if out.Deleted != nil || len(out.AfterDelete) != 0 {
+		t.Errorf("deleteSnapshot: %+v, then %+v", out.Deleted, out.AfterDelete)
 	}
 }
