@@ -36,15 +36,8 @@ func (a *App) resolveSecrets(ctx context.Context, flags []runcli.SecretFlag) (*s
 		b := sandbox.SecretBinding{Key: f.Key, Host: f.Host, Header: f.Header, Value: f.Value}
 		if !f.Inline() {
 			if vault == nil {
-				cwd, err := os.Getwd()
-				if err != nil {
-					return nil, err
-				}
-				cfg, err := a.LoadConfig(cwd)
-				if err != nil {
-					return nil, err
-				}
-				if vault, err = secrets.Open(secrets.Options{Backend: cfg.Secrets.Backend, DataDir: a.DataDir}); err != nil {
+				var err error
+				if vault, err = a.runVault(); err != nil {
 					return nil, secretRunError(f.Key, err)
 				}
 			}
@@ -261,9 +254,9 @@ func readPrivateFile(path string, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, max))
 }
 
-// secretValues is runcli.App.SecretValues: the vault's values of a run's
-// --secret-file keys.
-func (a *App) secretValues(_ context.Context, keys []string) ([][]byte, error) {
+// runVault opens the vault a run in the working directory uses (its
+// configuration's [secrets] backend).
+func (a *App) runVault() (secrets.Vault, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, err
@@ -272,7 +265,13 @@ func (a *App) secretValues(_ context.Context, keys []string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	vault, err := secrets.Open(secrets.Options{Backend: cfg.Secrets.Backend, DataDir: a.DataDir})
+	return secrets.Open(secrets.Options{Backend: cfg.Secrets.Backend, DataDir: a.DataDir})
+}
+
+// secretValues is runcli.App.SecretValues: the vault's values of a run's
+// --secret-file keys.
+func (a *App) secretValues(_ context.Context, keys []string) ([][]byte, error) {
+	vault, err := a.runVault()
 	if err != nil {
 		return nil, secretFlagError("--secret-file", keys[0], err)
 	}

@@ -97,58 +97,18 @@ func (m *Manager) thawLeftover(spec *sandbox.Spec, dir string) error {
 // guardFreeze watches dir for a freeze of the sandbox (id) whose taker
 // dies before it thaws, and thaws it. It returns what stops the watch.
 func guardFreeze(fz sandbox.Freezer, id, dir string) (stop func(), err error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), "inotify")
-	changed := make(chan struct{}, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			if _, err := f.Read(buf); err != nil {
-				close(changed)
-				return
-			}
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
+	return watchDir(dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_CLOSE_WRITE, func() time.Duration {
+		// While a freeze is recorded, look again every little while: its
+		// taker's death shows only as the lock coming free.
+		done, err := thawIfAbandoned(fz, id, dir)
+		switch {
+		case err != nil:
+			return time.Second
+		case !done:
+			return 50 * time.Millisecond
 		}
-	}()
-	quit := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		for {
-			// While a freeze is recorded, look again every little while:
-			// its taker's death shows only as the lock coming free.
-			var poll <-chan time.Time
-			if done, err := thawIfAbandoned(fz, id, dir); err != nil {
-				poll = time.After(time.Second)
-			} else if !done {
-				poll = time.After(50 * time.Millisecond)
-			}
-			select {
-			case <-quit:
-				return
-			case _, ok := <-changed:
-				if !ok {
-					return
-				}
-			case <-poll:
-			}
-		}
-	}()
-	return func() {
-		close(quit)
-		<-finished
-		f.Close()
-	}, nil
+		return -1
+	})
 }
 
 // thawSpec is thawLeftover for the sandbox sb (its lock held).

@@ -78,67 +78,27 @@ func readExpiry(dir string) (exp time.Time, ok bool) {
 // it whenever a file of dir changes. It returns the function that stops
 // the watch.
 func watchExpiry(dir string, expire func()) (stop func(), err error) {
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	var asked time.Time
+	stop, err = watchDir(dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_DELETE|unix.IN_CREATE, func() time.Duration {
+		exp, ok := readExpiry(dir)
+		if !ok {
+			return -1
+		}
+		if d := time.Until(exp); d > 0 {
+			return d
+		}
+		// Asked once: again only if the sandbox still runs a while
+		// later (the removal failed).
+		if asked.IsZero() || time.Since(asked) >= expireRetry {
+			expire()
+			asked = time.Now()
+		}
+		return max(expireRetry-time.Since(asked), 0)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("watching the sandbox's expiry: %w", err)
 	}
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CLOSE_WRITE|unix.IN_MOVED_TO|unix.IN_DELETE|unix.IN_CREATE); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("watching the sandbox's expiry: %w", err)
-	}
-	// Non-blocking: the runtime's poller waits for the events.
-	f := os.NewFile(uintptr(fd), "inotify")
-	changed := make(chan struct{}, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			if _, err := f.Read(buf); err != nil {
-				close(changed)
-				return
-			}
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	quit := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		timer := time.NewTimer(time.Hour)
-		defer timer.Stop()
-		for {
-			timer.Stop()
-			if exp, ok := readExpiry(dir); ok {
-				timer.Reset(max(time.Until(exp), 0))
-			}
-			select {
-			case <-quit:
-				return
-			case _, ok := <-changed:
-				if !ok {
-					return
-				}
-			case <-timer.C:
-				if exp, ok := readExpiry(dir); ok && !time.Now().Before(exp) {
-					expire()
-					// Asked once: again only if the sandbox still runs
-					// a while later (the removal failed).
-					select {
-					case <-quit:
-						return
-					case <-time.After(expireRetry):
-					}
-				}
-			}
-		}
-	}()
-	return func() {
-		close(quit)
-		<-finished
-		f.Close()
-	}, nil
+	return stop, nil
 }
 
 // expired reports whether sb's expiry has passed.
