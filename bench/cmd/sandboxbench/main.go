@@ -434,7 +434,7 @@ func slowRuntimes(fast []harness.Case, work string, n int) {
 				"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768", ref, "/bin/true"}})
 		}
 	}
-	if docker, stop, err := startDocker(work); err != nil {
+	if docker, stop, err := harness.StartDocker(work); err != nil {
 		fmt.Fprintln(os.Stderr, "no docker:", err)
 	} else {
 		defer stop()
@@ -460,45 +460,4 @@ func slowRuntimes(fast []harness.Case, work string, n int) {
 		}
 	}
 	fmt.Println()
-}
-
-// startDocker returns the docker client command line for a daemon: the
-// one already answering on the default socket, else a dockerd started
-// here with its own data root and socket (no bridge, no iptables: see
-// MACHINE-NOTES), which stop ends.
-func startDocker(work string) (client []string, stop func(), err error) {
-	cli := "/usr/bin/docker" // the client that came with dockerd
-	if _, err := os.Stat(cli); err != nil {
-		if cli, err = exec.LookPath("docker"); err != nil {
-			return nil, nil, err
-		}
-	}
-	if exec.Command(cli, "info").Run() == nil {
-		return []string{cli}, func() {}, nil
-	}
-	dockerd, err := exec.LookPath("dockerd")
-	if err != nil {
-		return nil, nil, err
-	}
-	dir := filepath.Join(work, "docker")
-	sock := "unix://" + filepath.Join(dir, "docker.sock")
-	d := exec.Command(dockerd, "--bridge=none", "--iptables=false", "--data-root", filepath.Join(dir, "data"),
-		"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "docker.pid"), "-H", sock)
-	logf, _ := os.Create(filepath.Join(work, "dockerd.log"))
-	d.Stdout, d.Stderr = logf, logf
-	if err := d.Start(); err != nil {
-		return nil, nil, err
-	}
-	stop = func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
-	}
-	client = []string{cli, "-H", sock}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if exec.Command(client[0], append(client[1:], "info")...).Run() == nil {
-			return client, stop, nil
-		}
-	}
-	stop()
-	return nil, nil, fmt.Errorf("dockerd did not answer within 30 s (log: %s)", logf.Name())
 }

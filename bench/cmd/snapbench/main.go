@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/agentkernel/agentkernel/bench/harness"
 )
 
 func main() {
@@ -64,7 +66,7 @@ func main() {
 	const ref = "snapbench/busybox:1"
 	b.must(append(b.ak, "images", "import", tarball, ref)...)
 	if !*noDocker {
-		docker, stop, err := startDocker(dir)
+		docker, stop, err := harness.StartDocker(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "no docker, agentkernel only:", err)
 		} else {
@@ -226,49 +228,4 @@ func busyboxTar(p string) error {
 		return err
 	}
 	return os.WriteFile(p, buf.Bytes(), 0o644)
-}
-
-// startDocker returns the docker client command line for a daemon: the
-// one already answering, else a dockerd started here with its own data
-// root, exec root and socket, without bridge or iptables, which stop
-// ends.
-func startDocker(work string) (client []string, stop func(), err error) {
-	cli := "/usr/bin/docker" // the client that came with dockerd
-	if _, err := os.Stat(cli); err != nil {
-		if cli, err = exec.LookPath("docker"); err != nil {
-			return nil, nil, err
-		}
-	}
-	if exec.Command(cli, "info").Run() == nil {
-		return []string{cli}, func() {}, nil
-	}
-	dockerd, err := exec.LookPath("dockerd")
-	if err != nil {
-		return nil, nil, err
-	}
-	dir := filepath.Join(work, "docker")
-	sock := "unix://" + filepath.Join(dir, "docker.sock")
-	d := exec.Command(dockerd, "--bridge=none", "--iptables=false", "--data-root", filepath.Join(dir, "data"),
-		"--exec-root", filepath.Join(dir, "exec"), "--pidfile", filepath.Join(dir, "docker.pid"), "-H", sock)
-	logf, err := os.Create(filepath.Join(work, "dockerd.log"))
-	if err != nil {
-		return nil, nil, err
-	}
-	d.Stdout, d.Stderr = logf, logf
-	if err := d.Start(); err != nil {
-		return nil, nil, err
-	}
-	client = []string{cli, "-H", sock}
-	stop = func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
-		_ = logf.Close()
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if exec.Command(cli, "-H", sock, "info").Run() == nil {
-			return client, stop, nil
-		}
-	}
-	stop()
-	return nil, nil, fmt.Errorf("dockerd did not answer within 30 s (log: %s)", logf.Name())
 }
