@@ -131,7 +131,9 @@ var (
 
 // tourGo: a Go module's tests through the host image with --cache go:
 // the first run fills the cache (and may take a while), the second
-// answers from it in under 5 s; a failing test fails the run.
+// answers from it ("(cached)": nothing rebuilt; its time is logged, not
+// asserted, as a timed check would fail on a loaded machine); a failing
+// test fails the run.
 func tourGo(t *testing.T, a *ak) {
 	if fi, err := os.Stat("/usr/local/go/bin/go"); err != nil || fi.IsDir() {
 		t.Skip("no Go toolchain at /usr/local/go on this host")
@@ -155,9 +157,6 @@ func tourGo(t *testing.T, a *ak) {
 	t.Logf("go test through --image host --cache go: first %v, second %v", first.took.Round(time.Millisecond), second.took.Round(time.Millisecond))
 	if second.code != 0 || !strings.Contains(second.stdout, "ok  \texample.com/tour\t(cached)") {
 		t.Fatalf("second go test: %v", second)
-	}
-	if second.took >= 5*time.Second {
-		t.Errorf("the second go test took %v, want under 5 s", second.took)
 	}
 	// A failing test: go test's exit status 1, and its message.
 	writeFiles(t, proj, map[string]string{"tour.go": "package tour\n\nfunc Double(n int) int { return 2*n + 1 }\n"})
