@@ -296,7 +296,7 @@ func secretFlagError(flag, key string, err error) error {
 	case errors.Is(err, secrets.ErrNotFound):
 		hint = "store it with 'agentkernel secret set " + key + "' ('agentkernel secret list' shows the stored names)"
 		if flag == "-S/--secret" {
-			hint += ", or give it inline as " + key + "=VALUE:HOST"
+			hint += ", or (for a run) give it inline as " + key + "=VALUE:HOST"
 		}
 		return &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("%s %s: secret '%s' is not in the vault", flag, key, key), Hint: hint}
 	case errors.Is(err, secrets.ErrWrongKey), errors.Is(err, secrets.ErrBadKey), errors.Is(err, secrets.ErrCorrupt), errors.Is(err, secrets.ErrInsecure):
