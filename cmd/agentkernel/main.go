@@ -29,19 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/fullbin"
-)
-
-// Set with -ldflags "-X main.version=… -X main.commit=…".
-var (
-	version = "0.1.0-dev"
-	commit  = "unknown"
 )
 
 func main() {
@@ -74,10 +67,9 @@ func run() int {
 		app.FlushWarnings()
 		return runcli.ExitCode(err, os.Stderr)
 	}
-	if commit == "unknown" {
-		commit = runcli.Revision()
-	}
-	app.Version = runcli.VersionInfo{Version: version, Commit: commit, Go: runtime.Version()}
+	// No version information: nothing this binary serves prints it
+	// (version and --version are agentkernel-full's), and reading the
+	// build's VCS stamp would cost every run.
 	err := app.Execute(os.Args[1:])
 	if errors.Is(err, runcli.ErrNeedsFull) {
 		app.DropWarnings()
