@@ -289,10 +289,10 @@ func Run(ctx context.Context, o Options) *Report {
 		tc.Status, tc.Message = StatusInfo, err.Error()+": rootless runs with egress get an HTTP(S) proxy instead (HTTP_PROXY in the sandbox; other TCP and UDP refused)"
 		tc.Fix = "sudo chmod 0666 /dev/net/tun (the usual mode) for full TCP/UDP egress rootless"
 	} else {
-		tc.Status, tc.Message = StatusWarning, err.Error()+": runs that ask for network egress fail, and the default profile's do (--network none works)"
-		tc.Fix = "sudo modprobe tun"
+		tc.Status, tc.Message = StatusInfo, err.Error()+": runs with egress get an HTTP(S) proxy instead (HTTP_PROXY in the sandbox; other TCP and UDP refused)"
+		tc.Fix = "sudo modprobe tun, for full TCP/UDP egress"
 		if ctr != "" {
-			tc.Fix = "run the container with --device /dev/net/tun"
+			tc.Fix = "run the container with --device /dev/net/tun, for full TCP/UDP egress"
 		}
 	}
 	add(tc)

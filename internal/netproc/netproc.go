@@ -22,6 +22,8 @@
 package netproc
 
 import (
+	"os"
+
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -37,8 +39,10 @@ const (
 	ModeTUN Mode = "tun"
 	// ModeProxy: a socket listening in the sandbox's network namespace,
 	// served as an HTTP proxy (where the sandbox could not open a TUN
-	// device: a rootless sandbox on a machine whose /dev/net/tun is not
-	// open to its user).
+	// device: /dev/net/tun missing, as in a container without the
+	// device, or not open to a rootless caller). Published ports are
+	// forwarded through connections the owner makes inside the
+	// sandbox's namespace (Config.Dial).
 	ModeProxy Mode = "proxy"
 )
 
@@ -55,6 +59,13 @@ type Config struct {
 	// their hosts. It holds the secrets' values and the CA's private key:
 	// it travels on the helper's socket only, never to a file.
 	Inject *Inject `json:"inject,omitempty"`
+	// Dial, on the owner's side only, connects to a port of the sandbox
+	// from inside its network namespace and returns the connected
+	// socket: what a published port's connection is forwarded to in
+	// proxy mode, where no stack reaches into the sandbox. The helper
+	// asks for it by port (Message.Dial) and the owner dials only the
+	// sandbox ports Network.Ports publishes.
+	Dial func(port uint16) (*os.File, error) `json:"-"`
 }
 
 // Inject is a sandbox's secret injection (sandbox.Secrets on the wire).
@@ -127,4 +138,22 @@ type Message struct {
 	Error  string  `json:"error,omitempty"`
 	Deny   *Denial `json:"deny,omitempty"`
 	Report *Report `json:"report,omitempty"`
+	// Dial asks the owner for a connection to a published port (proxy
+	// mode); Dialed is the answer, the connected socket as the message's
+	// one SCM_RIGHTS descriptor unless Dialed.Error says why not.
+	Dial   *DialRequest `json:"dial,omitempty"`
+	Dialed *DialReply   `json:"dialed,omitempty"`
+}
+
+// DialRequest asks for a connection to the sandbox's Port; Seq pairs it
+// with its DialReply.
+type DialRequest struct {
+	Seq  uint64 `json:"seq"`
+	Port uint16 `json:"port"`
+}
+
+// DialReply answers the DialRequest of the same Seq.
+type DialReply struct {
+	Seq   uint64 `json:"seq"`
+	Error string `json:"error,omitempty"`
 }

@@ -2,11 +2,14 @@ package netproc_test
 
 import (
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +30,12 @@ func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == netproc.Argv0 {
 		if len(os.Args) > 1 && os.Args[1] == "hostile" {
 			os.Exit(hostileHelper())
+		}
+		if len(os.Args) > 1 && os.Args[1] == "hostile-dial" {
+			os.Exit(hostileDialer())
+		}
+		if len(os.Args) > 1 && os.Args[1] == "hostile-flood" {
+			os.Exit(dialFlooder())
 		}
 		os.Exit(helper.Main(native.ConfineProcess))
 	}
@@ -249,5 +258,257 @@ func TestHostileHelperIsBounded(t *testing.T) {
 	}
 	if len(rep.Denials) > 1024 || len(rep.Summary) > 1100 {
 		t.Errorf("report: %d refusals, a %d-byte summary", len(rep.Denials), len(rep.Summary))
+	}
+}
+
+// proxySandbox is a network namespace standing for a sandbox in proxy
+// mode: the proxy's listening socket inside it (what the network stage
+// hands the helper) and a Dial that connects from inside it, as the
+// owner's does (the native backend's own is tested end to end).
+func proxySandbox(t *testing.T) (*netnstest.Netns, *os.File, func(uint16) (*os.File, error)) {
+	ns := netnstest.New(t)
+	var proxy *os.File
+	var err error
+	ns.Do(func() {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", "127.0.0.1:3128"); err == nil {
+			proxy, err = ln.(*net.TCPListener).File()
+			ln.Close()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(port uint16) (f *os.File, err error) {
+		ns.Do(func() {
+			var c net.Conn
+			if c, err = net.Dial("tcp", "127.0.0.1:"+itoa(int(port))); err == nil {
+				f, err = c.(*net.TCPConn).File()
+				c.Close()
+			}
+		})
+		return f, err
+	}
+	return ns, proxy, dial
+}
+
+// freePort is a host port nobody listens on.
+func freePort(t *testing.T) uint16 {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestProxyModePublish: in proxy mode the helper publishes a port on the
+// host and forwards each connection to a connection the owner made
+// inside the sandbox, both ways; the report counts them.
+func TestProxyModePublish(t *testing.T) {
+	ns, proxy, dial := proxySandbox(t)
+	var srv net.Listener
+	var err error
+	ns.Do(func() { srv, err = net.Listen("tcp", "127.0.0.1:8000") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		for {
+			c, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 5)
+				if _, err := c.Read(b); err == nil {
+					c.Write(append([]byte("echo "), b...))
+				}
+			}()
+		}
+	}()
+	host := freePort(t)
+	self, _ := os.Executable()
+	p, err := netproc.Start(self, proxy, netproc.Config{SandboxID: "proxy", Mode: netproc.ModeProxy, Dial: dial,
+		Network: sandbox.Network{Mode: sandbox.NetworkFull, Ports: []sandbox.PortMapping{{HostPort: host, SandboxPort: 8000}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", "127.0.0.1:"+itoa(int(host)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte("hello"))
+		b := make([]byte, 32)
+		n, _ := io.ReadFull(c, b[:10])
+		c.Close()
+		if string(b[:n]) != "echo hello" {
+			t.Fatalf("connection %d through the published port: %q", i, b[:n])
+		}
+	}
+	rep, err := p.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counters["published"] != 3 {
+		t.Errorf("published = %d, want 3", rep.Counters["published"])
+	}
+}
+
+// hostileDialer is a helper the sandbox took over that asks its owner
+// for connections to a port that is not published and to one that is,
+// and tells the owner what it got as refusals' names.
+func hostileDialer() int {
+	sock := os.NewFile(netproc.SocketFD, "owner")
+	buf := make([]byte, netproc.MaxMessage)
+	n, err := sock.Read(buf)
+	if err != nil {
+		return 1
+	}
+	var m netproc.Message
+	if json.Unmarshal(buf[:n], &m) != nil || m.Config == nil {
+		return 1
+	}
+	send := func(m netproc.Message) {
+		b, _ := json.Marshal(m)
+		sock.Write(b)
+	}
+	send(netproc.Message{Ready: true})
+	send(netproc.Message{Dial: &netproc.DialRequest{Seq: 1, Port: 8001}})
+	send(netproc.Message{Dial: &netproc.DialRequest{Seq: 2, Port: m.Config.Network.Ports[0].SandboxPort}})
+	oob := make([]byte, syscall.CmsgSpace(4))
+	for got := 0; got < 2; {
+		n, oobn, _, _, err := syscall.Recvmsg(netproc.SocketFD, buf, oob, 0)
+		if err != nil {
+			return 1
+		}
+		var a netproc.Message
+		if json.Unmarshal(buf[:n], &a) != nil || a.Dialed == nil {
+			continue
+		}
+		got++
+		send(netproc.Message{Deny: &netproc.Denial{Kind: "tcp", Name: itoa(int(a.Dialed.Seq)) + ":" + a.Dialed.Error + ":" + itoa(oobn)}})
+	}
+	if _, err := sock.Read(buf); err != nil { // stop
+		return 1
+	}
+	send(netproc.Message{Report: &netproc.Report{}})
+	return 0
+}
+
+// TestHostileHelperDialsOnlyPublished: a helper the sandbox took over
+// gets connections into the sandbox only to its published ports: the
+// owner dials nothing else.
+func TestHostileHelperDialsOnlyPublished(t *testing.T) {
+	ns, proxy, dial := proxySandbox(t)
+	// Both ports listen in the sandbox: only the published one may be
+	// reached.
+	for _, port := range []string{"8000", "8001"} {
+		var ln net.Listener
+		var err error
+		ns.Do(func() { ln, err = net.Listen("tcp", "127.0.0.1:"+port) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+	}
+	var mu sync.Mutex
+	var dialled []uint16
+	var said []string
+	self, _ := os.Executable()
+	cfg := netproc.Config{SandboxID: "hostile-dial", Mode: netproc.ModeProxy,
+		Network: sandbox.Network{Mode: sandbox.NetworkFull, Ports: []sandbox.PortMapping{{HostPort: freePort(t), SandboxPort: 8000}}},
+		Dial: func(port uint16) (*os.File, error) {
+			mu.Lock()
+			dialled = append(dialled, port)
+			mu.Unlock()
+			return dial(port)
+		}}
+	p, err := netproc.Start(self, proxy, cfg, func(d netproc.Denial) {
+		mu.Lock()
+		said = append(said, d.Name)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := len(said)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, port := range dialled {
+		if port != 8000 {
+			t.Errorf("the owner dialled port %d in the sandbox for the helper", port)
+		}
+	}
+	sort.Strings(said)
+	// 8001 is refused without a connection; 8000 comes with one.
+	if len(said) != 2 || said[0] != "1:port 8001 is not published:0" || said[1] != "2::"+itoa(syscall.CmsgSpace(4)) {
+		t.Errorf("the helper got %q", said)
+	}
+}
+
+// dialFlooder is a helper the sandbox took over that asks for
+// connections without ever reading the answers.
+func dialFlooder() int {
+	sock := os.NewFile(netproc.SocketFD, "owner")
+	buf := make([]byte, netproc.MaxMessage)
+	if _, err := sock.Read(buf); err != nil {
+		return 1
+	}
+	send := func(m netproc.Message) {
+		b, _ := json.Marshal(m)
+		sock.Write(b)
+	}
+	send(netproc.Message{Ready: true})
+	for i := 0; i < 100000; i++ {
+		send(netproc.Message{Dial: &netproc.DialRequest{Seq: uint64(i), Port: uint16(i)}})
+	}
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// TestDialFloodDoesNotHoldOwner: a helper that asks for connections and
+// never reads the answers cannot keep its owner from stopping it.
+func TestDialFloodDoesNotHoldOwner(t *testing.T) {
+	_, proxy, dial := proxySandbox(t)
+	self, _ := os.Executable()
+	p, err := netproc.Start(self, proxy, netproc.Config{SandboxID: "hostile-flood", Mode: netproc.ModeProxy, Dial: dial,
+		Network: sandbox.Network{Mode: sandbox.NetworkFull, Ports: []sandbox.PortMapping{{HostPort: freePort(t), SandboxPort: 8000}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // let the flood fill the owner's side
+	done := make(chan struct{})
+	go func() { _, _ = p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close is held up by a helper that does not read")
 	}
 }

@@ -22,6 +22,12 @@ type Proc struct {
 	cmd    *exec.Cmd
 	sock   *os.File
 	onDeny func(Denial)
+	// dial and ports: the owner's side of published ports in proxy
+	// mode (Config.Dial) and the sandbox ports it may dial; dialing
+	// bounds the dials under way.
+	dial    func(port uint16) (*os.File, error)
+	ports   map[uint16]bool
+	dialing chan struct{}
 
 	ready    chan error // the helper's first answer
 	report   chan Report
@@ -99,6 +105,14 @@ func Start(exe string, tun *os.File, cfg Config, onDeny func(Denial)) (*Proc, er
 		return nil, fmt.Errorf("starting the network helper %s: %w", exe, err)
 	}
 	p := &Proc{cmd: cmd, sock: ours, onDeny: onDeny, ready: make(chan error, 1), report: make(chan Report, 1), exited: make(chan struct{})}
+	if cfg.Mode == ModeProxy && cfg.Dial != nil {
+		p.dial, p.ports, p.dialing = cfg.Dial, map[uint16]bool{}, make(chan struct{}, maxDials)
+		for _, m := range cfg.Network.Ports {
+			if m.Proto == "" || m.Proto == "tcp" {
+				p.ports[m.SandboxPort] = true
+			}
+		}
+	}
 	go func() { _ = cmd.Wait(); close(p.exited) }()
 	go p.read()
 	return p, nil
@@ -142,6 +156,8 @@ func (p *Proc) read() {
 				denied++
 				p.onDeny(clip(*m.Deny))
 			}
+		case m.Dial != nil:
+			p.serveDial(*m.Dial)
 		case m.Report != nil:
 			r := *m.Report
 			if len(r.Denials) > maxDenials {
@@ -163,6 +179,62 @@ func (p *Proc) read() {
 	}
 }
 
+// maxDials bounds the connections into the sandbox being made at once
+// for a helper; a request beyond it is refused at once.
+const maxDials = 16
+
+// serveDial answers the helper's request for a connection to a
+// published port, from a goroutine of its own: a port that is not
+// published, or one asked for while maxDials others are under way, is
+// refused.
+func (p *Proc) serveDial(req DialRequest) {
+	if p.dial == nil || !p.ports[req.Port] {
+		p.answerDial(req.Seq, nil, fmt.Errorf("port %d is not published", req.Port))
+		return
+	}
+	select {
+	case p.dialing <- struct{}{}:
+	default:
+		p.answerDial(req.Seq, nil, errors.New("too many connections being made"))
+		return
+	}
+	go func() {
+		defer func() { <-p.dialing }()
+		f, err := p.dial(req.Port)
+		p.answerDial(req.Seq, f, err)
+		if f != nil {
+			f.Close()
+		}
+	}()
+}
+
+// answerDial sends a DialReply, with f as its descriptor when not nil.
+// It never waits: an answer the helper's socket has no room for is
+// dropped (the helper gives up on it), so that a helper that asks
+// without reading cannot hold its owner up.
+func (p *Proc) answerDial(seq uint64, f *os.File, err error) {
+	r := DialReply{Seq: seq}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	b, jerr := json.Marshal(Message{Dialed: &r})
+	if jerr != nil {
+		return
+	}
+	var oob []byte
+	if f != nil && err == nil {
+		oob = unix.UnixRights(int(f.Fd()))
+	}
+	rc, rerr := p.sock.SyscallConn()
+	if rerr != nil {
+		return
+	}
+	_ = rc.Write(func(fd uintptr) bool {
+		_ = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_DONTWAIT)
+		return true
+	})
+}
+
 // Ready waits until the helper serves the sandbox (its published ports
 // listen) and returns why not if it cannot.
 func (p *Proc) Ready() error {
@@ -179,6 +251,7 @@ func (p *Proc) Ready() error {
 func (p *Proc) Close() (Report, error) {
 	p.closeOne.Do(func() {
 		stop, _ := json.Marshal(Message{Stop: true})
+		_ = p.sock.SetWriteDeadline(time.Now().Add(stopWait))
 		_, _ = p.sock.Write(stop)
 		select {
 		case r, ok := <-p.report:

@@ -41,7 +41,8 @@ type Info struct {
 	// Dir is where the sandbox's files live on the host.
 	Dir string `json:"dir,omitempty"`
 	// Network is the sandbox's network mode; IP its address inside (with
-	// egress); Ports the ports published from the host.
+	// egress, none while it runs in proxy mode); Ports the ports published
+	// from the host.
 	Network NetworkMode   `json:"network,omitempty"`
 	IP      string        `json:"ip,omitempty"`
 	Ports   []PortMapping `json:"ports,omitempty"`

@@ -72,4 +72,6 @@
 //	                 (freezeguard_linux.go)
 //	supervisor.pid   "PID START" of the running supervisor (adoption)
 //	activity         its mtime is the last exec
+//	net-proxy        present while it runs in proxy mode (no TUN device:
+//	                 no address of its own)
 package supervisor

@@ -143,6 +143,11 @@ func (m *Manager) info(sb *store.Sandbox) *sandbox.Info {
 		i.RequestedImage = sp.RequestedImage
 		if sp.Network.Mode.Egress() {
 			i.IP = tundev.DefaultLayout().Addr4.Addr().String()
+			if sb.Status == store.StatusRunning {
+				if _, err := os.Lstat(filepath.Join(i.Dir, netProxyFile)); err == nil {
+					i.IP = "" // proxy mode: no device, no address
+				}
+			}
 		}
 	}
 	return i
@@ -351,6 +356,10 @@ func (m *Manager) adopt(name string) (int, uint64, bool) {
 // supervisorLockFile is flock'ed by a sandbox's supervisor from before
 // its boot to its end.
 const supervisorLockFile = "supervisor.lock"
+
+// netProxyFile is in a running sandbox's directory while its network is
+// in proxy mode (the backend's Instance says NetworkProxied).
+const netProxyFile = "net-proxy"
 
 // bootWait bounds how long a start waits for a supervisor that still
 // boots.

@@ -89,6 +89,11 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 		srv.Serve(lfd)
 	}()
 	_ = os.WriteFile(filepath.Join(dir, "activity"), nil, 0o600)
+	if p, ok := inst.(interface{ NetworkProxied() bool }); ok && p.NetworkProxied() {
+		_ = os.WriteFile(filepath.Join(dir, netProxyFile), nil, 0o600)
+	} else {
+		_ = os.Remove(filepath.Join(dir, netProxyFile))
+	}
 	// Who we are, for a starter that was killed before it could record
 	// us (Manager.adopt).
 	if st, err := ProcStart(os.Getpid()); err == nil {

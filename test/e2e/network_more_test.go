@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +109,114 @@ func TestNetworkRootlessProxy(t *testing.T) {
 	}
 	if n.lab.Reached(netlab.Metadata4) {
 		t.Error("the metadata server was reached")
+	}
+}
+
+// noTUN wraps a's commands in a mount namespace of their own where
+// /dev/net/tun is /dev/null: the sandbox cannot open a TUN device there
+// and falls back to proxy mode, as in a container without the device.
+func noTUN(a *ak, lab *netlab.Lab) {
+	a.wrap = append(append(labWrap(lab.ClientNS()), "unshare", "-m", "sh", "-c",
+		`mount --bind /dev/null /dev/net/tun && exec "$@"`, "sh"), a.wrap...)
+}
+
+// proxyServers is a sandbox command line serving /tmp over HTTP on
+// 127.0.0.1:8000, [::1]:8002 and 8001 (not published), with a marker file.
+const proxyServers = "cd /tmp && echo proxied > p.txt && (python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &) && " +
+	"(python3 -m http.server 8002 --bind ::1 >/dev/null 2>&1 &) && (python3 -m http.server 8001 >/dev/null 2>&1 &)"
+
+// checkProxyPublished fetches the marker through host ports base (to
+// 8000), base+2 (to 8002, a server on ::1 only) from the lab's client
+// namespace, and checks that base+3, published to a sandbox port where
+// nothing listens, gives nothing (in particular not another port's
+// server).
+func checkProxyPublished(t *testing.T, lab *netlab.Lab, base int) {
+	t.Helper()
+	for _, p := range []int{base, base + 2} {
+		// Until the server listens, the port accepts and closes.
+		c := lab.Command(t.Context(), "curl", "-s", "--max-time", "5", "--retry", "20", "--retry-delay", "1", "--retry-all-errors", "http://127.0.0.1:"+strconv.Itoa(p)+"/p.txt")
+		if out, err := c.Output(); err != nil || string(out) != "proxied\n" {
+			t.Errorf("published port %d: %v %q", p, err, out)
+		}
+	}
+	c := lab.Command(t.Context(), "curl", "-sS", "--max-time", "5", "http://127.0.0.1:"+strconv.Itoa(base+3)+"/p.txt")
+	if out, err := c.CombinedOutput(); err == nil || strings.Contains(string(out), "proxied") {
+		t.Errorf("a published port with no server in the sandbox answered: %v %q", err, out)
+	}
+}
+
+// proxyPorts are the -P flags checkProxyPublished needs.
+func proxyPorts(base int) []string {
+	p := func(h, s int) string { return strconv.Itoa(h) + ":" + strconv.Itoa(s) }
+	return []string{"-P", p(base, 8000), "-P", p(base+2, 8002), "-P", p(base+3, 8003)}
+}
+
+// TestNetworkProxyPublish: without a TUN device (proxy mode), root and
+// rootless, a run's and a persistent sandbox's published ports reach
+// servers on the sandbox's loopback (IPv4 and IPv6) from the host, and
+// the run says once that it is in proxy mode; root falls back to proxy
+// mode as rootless does, and its egress goes through the proxy.
+func TestNetworkProxyPublish(t *testing.T) {
+	n := newNetEnv(t)
+	ra, _ := rootlessAK(t)
+	callers := []struct {
+		name string
+		a    *ak
+		base int
+	}{{"root", n.a, 18090}, {"rootless", ra, 18095}}
+	for _, c := range callers {
+		t.Run(c.name, func(t *testing.T) {
+			a := c.a
+			noTUN(a, n.lab)
+			// Egress through the proxy, as root too.
+			r := a.run("run", "--image", "host", "-v", n.lab.CAFile()+":"+labCA+":ro", "-e", "CURL_CA_BUNDLE="+labCA,
+				"--network", "filtered", "--allow-domain", "allowed.test", "--", "sh", "-c", "ls /sys/class/net; curl -sS --max-time 5 https://allowed.test/")
+			if r.code != 0 || !strings.Contains(r.stdout, "netlab web") || strings.Contains(r.stdout, "eth0") || strings.Count(r.stderr, "HTTP proxy") != 1 {
+				t.Fatalf("egress through the proxy: %v", r)
+			}
+			// A run's published ports; as root, from a sandbox built on
+			// a thread and from a re-executed init.
+			publishRun := func(env ...string) {
+				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+				defer cancel()
+				args := append(append([]string{"run", "--image", "host", "--network", "filtered"}, proxyPorts(c.base)...), "--", "sh", "-c", proxyServers+" && sleep 60")
+				cmd := a.cmd(ctx, args...)
+				cmd.Env = append(cmd.Env, env...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				checkProxyPublished(t, n.lab, c.base)
+				_ = cmd.Process.Signal(os.Interrupt)
+				_ = cmd.Wait()
+				if !strings.Contains(stderr.String(), "HTTP proxy") {
+					t.Errorf("%v: no proxy-mode notice: %s", env, stderr.String())
+				}
+			}
+			publishRun()
+			if c.name == "root" {
+				publishRun("AGENTKERNEL_REEXEC_INIT=1")
+			}
+			// A persistent sandbox's.
+			name := "proxied"
+			create := append([]string{"sandbox", "create", name, "--image", "host", "--start", "--network", "filtered"}, proxyPorts(c.base)...)
+			if r := a.run(create...); r.code != 0 {
+				t.Fatalf("create: %v", r)
+			}
+			defer a.run("sandbox", "rm", "-f", name)
+			if r := a.run("exec", name, "--", "sh", "-c", proxyServers+" && sleep 1"); r.code != 0 {
+				t.Fatalf("servers: %v", r)
+			}
+			checkProxyPublished(t, n.lab, c.base)
+			// The ports, and no address: there is no device to have one.
+			want := strconv.Itoa(c.base) + ":8000/tcp"
+			if r := a.run("sandbox", "info", name); !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "10.0.2.100") {
+				t.Errorf("info: %v", r)
+			}
+			if r := a.run("sandbox", "list"); !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "10.0.2.100") || !strings.Contains(r.stdout, "filtered") {
+				t.Errorf("list: %v", r)
+			}
+		})
 	}
 }

@@ -17,17 +17,29 @@ import (
 // in the sandbox's namespaces: the helper is started from another
 // goroutine (so from a thread in agentkernel's own namespaces). The
 // command may start before the helper is ready: its first packets wait
-// in the device.
-func (r *runState) startNetwork(tun *os.File, mode netproc.Mode) error {
+// in the device. In proxy mode, ns (taken over; nil in TUN mode) is a
+// handle on the sandbox's network namespace for its published ports
+// (proxyDial).
+func (r *runState) startNetwork(tun *os.File, mode netproc.Mode, ns *os.File) error {
 	exe := r.netHelper
 	if exe == "" {
 		tun.Close()
+		if ns != nil {
+			ns.Close()
+		}
 		return errors.New("network egress needs agentkernel-full, which was not found")
 	}
-	if mode == netproc.ModeProxy {
-		r.warn("network: this user cannot open /dev/net/tun, so the sandbox reaches the network through an HTTP proxy (HTTP_PROXY=http://127.0.0.1:3128): programs that ignore the proxy variables get no network, and ports cannot be published")
-	}
 	cfg := netproc.Config{SandboxID: r.id, Network: r.spec.Network, Mode: mode, Inject: netproc.InjectConfig(r.spec.Secrets)}
+	if mode == netproc.ModeProxy {
+		r.warn(proxyNotice)
+		if ns != nil && len(cfg.Network.Ports) > 0 {
+			cfg.Dial = r.proxyDial(ns, os.Geteuid() != 0)
+			ns = nil
+		}
+	}
+	if ns != nil {
+		ns.Close()
+	}
 	set := func(p netproc.Helper) {
 		r.netMu.Lock()
 		r.net = p
@@ -60,11 +72,15 @@ func (r *runState) startNetwork(tun *os.File, mode netproc.Mode) error {
 	return <-started
 }
 
+// proxyNotice is the one line a sandbox in proxy mode gets.
+const proxyNotice = "network: /dev/net/tun cannot be opened here, so the sandbox reaches the network through an HTTP proxy (HTTP_PROXY=http://127.0.0.1:3128): programs that ignore the proxy variables get no network; published ports are forwarded to the sandbox's loopback (docs/network.md)"
+
 // awaitNetwork starts the network helper with the device a re-executed
 // init sends over sock (its network stage: 'N', the mode's letter and
 // the descriptor), and closes done once it has (or the init ended
-// without sending one).
-func (r *runState) awaitNetwork(sock *os.File, done chan<- struct{}) {
+// without sending one). pid is the init's: in proxy mode its pidfd is
+// the way into the sandbox's network namespace for published ports.
+func (r *runState) awaitNetwork(sock *os.File, done chan<- struct{}, pid int) {
 	defer close(done)
 	var b [8]byte
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -84,10 +100,14 @@ func (r *runState) awaitNetwork(sock *os.File, done chan<- struct{}) {
 		return
 	}
 	mode := netproc.ModeTUN
+	var ns *os.File
 	if b[1] == netproc.ModeProxy[0] {
 		mode = netproc.ModeProxy
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			ns = os.NewFile(uintptr(fd), "sandbox pidfd")
+		}
 	}
-	if err := r.startNetwork(os.NewFile(uintptr(fds[0]), "network"), mode); err != nil {
+	if err := r.startNetwork(os.NewFile(uintptr(fds[0]), "network"), mode, ns); err != nil {
 		r.warn("network: " + err.Error())
 	}
 }
@@ -125,9 +145,18 @@ func (r *runState) stopNetwork() (netproc.Report, error) {
 	r.netMu.Lock()
 	p := r.net
 	r.net = nil
+	ns := r.netNS
+	r.netNS = nil
 	r.netMu.Unlock()
 	if p == nil {
+		if ns != nil {
+			ns.close()
+		}
 		return netproc.Report{}, nil
 	}
-	return p.Close()
+	rep, err := p.Close()
+	if ns != nil {
+		ns.close()
+	}
+	return rep, err
 }

@@ -221,7 +221,13 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	if inst.netDev != nil {
 		dev := inst.netDev
 		inst.netDev = nil
-		if err := r.startNetwork(dev, inst.netMode); err != nil {
+		var ns *os.File
+		if inst.netMode == netproc.ModeProxy {
+			if fd, err := unix.FcntlInt(uintptr(inst.pidfd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				ns = os.NewFile(uintptr(fd), "sandbox pidfd")
+			}
+		}
+		if err := r.startNetwork(dev, inst.netMode, ns); err != nil {
 			return fail(err)
 		}
 		if err := r.networkReady(ctx); err != nil {
@@ -276,6 +282,10 @@ func (i *Instance) readReady() error {
 	}
 	return nil
 }
+
+// NetworkProxied says whether the sandbox's network is in proxy mode
+// (no TUN device, so no address of its own).
+func (i *Instance) NetworkProxied() bool { return i.netMode == netproc.ModeProxy }
 
 // Pid is PID 1's pid in the caller's PID namespace.
 func (i *Instance) Pid() int { return i.pid }

@@ -106,7 +106,7 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 		if cfg.Network {
 			// The network stage's message comes first (awaitNetwork).
 			done := make(chan struct{})
-			r.awaitNetwork(l.sock, done)
+			r.awaitNetwork(l.sock, done, l.pid)
 		}
 		n, err := l.sock.Read(b[:])
 		if err != nil || n != 1 || b[0] != 'R' {

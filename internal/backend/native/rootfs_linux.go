@@ -69,8 +69,8 @@ func (s *initState) mountFreshProc() error {
 // egress also gets its TUN device, eth0, addressed and routed as
 // tundev.DefaultLayout says; the device goes to the sandbox's owner, whose
 // network helper serves its other end (netproc, startNetwork). Where the
-// device cannot be opened (a rootless sandbox where /dev/net/tun is not
-// open to the caller), the sandbox gets a listening socket on
+// device cannot be opened (/dev/net/tun missing, as in a container
+// without the device, or not open to a rootless caller), the sandbox gets a listening socket on
 // 127.0.0.1:proxyPort instead, and its programs the proxy variables that
 // name it: the helper serves it as an HTTP proxy under the same policy.
 func (s *initState) setupNetwork() error {
@@ -96,9 +96,6 @@ func (s *initState) setupNetwork() error {
 			}
 			s.tunUp = true
 		} else {
-			if !s.cfg.Rootless {
-				return err
-			}
 			mode = netproc.ModeProxy
 			if dev, err = proxyListener(); err != nil {
 				return fmt.Errorf("the network proxy's socket: %w", err)
@@ -107,7 +104,16 @@ func (s *initState) setupNetwork() error {
 		}
 		switch {
 		case s.thread != nil:
-			if err := s.thread.r.startNetwork(dev, mode); err != nil {
+			// This thread is in the sandbox's network namespace: a
+			// handle on it, for published ports in proxy mode.
+			var ns *os.File
+			if mode == netproc.ModeProxy {
+				if ns, err = os.Open("/proc/thread-self/ns/net"); err != nil {
+					dev.Close()
+					return fmt.Errorf("the sandbox's network namespace: %w", err)
+				}
+			}
+			if err := s.thread.r.startNetwork(dev, mode, ns); err != nil {
 				return err
 			}
 		case s.cfg.Persistent:

@@ -116,6 +116,10 @@ type runState struct {
 	net   netproc.Helper
 	// netHelper is agentkernel-full's path (findNetHelper).
 	netHelper string
+	// netNS is, in proxy mode with published ports, the handle on the
+	// sandbox's network namespace they are dialled through (proxyDial),
+	// under netMu.
+	netNS *nsHandle
 }
 
 // earlyCgroup is a cgroup being made for a Run that has not started yet.
@@ -708,7 +712,7 @@ func (r *runState) launch(cfg *initConfig, io3 *stdioFiles) (*launched, error) {
 	go func() { b, _ := io.ReadAll(errR); errR.Close(); l.errCh <- b }()
 	if cfg.Network && !r.persistent && !r.prepared {
 		l.netDone = make(chan struct{})
-		go r.awaitNetwork(parentSock, l.netDone)
+		go r.awaitNetwork(parentSock, l.netDone, pid)
 	}
 	return l, nil
 }

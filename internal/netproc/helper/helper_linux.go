@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -77,21 +78,39 @@ func Main(confine func() error) int {
 	}
 	defer engine.Close()
 	var st *netstack.Stack
-	var serve func() // starts reading what the sandbox sends
+	var serve func()        // starts reading what the sandbox sends
+	var dialer *ownerDialer // proxy mode: connections to published ports
+	var published atomic.Uint64
 	switch cfg.Mode {
 	case netproc.ModeProxy:
 		// No TUN: the sandbox's programs reach the network through the
-		// proxy listening inside it.
-		if len(cfg.Network.Ports) > 0 {
-			tun.Close()
-			return fail(fmt.Errorf("ports cannot be published without a TUN device (this user cannot open /dev/net/tun)"))
-		}
+		// proxy listening inside it, and published ports reach the
+		// sandbox through connections its owner makes inside it.
 		ln, err := net.FileListener(tun)
 		tun.Close()
 		if err != nil {
 			return fail(fmt.Errorf("network helper: the proxy's socket: %w", err))
 		}
-		serve = func() { go func() { _ = engine.ServeProxy(ln) }() }
+		var pubs []*proxyPublication
+		for _, p := range cfg.Network.Ports {
+			pub, err := publishProxied(p)
+			if err != nil {
+				ln.Close()
+				for _, q := range pubs {
+					q.Close()
+				}
+				return fail(err)
+			}
+			pubs = append(pubs, pub)
+			defer pub.Close()
+		}
+		dialer = newOwnerDialer(send)
+		serve = func() {
+			go func() { _ = engine.ServeProxy(ln) }()
+			for i, pub := range pubs {
+				pub.serve(cfg.Network.Ports[i].SandboxPort, dialer.dial, func() { published.Add(1) })
+			}
+		}
 	default:
 		st, err = netstack.New(netstack.Config{TUN: tun, Handler: engine, Held: true})
 		if err != nil {
@@ -122,17 +141,33 @@ func Main(confine func() error) int {
 	serve()
 	send(netproc.Message{Ready: true})
 
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
-		n, err := sock.Read(buf)
-		if err != nil || n == 0 {
+		m, fds, err := readOwner(netproc.SocketFD, buf, oob)
+		if err != nil {
+			if dialer != nil {
+				dialer.close()
+			}
 			return 0 // the owner is gone
 		}
-		var m netproc.Message
-		if json.Unmarshal(buf[:n], &m) == nil && m.Stop {
+		if m.Dialed != nil && dialer != nil {
+			dialer.deliver(*m.Dialed, fds)
+			continue
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		if m.Stop {
 			break
 		}
 	}
+	if dialer != nil {
+		dialer.close()
+	}
 	rep := report(engine, st)
+	if st == nil {
+		rep.Counters["published"] = published.Load()
+	}
 	rep.Injections = inj.list()
 	send(netproc.Message{Report: &rep})
 	return 0
