@@ -117,7 +117,7 @@ type Commands struct {
 
 // Network is [network].
 type Network struct {
-	// Ports to publish: "8080:80", "3000", "127.0.0.1:8080:80", "5353:53/udp".
+	// Ports to publish: "8080:80", "3000", "127.0.0.1:8080:80", "8443:443/tcp" (TCP only).
 	Ports []string `toml:"ports"`
 	// AllowCIDRs are address ranges the sandbox may reach by address
 	// (including ranges refused by default: private, metadata, host).

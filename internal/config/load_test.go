@@ -300,7 +300,8 @@ func TestBadValues(t *testing.T) {
 		{"[sandbox]\nruntime = \"cobol\"\n", 2, "sandbox.runtime", "unknown runtime"},
 		{"[sandbox]\nbase_image = \"x; rm -rf /\"\n", 2, "sandbox.base_image", "invalid character"},
 		{"[network]\nports = [\"99999\"]\n", 2, "network.ports", "not a port number"},
-		{"[network]\nports = [\"80/sctp\"]\n", 2, "network.ports", "tcp or udp"},
+		{"[network]\nports = [\"80/sctp\"]\n", 2, "network.ports", "must be tcp"},
+		{"[network]\nports = [\"53/udp\"]\n", 2, "network.ports", "only TCP"},
 		{"[[files]]\nsource = \"a\"\ndest = \"/a\"\n[[files]]\nsource = \"b\"\ndest = \"rel\"\n", 4, "files[1]", "absolute"},
 		{"[[files]]\nsource = \"a\"\ndest = \"/a/../../etc\"\n", 1, "files[0]", ".."},
 		{"[[files]]\ndest = \"/a\"\n", 1, "files[0]", "source is required"},
@@ -487,7 +488,7 @@ allow = ["python3"]
 block = ["curl"]
 allowlist_only = true
 [network]
-ports = ["8080:80", "3000", "5353:53/udp"]
+ports = ["8080:80", "3000", "5353:53/tcp"]
 vsock_cid = 3
 allow_cidrs = ["10.0.0.0/8"]
 allow_udp = ["10.0.0.1:53"]

@@ -13,25 +13,31 @@ type PortMapping struct {
 	HostIP      string `json:"host_ip,omitempty"`
 	HostPort    uint16 `json:"host_port"`
 	SandboxPort uint16 `json:"sandbox_port"`
-	// Proto is "tcp" (the default when empty) or "udp".
+	// Proto is "tcp" or empty (TCP). UDP ports cannot be published:
+	// ParsePortMapping refuses "/udp" with a message that says so.
 	Proto string `json:"proto,omitempty"`
 }
 
 // ParsePortMapping parses a published port as given to --publish and
 // [network].ports: "HOST:SANDBOX", "IP:HOST:SANDBOX" or "SANDBOX" (the
-// same port on the host), each optionally followed by "/tcp" or "/udp".
+// same port on the host), each optionally followed by "/tcp". "/udp" is
+// refused, named: only TCP ports are published.
 // An IPv6 host address is written in brackets: "[::1]:8080:80".
 func ParsePortMapping(s string) (PortMapping, error) {
 	var m PortMapping
 	bad := func(why string) (PortMapping, error) {
-		return PortMapping{}, fmt.Errorf("invalid port mapping %q: %s (want HOST_PORT:SANDBOX_PORT[/tcp|/udp], optionally IP:HOST_PORT:SANDBOX_PORT)", s, why)
+		return PortMapping{}, fmt.Errorf("invalid port mapping %q: %s (want HOST_PORT:SANDBOX_PORT[/tcp], optionally IP:HOST_PORT:SANDBOX_PORT)", s, why)
 	}
 	spec := s
 	if i := strings.LastIndexByte(spec, '/'); i >= 0 {
 		m.Proto = strings.ToLower(spec[i+1:])
 		spec = spec[:i]
-		if m.Proto != "tcp" && m.Proto != "udp" {
-			return bad("the protocol must be tcp or udp")
+		switch m.Proto {
+		case "tcp":
+		case "udp":
+			return bad("only TCP ports can be published; UDP is not supported")
+		default:
+			return bad("the protocol must be tcp")
 		}
 	}
 	if strings.HasPrefix(spec, "[") {

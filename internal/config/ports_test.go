@@ -1,12 +1,15 @@
 package config
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestParsePortMapping(t *testing.T) {
 	good := map[string]string{
 		"8080:80":           "8080:80/tcp",
 		"80":                "80:80/tcp",
-		"5353:53/udp":       "5353:53/udp",
+		"5353:53/tcp":       "5353:53/tcp",
 		"0.0.0.0:8080:80":   "0.0.0.0:8080:80/tcp",
 		"[::1]:8080:80/TCP": "[::1]:8080:80/tcp",
 		"127.0.0.1:1:65535": "127.0.0.1:1:65535/tcp",
@@ -25,5 +28,10 @@ func TestParsePortMapping(t *testing.T) {
 		if m, err := ParsePortMapping(in); err == nil {
 			t.Errorf("%q: accepted as %v", in, m)
 		}
+	}
+	// UDP ports cannot be published: refused when parsed, with why,
+	// rather than a sandbox that fails to start.
+	if _, err := ParsePortMapping("5353:53/udp"); err == nil || !strings.Contains(err.Error(), "only TCP") {
+		t.Errorf("5353:53/udp: got %v, want a refusal saying only TCP is published", err)
 	}
 }

@@ -60,7 +60,7 @@ type Overrides struct {
 	AllowDomains []string // --allow-domain: names the sandbox may reach
 	BlockDomains []string // --block-domain: names it may not (block wins)
 	AllowCIDRs   []string // --allow-cidr: ranges it may reach by address
-	Publish      []string // -P/--publish: HOST:SANDBOX[/tcp|/udp]
+	Publish      []string // -P/--publish: HOST:SANDBOX[/tcp]
 
 	// Set holds the long names of the flags that were given: "profile",
 	// "mode", "image", "pull", "memory", "user", "workdir", "hostname",

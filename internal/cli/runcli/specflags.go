@@ -35,7 +35,7 @@ func BindSpecFlags(fs *pflag.FlagSet, o *policy.Overrides) {
 	fs.StringArrayVar(&o.AllowDomains, "allow-domain", nil, "let the sandbox reach this host name, or *.example.com for a domain and its subdomains (repeatable)")
 	fs.StringArrayVar(&o.BlockDomains, "block-domain", nil, "refuse this host name or *.example.com (repeatable; block wins over allow)")
 	fs.StringArrayVar(&o.AllowCIDRs, "allow-cidr", nil, "let the sandbox reach this address or range by address, such as 10.0.0.0/8 (repeatable; needed for private, host and metadata addresses)")
-	fs.StringArrayVarP(&o.Publish, "publish", "P", nil, "publish a sandbox port on the host: HOST_PORT:SANDBOX_PORT[/tcp|/udp], IP:HOST_PORT:SANDBOX_PORT (default IP 127.0.0.1; repeatable; without /dev/net/tun, in proxy mode, TCP to the sandbox's loopback)")
+	fs.StringArrayVarP(&o.Publish, "publish", "P", nil, "publish a sandbox port on the host: HOST_PORT:SANDBOX_PORT[/tcp], IP:HOST_PORT:SANDBOX_PORT (TCP only) (default IP 127.0.0.1; repeatable; without /dev/net/tun, in proxy mode, TCP to the sandbox's loopback)")
 	fs.BoolVar(&o.ReadOnly, "read-only", false, "read-only root filesystem, with a tmpfs /tmp")
 	fs.StringVarP(&o.User, "user", "u", "", "run as NAME, UID or UID:GID (default: the image's user)")
 	fs.StringVar(&o.Hostname, "hostname", "", "the sandbox's hostname (default \""+policy.DefaultHostname+"\")")
