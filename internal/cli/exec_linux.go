@@ -125,7 +125,11 @@ func (a *App) runSandboxCommand(cmd *cobra.Command, args []string) error {
 	ctx := cmdContext(cmd)
 	err = a.RunSandboxCommand(ctx, m, l)
 	if errors.Is(err, sandbox.ErrSandboxNotFound) || errors.Is(err, sandbox.ErrNotRunning) {
-		return sandboxError(l.Name, err)
+		name := l.Name
+		if ne := (*sandbox.NameError)(nil); errors.As(err, &ne) {
+			name = ne.Name // stats of several: the one it failed on
+		}
+		return sandboxError(name, err)
 	}
 	return err
 }

@@ -273,7 +273,9 @@ func newImagesRmCmd(a *App) *cobra.Command {
 		Short:   "Remove images from the cache",
 		Long: `Remove tags; an image whose last tag goes (or that is named by digest) is
 removed with all its tags. Unpacked layers stay until 'images prune',
-since running sandboxes may still use them.`,
+since sandboxes may still use them; prune keeps those that a persistent
+sandbox or a snapshot stacks, so removing an image never takes their
+files away.`,
 		Example: "  agentkernel images rm alpine:3.20\n  agentkernel images rm sha256:3f1e2b7a9c0d && agentkernel images prune",
 		Args:    imagesMinArgs(1, "an image reference"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -303,14 +305,21 @@ func newImagesPruneCmd(a *App) *cobra.Command {
 		Long: `Delete unpacked layers that no cached image uses, images left untagged
 when a pull moved their tag, unreferenced manifests and configs, and
 leftovers of interrupted pulls. It waits for pulls in progress (in any
-process) to finish.`,
+process) to finish.
+
+A layer of a removed image that a persistent sandbox or a snapshot still
+stacks is kept (and counted as kept, with who uses it) until the last of
+them is removed or deleted; the next prune then deletes it.`,
 		Example: "  agentkernel images prune",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withImageStore(cmd, func(ctx context.Context, s *image.Store) error {
-				res, err := s.Prune(ctx)
+				res, err := s.Prune(ctx, a.stackedLayers())
 				if err != nil {
 					return imageError(err)
+				}
+				if res.Kept > 0 {
+					fmt.Fprintf(a.Stdout, "Kept %d %s still used by %s\n", res.Kept, imagesPlural(res.Kept, "layer", "layers"), strings.Join(res.KeptFor, ", "))
 				}
 				for _, d := range res.Images {
 					fmt.Fprintf(a.Stdout, "Deleted: %s\n", d)

@@ -757,7 +757,8 @@ this data directory's (--data-dir) sandboxes and runs are judged.`,
 				return err
 			}
 			defer done()
-			removed, err := m.GC(cmd.Context(), dryRun)
+			res, err := m.GC(cmd.Context(), dryRun)
+			removed := res.Removed
 			if !dryRun {
 				more, gerr := native.GC(cmd.Context(), a.DataDir)
 				removed = append(removed, more...)

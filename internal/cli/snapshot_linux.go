@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,7 +217,11 @@ but a regular file there is refused.
 
 A file inside the snapshot whose name starts with ".wh." cannot be
 exported (an image would read it as a deletion): the export is refused,
-naming it.`,
+naming it.
+
+The snapshot is held while it is exported: a 'snapshot delete', 'take' or
+'restore' started meanwhile waits for the export to finish. Each export
+is recorded in the audit log ('agentkernel audit --sandbox SOURCE').`,
 		Example: `  agentkernel snapshot export dev-clean
   agentkernel run --image agentkernel-snap:dev-clean -- ls /root
   agentkernel snapshot export dev-clean --tag team/dev:clean
@@ -253,35 +258,45 @@ naming it.`,
 			defer done()
 			ctx, stop := imagesContext(cmd)
 			defer stop()
-			spec, err := m.SnapshotSpec(ctx, snap)
-			if err != nil {
-				return snapshotError(snap, "", err)
-			}
-			meta, err := m.GetSnapshot(ctx, snap)
-			if err != nil {
-				return snapshotError(snap, "", err)
-			}
-			src := image.ExportSource{Layers: spec.Rootfs.Layers, IDMap: spec.Rootfs.IDMap, BaseDigest: spec.Rootfs.Digest,
-				Config: spec.Rootfs.Config, CreatedBy: "agentkernel snapshot export " + snap, Created: meta.CreatedAt}
 			s, err := a.openImageStore()
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			end := a.working("exporting snapshot " + snap)
-			defer end()
-			switch output {
-			case "":
-				sum, err := s.Commit(ctx, src, ref)
-				if err != nil {
-					return exportError(snap, err)
-				}
-				fmt.Fprintf(a.Stdout, "%s@%s\n", sum.Ref, sum.Digest)
-				return nil
-			case "-":
-				return exportError(snap, s.WriteArchive(ctx, src, ref, a.Stdout))
+			to := ref
+			if output != "" {
+				to = "archive " + output + " as " + ref
 			}
-			return exportError(snap, writeFileAtomic(output, func(w io.Writer) error { return s.WriteArchive(ctx, src, ref, w) }))
+			// The snapshot is held (its layers with it) until the image
+			// is written: a delete, take or restore meanwhile waits.
+			var exportErr error
+			err = m.ExportSnapshot(ctx, snap, to, func(ctx context.Context, meta *sandbox.Snapshot, spec *sandbox.Spec) error {
+				src := image.ExportSource{Layers: spec.Rootfs.Layers, IDMap: spec.Rootfs.IDMap, BaseDigest: spec.Rootfs.Digest,
+					Config: spec.Rootfs.Config, CreatedBy: "agentkernel snapshot export " + snap, Created: meta.CreatedAt}
+				end := a.working("exporting snapshot " + snap)
+				defer end()
+				switch output {
+				case "":
+					sum, err := s.Commit(ctx, src, ref)
+					if err != nil {
+						exportErr = err
+						return err
+					}
+					fmt.Fprintf(a.Stdout, "%s@%s\n", sum.Ref, sum.Digest)
+				case "-":
+					exportErr = s.WriteArchive(ctx, src, ref, a.Stdout)
+				default:
+					exportErr = writeFileAtomic(output, func(w io.Writer) error { return s.WriteArchive(ctx, src, ref, w) })
+				}
+				return exportErr
+			})
+			if exportErr != nil {
+				return exportError(snap, exportErr)
+			}
+			if err != nil {
+				return snapshotError(snap, "", err)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&tag, "tag", "t", "", "the image's reference (default agentkernel-snap:SNAPSHOT)")

@@ -12,7 +12,8 @@ func newStatsCmd(a *App) *cobra.Command {
 		Short: "Show CPU, memory, processes and disk of sandboxes, and host totals",
 		Long: `Show each persistent sandbox's resource use — CPU (percent over a 0.5 s
 sample, and seconds in total), memory charged to its cgroup, processes, and
-the disk its writable layer takes — then the host's totals. Without NAME
+the disk its writable layers take (its root's and each copy-on-write
+volume's, such as /workspace's) — then the host's totals. Without NAME
 every sandbox is shown; stopped ones report only their disk. SUPERVISOR is
 the resident memory of the host-side processes keeping a sandbox (its
 supervisor and init), which its cgroup does not count.`,

@@ -342,7 +342,7 @@ func fuzzIndexOne(t *testing.T, s *Store, data []byte) {
 				t.Logf("Remove(%q): %v", ref, err)
 			}
 		}
-		if _, err := s.Prune(ctx); err != nil {
+		if _, err := s.Prune(ctx, nil); err != nil {
 			t.Logf("Prune: %v", err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -221,19 +222,64 @@ type PruneResult struct {
 	Bytes int64 `json:"bytes"`
 	// Temporary counts leftovers of interrupted pulls removed.
 	Temporary int `json:"temporary"`
+	// Kept counts the layers no image uses that were kept because a
+	// persistent sandbox or a snapshot still stacks them; KeptFor names
+	// those (the StackedLayers answer's users, sorted, each once).
+	Kept    int      `json:"kept"`
+	KeptFor []string `json:"kept_for,omitempty"`
+}
+
+// StackedLayers says which layer directories something outside the
+// store stacks (persistent sandboxes and snapshots record the paths of
+// their image's layers in their specs): each path, as recorded, with
+// who stacks it. Prune keeps those layers.
+type StackedLayers func(ctx context.Context) (map[string][]string, error)
+
+// stackedDiffIDs maps the store's layers among paths (<...>/layers/
+// sha256/<hex>/fs, or the layer's directory) to their users, by diff ID,
+// whichever data directory path they were recorded under.
+func stackedDiffIDs(paths map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for p, users := range paths {
+		p = filepath.Clean(p)
+		if filepath.Base(p) == "fs" {
+			p = filepath.Dir(p)
+		}
+		hex, alg := filepath.Base(p), filepath.Base(filepath.Dir(p))
+		if filepath.Base(filepath.Dir(filepath.Dir(p))) != "layers" || alg != "sha256" {
+			continue
+		}
+		id := alg + ":" + hex
+		for _, u := range users {
+			if !slices.Contains(out[id], u) {
+				out[id] = append(out[id], u)
+			}
+		}
+	}
+	return out
 }
 
 // Prune removes dangling images (whose tag moved to a newer pull),
-// unpacked layers no image uses, unreferenced blobs and leftovers of
-// interrupted pulls. It waits for pulls and loads in progress (in any
-// process) to finish and holds them off while it runs.
-func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
+// unpacked layers no image uses and nothing stacks (stacked, which may
+// be nil when nothing outside the store can stack a layer), unreferenced
+// blobs and leftovers of interrupted pulls. It waits for pulls and loads
+// in progress (in any process) to finish and holds them off while it
+// runs. An error from stacked removes nothing.
+func (s *Store) Prune(ctx context.Context, stacked StackedLayers) (PruneResult, error) {
 	var res PruneResult
 	unlock, err := flock(ctx, s.lockPath("gc"), false)
 	if err != nil {
 		return res, err
 	}
 	defer unlock()
+	var users map[string][]string
+	if stacked != nil {
+		paths, err := stacked(ctx)
+		if err != nil {
+			return res, fmt.Errorf("finding the layers sandboxes and snapshots stack (nothing pruned): %w", err)
+		}
+		users = stackedDiffIDs(paths)
+	}
 	used := map[string]bool{}
 	err = s.updateIndex(ctx, func(idx *indexFile) error {
 		for d, rec := range idx.Images {
@@ -262,6 +308,15 @@ func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
 		if used[h.String()] {
 			continue
 		}
+		if u := users[h.String()]; len(u) > 0 {
+			res.Kept++
+			for _, w := range u {
+				if !slices.Contains(res.KeptFor, w) {
+					res.KeptFor = append(res.KeptFor, w)
+				}
+			}
+			continue
+		}
 		n, err := s.removeLayer(h)
 		if err != nil {
 			return res, fmt.Errorf("removing layer %s: %w", h, err)
@@ -278,6 +333,7 @@ func (s *Store) Prune(ctx context.Context) (PruneResult, error) {
 			}
 		}
 	}
+	sort.Strings(res.KeptFor)
 	res.Blobs = s.pruneBlobs(true)
 	return res, nil
 }

@@ -225,7 +225,7 @@ func TestPullListInspectRemovePrune(t *testing.T) {
 	}
 
 	// Nothing to prune while the image exists.
-	pr, err := s.Prune(ctx)
+	pr, err := s.Prune(ctx, nil)
 	if err != nil || pr.Layers != 0 {
 		t.Fatalf("prune with image present: %+v %v", pr, err)
 	}
@@ -246,7 +246,7 @@ func TestPullListInspectRemovePrune(t *testing.T) {
 	if _, err := os.Stat(rfs.Layers[0]); err != nil {
 		t.Fatal("remove deleted the layer; only prune may")
 	}
-	pr, err = s.Prune(ctx)
+	pr, err = s.Prune(ctx, nil)
 	if err != nil || pr.Layers != 1 || pr.Bytes < 1<<20 || pr.Blobs != 2 {
 		t.Fatalf("prune: %+v %v", pr, err)
 	}
@@ -279,11 +279,66 @@ func TestRetagLeavesDanglingForPrune(t *testing.T) {
 	if len(list) != 2 || list[0].Tag != "" && list[1].Tag != "" {
 		t.Fatalf("list: %+v", list)
 	}
-	pr, err := s.Prune(ctx)
+	pr, err := s.Prune(ctx, nil)
 	if err != nil || len(pr.Images) != 1 || pr.Images[0] != old.Digest || pr.Layers != 1 {
 		t.Fatalf("prune: %+v %v", pr, err)
 	}
 	ensure(t, s, ref, image.PullNever)
+}
+
+// TestPruneKeepsStackedLayers: a removed image's layers that a sandbox
+// or snapshot still stacks (by the path recorded in its spec, under
+// whatever form of the data directory) survive prune, which says who
+// keeps them; once nothing stacks them the next prune removes them; a
+// failure to learn what is stacked removes nothing.
+func TestPruneKeepsStackedLayers(t *testing.T) {
+	reg := imagetest.NewRegistry(t)
+	s, _ := newStore(t)
+	ctx := context.Background()
+	a := reg.Push(t, "a:1", imagetest.Image(t, v1.Config{}, imagetest.Layer(t, imagetest.Reg("shared", "s")), imagetest.Layer(t, imagetest.Reg("a", "a"))))
+	b := reg.Push(t, "b:1", imagetest.Image(t, v1.Config{}, imagetest.Layer(t, imagetest.Reg("b", "b"))))
+	ra, rb := ensure(t, s, a, image.PullMissing), ensure(t, s, b, image.PullMissing)
+	for _, ref := range []string{a, b} {
+		if _, err := s.Remove(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first layer of a recorded through a link to the data directory.
+	link := filepath.Join(t.TempDir(), "data")
+	storeRoot := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(ra.Layers[0]))))
+	if err := os.Symlink(filepath.Dir(storeRoot), link); err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(filepath.Dir(storeRoot), ra.Layers[0])
+	stacked := map[string][]string{
+		filepath.Join(link, rel) + "/":     {"sandbox dev"},
+		ra.Layers[1]:                       {"snapshot s1", "sandbox dev"},
+		"/elsewhere/snapshots/layers/0123": {"snapshot s1"},
+	}
+	if _, err := s.Prune(ctx, func(context.Context) (map[string][]string, error) { return nil, errors.New("state.db: locked") }); err == nil || !strings.Contains(err.Error(), "nothing pruned") {
+		t.Fatalf("prune with an unknown stack: %v", err)
+	}
+	for _, l := range append(ra.Layers, rb.Layers...) {
+		if _, err := os.Stat(l); err != nil {
+			t.Fatalf("a failed prune removed %s: %v", l, err)
+		}
+	}
+	pr, err := s.Prune(ctx, func(context.Context) (map[string][]string, error) { return stacked, nil })
+	if err != nil || pr.Layers != 1 || pr.Kept != 2 || strings.Join(pr.KeptFor, ",") != "sandbox dev,snapshot s1" {
+		t.Fatalf("prune: %+v %v", pr, err)
+	}
+	for _, l := range ra.Layers {
+		if _, err := os.Stat(l); err != nil {
+			t.Fatalf("stacked layer %s pruned: %v", l, err)
+		}
+	}
+	if _, err := os.Stat(rb.Layers[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("unstacked layer kept: %v", err)
+	}
+	pr, err = s.Prune(ctx, func(context.Context) (map[string][]string, error) { return nil, nil })
+	if err != nil || pr.Layers != 2 || pr.Kept != 0 {
+		t.Fatalf("prune once nothing stacks them: %+v %v", pr, err)
+	}
 }
 
 // mountOverlay mounts the layers read-only and returns the mount point;

@@ -318,20 +318,9 @@ func (m *Manager) GetByUUID(ctx context.Context, id string) (*Info, error) {
 }
 
 // GCSandboxes runs GC and returns the names of the sandboxes it removed
-// (what the API's POST /gc reports; GC's own list also names cgroups,
-// host ids and directories it freed): its entries "sandbox NAME (…)".
+// (what the API's POST /gc reports; GC's Removed also names the cgroups,
+// host ids and directories it freed), never nil.
 func (m *Manager) GCSandboxes(ctx context.Context) ([]string, error) {
-	items, err := m.GC(ctx, false)
-	removed := []string{}
-	for _, it := range items {
-		rest, ok := strings.CutPrefix(it, "sandbox ")
-		if !ok {
-			continue
-		}
-		name, _, ok := strings.Cut(rest, " (")
-		if ok && ValidateName(name) == nil {
-			removed = append(removed, name)
-		}
-	}
-	return removed, err
+	res, err := m.GC(ctx, false)
+	return append([]string{}, res.Sandboxes...), err
 }

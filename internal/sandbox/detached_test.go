@@ -19,12 +19,12 @@ func TestValidDetachedID(t *testing.T) {
 	}
 }
 
-// fakeGC is a Supervisor whose GC reports a fixed list.
-type fakeGC struct{ items []string }
+// fakeGC is a Supervisor whose GC reports a fixed result.
+type fakeGC struct{ res GCResult }
 
 func (f fakeGC) Start(context.Context, string) (*Info, error)        { return nil, ErrUnsupported }
 func (f fakeGC) Stop(context.Context, string, string) (*Info, error) { return nil, ErrUnsupported }
-func (f fakeGC) GC(context.Context, bool) ([]string, error)          { return f.items, nil }
+func (f fakeGC) GC(context.Context, bool) (GCResult, error)          { return f.res, nil }
 
 // plainConn is a Conn without detached commands.
 type plainConn struct{ Conn }
@@ -39,7 +39,7 @@ func TestGetByUUIDAndGCSandboxes(t *testing.T) {
 	ctx := context.Background()
 	st := newMemStore()
 	m := NewManager(ManagerOptions{Store: st, Connector: plainConnector{},
-		Supervisor: fakeGC{items: []string{"sandbox old (expired)", "/sys/fs/cgroup/agentkernel/x", "/data/sandboxes/orphan", "sandbox ../x (expired)"}}})
+		Supervisor: fakeGC{res: GCResult{Sandboxes: []string{"old"}, Removed: []string{"sandbox old (expired)", "/sys/fs/cgroup/agentkernel/x", "/data/sandboxes/orphan", "sandbox gone (host uid range 1-2)"}}}})
 	if _, _, err := m.Create(ctx, CreateRequest{Name: "dev", Spec: &Spec{Rootfs: hostRootfs()}}); err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,17 @@ func (e *ExpiredError) Error() string {
 
 func (e *ExpiredError) Unwrap() error { return ErrSandboxNotFound }
 
+// NameError is an error about one of the sandboxes an operation on
+// several names (Stats) was given: Name says which.
+type NameError struct {
+	Name string
+	Err  error
+}
+
+func (e *NameError) Error() string { return e.Err.Error() }
+
+func (e *NameError) Unwrap() error { return e.Err }
+
 // ExecErrno is the sentinel a failed execve's error number stands for,
 // as a shell maps them to exit codes: ErrNotFound (127) for ENOENT,
 // ErrCannotInvoke (126) for a file that exists but cannot be executed or

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/audit"
@@ -482,10 +483,10 @@ func (m *Manager) ExtendTTL(ctx context.Context, name string, d time.Duration, o
 
 // GC removes expired sandboxes, leftovers of dead supervisors and
 // orphaned directories (dryRun: only reports them).
-func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
+func (m *Manager) GC(ctx context.Context, dryRun bool) (GCResult, error) {
 	sv, err := m.supervisor()
 	if err != nil {
-		return nil, err
+		return GCResult{}, err
 	}
 	return sv.GC(ctx, dryRun)
 }
@@ -509,64 +510,108 @@ func (m *Manager) Stats(ctx context.Context, sample time.Duration, names ...stri
 		for _, n := range names {
 			i, err := st.Get(ctx, n)
 			if err != nil {
-				return nil, HostUsage{}, err
+				return nil, HostUsage{}, &NameError{Name: n, Err: err}
 			}
 			infos = append(infos, i)
 		}
 	}
+	// The host's sample and every sandbox's run at the same time: N
+	// sandboxes take one sample period, not N.
 	var host HostUsage
+	var hostErr error
+	var wg sync.WaitGroup
 	if hs := m.opts.HostStats; hs != nil {
-		if host, err = hs.Host(ctx); err != nil {
-			return nil, HostUsage{}, err
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host, hostErr = hs.Host(ctx)
+		}()
+	}
+	out := make([]Usage, len(infos))
+	running := make([]bool, len(infos))
+	// A name given twice is sampled once and shown twice; at most
+	// statsParallel sandboxes are read at once.
+	first := map[string]int{}
+	slots := make(chan struct{}, statsParallel)
+	for i, info := range infos {
+		if _, ok := first[info.Name]; ok {
+			continue
 		}
+		first[info.Name] = i
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			out[i], running[i] = m.usageOf(ctx, info, sample)
+		}()
+	}
+	wg.Wait()
+	for i, info := range infos {
+		if j := first[info.Name]; j != i {
+			out[i], running[i] = out[j], running[j]
+		}
+	}
+	if hostErr != nil {
+		return nil, HostUsage{}, hostErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, HostUsage{}, err
 	}
 	host.Sandboxes = len(infos)
-	out := make([]Usage, len(infos))
-	conns := make([]Conn, len(infos))
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
-	for i, info := range infos {
-		out[i] = Usage{Name: info.Name, Status: info.Status}
-		if cn := m.opts.Connector; info.Status == StatusRunning && cn != nil {
-			if c, err := cn.Connect(ctx, info.Name); err == nil {
-				conns[i] = c
-				if u, err := c.Usage(ctx); err == nil {
-					u.Name, u.Status = info.Name, info.Status
-					out[i] = u
-				}
-				host.Running++
-				// A running sandbox's agent does not measure its
-				// writable layer: the host does, as for a stopped one.
-				if hs := m.opts.HostStats; hs != nil && out[i].UpperBytes == 0 {
-					out[i].UpperBytes, _ = hs.DiskUsage(ctx, info.Name)
-				}
-				continue
-			}
-		}
-		if hs := m.opts.HostStats; hs != nil {
-			out[i].UpperBytes, _ = hs.DiskUsage(ctx, info.Name)
-		}
-	}
-	if sample > 0 && host.Running > 0 {
-		select {
-		case <-time.After(sample):
-		case <-ctx.Done():
-			return nil, HostUsage{}, ctx.Err()
-		}
-		for i, c := range conns {
-			if c == nil {
-				continue
-			}
-			if u, err := c.Usage(ctx); err == nil {
-				out[i].CPUPercent = 100 * (u.CPUSeconds - out[i].CPUSeconds) / sample.Seconds()
-				out[i].CPUSeconds, out[i].MemoryBytes, out[i].Pids = u.CPUSeconds, u.MemoryBytes, u.Pids
-			}
+	for _, r := range running {
+		if r {
+			host.Running++
 		}
 	}
 	return out, host, nil
+}
+
+// statsParallel bounds how many sandboxes one Stats reads at once (each
+// a connection, and a walk of its writable layers).
+const statsParallel = 64
+
+// usageOf is Stats's figures of one sandbox: a running one's from its
+// connection, CPU percent over its own two readings, sample apart by its
+// own timer (none when sample is 0), and its writable layers' size from the host
+// (HostStats), as a stopped one's. running says its connection answered.
+func (m *Manager) usageOf(ctx context.Context, info *Info, sample time.Duration) (u Usage, running bool) {
+	u = Usage{Name: info.Name, Status: info.Status}
+	defer func() {
+		if hs := m.opts.HostStats; hs != nil && u.UpperBytes == 0 {
+			// A running sandbox's agent does not measure its writable
+			// layers: the host does, as for a stopped one.
+			u.UpperBytes, _ = hs.DiskUsage(ctx, info.Name)
+		}
+	}()
+	cn := m.opts.Connector
+	if info.Status != StatusRunning || cn == nil {
+		return u, false
+	}
+	c, err := cn.Connect(ctx, info.Name)
+	if err != nil {
+		return u, false
+	}
+	defer c.Close()
+	first, err := c.Usage(ctx)
+	if err != nil {
+		return u, true
+	}
+	first.Name, first.Status = info.Name, info.Status
+	u = first
+	if sample <= 0 {
+		return u, true
+	}
+	t := time.NewTimer(sample)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return u, true
+	}
+	if next, err := c.Usage(ctx); err == nil {
+		u.CPUPercent = 100 * (next.CPUSeconds - first.CPUSeconds) / sample.Seconds()
+		u.CPUSeconds, u.MemoryBytes, u.Pids = next.CPUSeconds, next.MemoryBytes, next.Pids
+	}
+	return u, true
 }

@@ -156,7 +156,17 @@ type Supervisor interface {
 	Stop(ctx context.Context, name, reason string) (*Info, error)
 	// GC removes expired sandboxes, leftovers of dead supervisors and
 	// orphaned directories; with dryRun it only says what it would.
-	GC(ctx context.Context, dryRun bool) ([]string, error)
+	GC(ctx context.Context, dryRun bool) (GCResult, error)
+}
+
+// GCResult is what a GC removed (with dryRun: what it would remove).
+type GCResult struct {
+	// Sandboxes are the names of the expired sandboxes removed.
+	Sandboxes []string
+	// Removed describes everything removed, one line each, for people:
+	// the sandboxes ("sandbox NAME (expired)"), then cgroups, host id
+	// ranges, directories and snapshot layers.
+	Removed []string
 }
 
 // Connector opens connections to running persistent sandboxes.

@@ -36,7 +36,7 @@ func (f *sessionMech) Stop(ctx context.Context, name, _ string) (*Info, error) {
 	return f.Update(ctx, name, func(i *Info) error { i.Status = StatusStopped; return nil })
 }
 
-func (f *sessionMech) GC(context.Context, bool) ([]string, error) { return nil, nil }
+func (f *sessionMech) GC(context.Context, bool) (GCResult, error) { return GCResult{}, nil }
 
 func (f *sessionMech) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snapshot, error) {
 	if _, err := f.Get(ctx, sandbox); err != nil {

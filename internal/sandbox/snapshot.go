@@ -62,11 +62,13 @@ type Snapshotter interface {
 	DeleteSnapshot(ctx context.Context, name string) error
 }
 
-// SnapshotSpecer is what a Snapshotter offers for exports: the spec a
-// restore of the snapshot uses, its Rootfs.Layers the whole stack
-// (ErrSnapshotNotFound).
-type SnapshotSpecer interface {
-	SnapshotSpec(ctx context.Context, name string) (*Spec, error)
+// SnapshotHolder is what a Snapshotter offers for exports: the
+// snapshot and the spec a restore of it uses, its Rootfs.Layers the
+// whole stack (ErrSnapshotNotFound), held until release: no take,
+// restore or delete of a snapshot runs meanwhile, so none of its layers
+// goes while an export reads them.
+type SnapshotHolder interface {
+	HoldSnapshot(ctx context.Context, name string) (snap *Snapshot, spec *Spec, release func(), err error)
 }
 
 // Freezer is what a backend offers to hold a running sandbox still
@@ -86,6 +88,7 @@ const (
 	ActionSnapshot       = "snapshot"
 	ActionSnapshotDelete = "snapshot_delete"
 	ActionRestore        = "restore"
+	ActionSnapshotExport = "snapshot_export"
 )
 
 func (m *Manager) snapshotter() (Snapshotter, error) {
@@ -199,18 +202,32 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*Info, 
 	return info, err
 }
 
-// SnapshotSpec returns the spec a restore of the snapshot name uses:
-// what an export of it as an image reads (its Rootfs: the layers,
-// lowest first, their id map and the image's config).
-func (m *Manager) SnapshotSpec(ctx context.Context, name string) (*Spec, error) {
-	sn, ok := m.opts.Store.(SnapshotSpecer)
+// ExportSnapshot runs export over the snapshot name and the spec a
+// restore of it uses (its Rootfs: the layers, lowest first, their id
+// map and the image's config) while the snapshot is held: a delete,
+// take or restore waits until export returns. to says where the image
+// goes, for the audit entry.
+func (m *Manager) ExportSnapshot(ctx context.Context, name, to string, export func(ctx context.Context, snap *Snapshot, spec *Spec) error) error {
+	h, ok := m.opts.Store.(SnapshotHolder)
 	if !ok {
-		return nil, m.missing("snapshot export")
+		return m.missing("snapshot export")
 	}
 	if err := ValidateSnapshotName(name); err != nil {
-		return nil, err
+		return err
 	}
-	return sn.SnapshotSpec(ctx, name)
+	start := time.Now()
+	snap, spec, release, err := h.HoldSnapshot(ctx, name)
+	if errors.Is(err, ErrSnapshotNotFound) {
+		return err
+	}
+	source := name // as delete's entries: the snapshot's name when its source is unknown
+	if err == nil {
+		source = snap.Sandbox
+		err = export(ctx, snap, spec)
+		release()
+	}
+	m.audit(audit.Entry{Sandbox: source, Action: ActionSnapshotExport, Details: "snapshot " + name + " to " + to}, start, err)
+	return err
 }
 
 // DeleteSnapshot removes the snapshot called name.

@@ -53,12 +53,24 @@ func Host(ctx context.Context, dataDir string) (sandbox.HostUsage, error) {
 	return h, nil
 }
 
-// UpperBytes is the size of the writable layer of the sandbox whose
-// directory is dir: the apparent sizes of the files under its upper
-// directory (0 when there is none).
-func UpperBytes(dir string) int64 {
+// WritableBytes is the size of the writable layers of the sandbox whose
+// directory is dir, as both binaries' stats report it: the apparent
+// sizes of the files under its root's upper directory and under the
+// upper directory of each copy-on-write volume (cow<i>/upper); 0 when
+// there is none.
+func WritableBytes(dir string) int64 {
+	n := upperBytes(filepath.Join(dir, "upper"))
+	cows, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
+	for _, c := range cows {
+		n += upperBytes(filepath.Join(c, "upper"))
+	}
+	return n
+}
+
+// upperBytes is the apparent size of the files under upper.
+func upperBytes(upper string) int64 {
 	var n int64
-	_ = filepath.WalkDir(filepath.Join(dir, "upper"), func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(upper, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()

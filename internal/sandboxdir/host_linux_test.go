@@ -44,22 +44,26 @@ func TestHost(t *testing.T) {
 	}
 }
 
-// TestUpperBytes: the apparent size of the files under the sandbox's
-// upper directory; none without one.
-func TestUpperBytes(t *testing.T) {
+// TestWritableBytes: the apparent size of the files under the sandbox's
+// upper directory and its copy-on-write volumes' (cow<i>/upper), none
+// of the rest of its directory (a volume's work directory included);
+// none without them.
+func TestWritableBytes(t *testing.T) {
 	dir := t.TempDir()
-	if n := UpperBytes(dir); n != 0 {
+	if n := WritableBytes(dir); n != 0 {
 		t.Errorf("no upper: %d", n)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "upper", "x"), 0o700); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"upper/x", "cow0/upper", "cow0/work/w", "cow12/upper/y"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for p, n := range map[string]int{"upper/f": 10, "upper/x/g": 5000, "other": 1 << 20} {
+	for p, n := range map[string]int{"upper/f": 10, "upper/x/g": 5000, "other": 1 << 20, "cow0/upper/h": 300, "cow0/work/w/i": 1 << 20, "cow12/upper/y/j": 7, "cowboy": 1 << 20} {
 		if err := os.WriteFile(filepath.Join(dir, p), make([]byte, n), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := UpperBytes(dir); n != 5010 {
-		t.Errorf("upper: %d, want 5010", n)
+	if n := WritableBytes(dir); n != 5317 {
+		t.Errorf("writable layers: %d, want 5317", n)
 	}
 }

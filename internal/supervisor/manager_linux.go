@@ -608,22 +608,17 @@ func (m *Manager) Spec(ctx context.Context, name string) (*sandbox.Spec, error) 
 // DiskUsage is the size of the sandbox's writable layers: its root's and
 // those of its copy-on-write volumes (cow<i>/).
 func (m *Manager) DiskUsage(_ context.Context, name string) (int64, error) {
-	dir := m.Dir(name)
-	n := sandboxdir.UpperBytes(dir)
-	cows, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
-	for _, c := range cows {
-		n += sandboxdir.UpperBytes(c)
-	}
-	return n, nil
+	return sandboxdir.WritableBytes(m.Dir(name)), nil
 }
 
 // GC removes expired sandboxes, the cgroups of stopped ones and
 // directories no sandbox owns. With dryRun it only reports.
-func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
+func (m *Manager) GC(ctx context.Context, dryRun bool) (sandbox.GCResult, error) {
 	all, err := m.list(ctx, false)
 	if err != nil {
-		return nil, err
+		return sandbox.GCResult{}, err
 	}
+	var res sandbox.GCResult
 	var removed []string
 	var errs []error
 	known := map[string]bool{}
@@ -632,7 +627,6 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 	for _, sb := range all {
 		known[sb.Name] = true
 		if sb.ExpiresAt != nil && now.After(*sb.ExpiresAt) {
-			removed = append(removed, "sandbox "+sb.Name+" (expired)")
 			if !dryRun {
 				err := m.Remove(ctx, sb.Name, true)
 				if !errors.Is(err, sandbox.ErrSandboxNotFound) {
@@ -640,8 +634,11 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 				}
 				if err != nil {
 					errs = append(errs, err)
+					continue
 				}
 			}
+			res.Sandboxes = append(res.Sandboxes, sb.Name)
+			removed = append(removed, "sandbox "+sb.Name+" (expired)")
 			continue
 		}
 		if sb.Status == sandbox.StatusStopped && !dryRun {
@@ -685,7 +682,8 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) ([]string, error) {
 	}
 	// Snapshot layers nothing stacks any more (snapshot_linux.go).
 	layers, err := m.gcLayers(ctx, dryRun)
-	return append(removed, layers...), errors.Join(append(errs, err)...)
+	res.Removed = append(removed, layers...)
+	return res, errors.Join(append(errs, err)...)
 }
 
 // locked reports whether another process holds the flock of path.

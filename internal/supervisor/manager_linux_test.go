@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -53,10 +54,11 @@ func TestManagerReclaimsThroughBackend(t *testing.T) {
 	if spec.ID == "" {
 		t.Fatal("create assigned no backend id")
 	}
-	removed, err := m.GC(ctx, false)
+	res, err := m.GC(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	removed := res.Removed
 	if !reflect.DeepEqual(rec.cgroups, []string{spec.ID}) || !reflect.DeepEqual(rec.known, map[string]string{"dev": spec.ID}) || rec.dryRun {
 		t.Errorf("gc asked the backend: cgroups %q, known %v, dry run %v", rec.cgroups, rec.known, rec.dryRun)
 	}
@@ -83,10 +85,56 @@ func TestManagerReclaimsThroughBackend(t *testing.T) {
 	if err := bare.Create(ctx, &sandbox.Info{Name: "dev"}, &sandbox.Spec{}); err != nil {
 		t.Fatal(err)
 	}
-	if removed, err := bare.GC(ctx, false); err != nil || len(removed) != 0 {
-		t.Errorf("gc without a reclaimer: %q %v", removed, err)
+	if res, err := bare.GC(ctx, false); err != nil || len(res.Removed) != 0 || len(res.Sandboxes) != 0 {
+		t.Errorf("gc without a reclaimer: %+v %v", res, err)
 	}
 	if err := bare.Remove(ctx, "dev", false); err != nil {
 		t.Errorf("remove without a reclaimer: %v", err)
+	}
+}
+
+// namingReclaimer frees a host id range whose description starts as an
+// expired sandbox's line does.
+type namingReclaimer struct{ recordingReclaimer }
+
+func (r *namingReclaimer) ReleaseOrphanedIDs(map[string]string, bool) ([]string, error) {
+	return []string{"sandbox gone (host uid range 524288-589823)"}, nil
+}
+
+// TestGCResultNamesRemovedSandboxes: GC's result names the expired
+// sandboxes it removed, and only those, whatever the lines describing
+// the rest look like; sandbox.Manager.GCSandboxes (POST /gc) reports
+// exactly those names; a dry run names them and removes nothing.
+func TestGCResultNamesRemovedSandboxes(t *testing.T) {
+	ctx := context.Background()
+	m := &Manager{DataDir: t.TempDir(), Reclaimer: &namingReclaimer{}}
+	defer m.Close()
+	past := time.Now().Add(-time.Hour)
+	for _, name := range []string{"old", "keep"} {
+		info := &sandbox.Info{Name: name, Backend: "test"}
+		if name == "old" {
+			info.ExpiresAt = &past
+		}
+		if err := m.Create(ctx, info, &sandbox.Spec{Image: "alpine:3.20"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := m.GC(ctx, true)
+	if err != nil || !reflect.DeepEqual(res.Sandboxes, []string{"old"}) || !slices.Contains(res.Removed, "sandbox old (expired)") {
+		t.Fatalf("dry-run gc: %+v %v", res, err)
+	}
+	if _, err := m.Get(ctx, "old"); err != nil {
+		t.Fatalf("a dry run removed the sandbox: %v", err)
+	}
+	sm := sandbox.NewManager(sandbox.ManagerOptions{Store: m, Supervisor: m})
+	names, err := sm.GCSandboxes(ctx)
+	if err != nil || !reflect.DeepEqual(names, []string{"old"}) {
+		t.Errorf("gc's sandboxes: %q %v", names, err)
+	}
+	if _, err := m.Get(ctx, "old"); !errors.Is(err, sandbox.ErrSandboxNotFound) {
+		t.Errorf("the expired sandbox is still there: %v", err)
+	}
+	if names, err := sm.GCSandboxes(ctx); err != nil || names == nil || len(names) != 0 {
+		t.Errorf("a gc with nothing expired: %#v %v", names, err)
 	}
 }

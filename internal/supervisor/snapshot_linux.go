@@ -675,14 +675,29 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*sandbo
 	return m.Get(ctx, as)
 }
 
-// SnapshotSpec returns the spec a restore of the snapshot name uses,
-// every layer of its stack checked to be there.
-func (m *Manager) SnapshotSpec(_ context.Context, name string) (*sandbox.Spec, error) {
+// HoldSnapshot returns the snapshot name and the spec a restore of it
+// uses, every layer of its stack checked to be there, with the
+// snapshots' lock held until release: no take, restore, delete or gc
+// of layers runs (they wait) while an export reads the layers.
+func (m *Manager) HoldSnapshot(_ context.Context, name string) (*sandbox.Snapshot, *sandbox.Spec, func(), error) {
+	if _, err := m.metaPath(name); err != nil {
+		return nil, nil, nil, err
+	}
+	unlock, err := m.lockSnapshots()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	sm, err := m.readMeta(name)
 	if err != nil {
-		return nil, err
+		unlock()
+		return nil, nil, nil, err
 	}
-	return sm.stack()
+	spec, err := sm.stack()
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return &sm.Snapshot, spec, unlock, nil
 }
 
 // stack decodes the snapshot's spec, every layer of its stack checked
@@ -749,8 +764,41 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 	} else if pending, _ := filepath.Glob(filepath.Join(m.snapshotsDir(), "*"+pendingSuffix)); len(pending) > 0 {
 		return nil, nil // the layers of unfinished moves are not judged
 	}
-	used := map[string]bool{}
-	addSpec := func(b []byte) error {
+	used, err := m.StackedLayers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(m.snapshotsDir(), layersDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		if len(used[p]) > 0 {
+			continue
+		}
+		removed = append(removed, "snapshot layer "+p)
+		if !dryRun {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// StackedLayers returns every read-only layer directory (cleaned path)
+// that a snapshot or a sandbox of the state store stacks, its root's or
+// a copy-on-write volume's, with who stacks it ("snapshot NAME",
+// "sandbox NAME"; snapshots first, each group by name). Image layers are
+// among them: the image store's prune keeps these. A spec that cannot be
+// read might stack any layer: that is an error, never a shorter list.
+func (m *Manager) StackedLayers(ctx context.Context) (map[string][]string, error) {
+	used := map[string][]string{}
+	addSpec := func(b []byte, who string) error {
 		if len(b) == 0 {
 			return nil
 		}
@@ -765,12 +813,14 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
-		for _, l := range s.Rootfs.Layers {
-			used[filepath.Clean(l)] = true
-		}
+		all := s.Rootfs.Layers
 		for _, mt := range s.Mounts {
-			for _, l := range mt.Layers {
-				used[filepath.Clean(l)] = true
+			all = append(all, mt.Layers...)
+		}
+		for _, l := range all {
+			l = filepath.Clean(l)
+			if !slices.Contains(used[l], who) {
+				used[l] = append(used[l], who)
 			}
 		}
 		return nil
@@ -779,8 +829,9 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	sort.Slice(metas, func(i, j int) bool { return metas[i].Name < metas[j].Name })
 	for _, sm := range metas {
-		if err := addSpec(sm.Spec); err != nil {
+		if err := addSpec(sm.Spec, "snapshot "+sm.Name); err != nil {
 			return nil, fmt.Errorf("snapshot %q: %w", sm.Name, err)
 		}
 	}
@@ -792,37 +843,18 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
 	for _, sb := range rows {
-		// A spec that cannot be read might stack any layer: keep all.
-		if err := addSpec(sb.Spec); err != nil {
+		if err := addSpec(sb.Spec, "sandbox "+sb.Name); err != nil {
 			return nil, fmt.Errorf("sandbox %q: %w", sb.Name, err)
 		}
 	}
-	dir := filepath.Join(m.snapshotsDir(), layersDir)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var removed []string
-	var errs []error
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		if used[p] {
-			continue
-		}
-		removed = append(removed, "snapshot layer "+p)
-		if !dryRun {
-			if err := os.RemoveAll(p); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return removed, errors.Join(errs...)
+	return used, nil
 }
 
 var (
 	_ sandbox.Snapshotter    = (*Manager)(nil)
-	_ sandbox.SnapshotSpecer = (*Manager)(nil)
+	_ sandbox.SnapshotHolder = (*Manager)(nil)
 )
 
 // pendingFor reports whether a stopped take of the sandbox name left a

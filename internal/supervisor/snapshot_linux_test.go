@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/image/cache"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/testenv"
@@ -262,12 +264,12 @@ func TestSnapshotStoppedTakeRestoreDelete(t *testing.T) {
 		t.Fatalf("a layer two sandboxes stack was removed: %v", err)
 	}
 	mustDo(t, m.Remove(ctx, "b", false))
-	if removed, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(removed, " "), layers[1]) {
-		t.Errorf("gc with the source still stacking the layer: %q %v", removed, err)
+	if res, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(res.Removed, " "), layers[1]) {
+		t.Errorf("gc with the source still stacking the layer: %q %v", res.Removed, err)
 	}
 	mustDo(t, m.Remove(ctx, "src", false))
-	if removed, err := m.GC(ctx, false); err != nil || !strings.Contains(strings.Join(removed, " "), layers[1]) {
-		t.Errorf("gc after the last user: %q %v", removed, err)
+	if res, err := m.GC(ctx, false); err != nil || !strings.Contains(strings.Join(res.Removed, " "), layers[1]) {
+		t.Errorf("gc after the last user: %q %v", res.Removed, err)
 	}
 	if _, err := os.Stat(layers[1]); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("an unused layer stayed: %v", err)
@@ -301,8 +303,8 @@ func TestSnapshotKilledStoppedTake(t *testing.T) {
 	pm, _ = json.Marshal(pendingMove{Sandbox: "k", Layer: filepath.Join(m.DataDir, "snapshots", "layers", "ffff"), Size: 0})
 	mustDo(t, os.WriteFile(filepath.Join(m.DataDir, "snapshots", "ffff.pending"), pm, 0o600))
 
-	if removed, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(removed, " "), layer) {
-		t.Fatalf("gc: %q %v", removed, err)
+	if res, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(res.Removed, " "), layer) {
+		t.Fatalf("gc: %q %v", res.Removed, err)
 	}
 	if got := layersOf(t, m, "k"); !reflect.DeepEqual(got, []string{base, layer}) {
 		t.Errorf("the sandbox's stack after recovery: %q", got)
@@ -376,8 +378,8 @@ func TestSnapshotStoppedTakeVolume(t *testing.T) {
 	pm, _ := json.Marshal(pendingMove{Sandbox: "v", Layer: killed, Mount: &one})
 	mustDo(t, os.WriteFile(filepath.Join(m.DataDir, "snapshots", "0123abcd.pending"), pm, 0o600))
 	mustDo(t, os.Rename(cow, killed))
-	if removed, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(removed, " "), killed) {
-		t.Fatalf("gc: %q %v", removed, err)
+	if res, err := m.GC(ctx, false); err != nil || strings.Contains(strings.Join(res.Removed, " "), killed) {
+		t.Fatalf("gc: %q %v", res.Removed, err)
 	}
 	if got := specOf("v").Mounts[1].Layers; !reflect.DeepEqual(got, []string{layer, killed}) {
 		t.Errorf("the volume's stack after recovery: %q", got)
@@ -394,5 +396,75 @@ func TestSnapshotStoppedTakeVolume(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(m.DataDir, "snapshots", "layers", "*")); len(left) != 0 {
 		t.Errorf("layers left: %q", left)
+	}
+}
+
+// TestSnapshotExportHoldsSnapshot: while an export reads a snapshot's
+// layers (through sandbox.Manager over this mechanism), a delete of the
+// snapshot waits, so the layers the export reads stay; the delete then
+// finishes and removes them; the export and the delete are audited.
+func TestSnapshotExportHoldsSnapshot(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	sv := &Manager{DataDir: t.TempDir()}
+	defer sv.Close()
+	log := audit.New(sv.DataDir)
+	m := sandbox.NewManager(sandbox.ManagerOptions{Store: sv, Audit: log, Who: "test", Warn: func(f string, a ...any) { t.Errorf(f, a...) }})
+	spec := &sandbox.Spec{Image: "busybox", Rootfs: cache.Rootfs{Layers: []string{t.TempDir()}, IDMap: cache.IDMap{Size: 65536}}}
+	mustDo(t, sv.Create(ctx, &sandbox.Info{Name: "src", Backend: "native", Image: "busybox"}, spec))
+	dir := sv.Dir("src")
+	mustDo(t, os.MkdirAll(filepath.Join(dir, "upper"), 0o755))
+	writableLayer(t, filepath.Join(dir, "upper"))
+	mustDo(t, os.WriteFile(filepath.Join(dir, "idrange"), []byte("524288\n"), 0o600))
+	if _, err := m.TakeSnapshot(ctx, "src", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	// Only the snapshot stacks its layer now: a delete removes it.
+	mustDo(t, sv.Remove(ctx, "src", false))
+
+	exporting, finish := make(chan string), make(chan struct{})
+	exported := make(chan error, 1)
+	go func() {
+		exported <- m.ExportSnapshot(ctx, "s1", "img:1", func(_ context.Context, snap *sandbox.Snapshot, spec *sandbox.Spec) error {
+			exporting <- spec.Rootfs.Layers[len(spec.Rootfs.Layers)-1]
+			<-finish
+			return nil
+		})
+	}()
+	layer := <-exporting
+	deleted := make(chan error, 1)
+	go func() { deleted <- m.DeleteSnapshot(ctx, "s1") }()
+	select {
+	case err := <-deleted:
+		t.Fatalf("the delete did not wait for the export (%v)", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := os.Stat(filepath.Join(layer, "home", "user", "notes")); err != nil {
+		t.Errorf("the exported layer changed under the export: %v", err)
+	}
+	close(finish)
+	if err := <-exported; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("delete after the export: %v", err)
+	}
+	if _, err := os.Stat(layer); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted snapshot's layer stayed: %v", err)
+	}
+	if err := m.ExportSnapshot(ctx, "s1", "img:1", func(context.Context, *sandbox.Snapshot, *sandbox.Spec) error {
+		t.Error("export of a deleted snapshot ran")
+		return nil
+	}); !errors.Is(err, sandbox.ErrSnapshotNotFound) {
+		t.Errorf("export of a deleted snapshot: %v", err)
+	}
+	entries, err := log.Read(audit.Filter{})
+	mustDo(t, err)
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Action+" "+e.Sandbox+" "+e.Details)
+	}
+	if want := []string{"snapshot src snapshot s1", "snapshot_export src snapshot s1 to img:1", "snapshot_delete s1 "}; !reflect.DeepEqual(got, want) {
+		t.Errorf("audit entries:\n%q\nwant\n%q", got, want)
 	}
 }

@@ -26,6 +26,7 @@ type auditEntry struct {
 	ExitCode *int     `json:"exit_code"`
 	Who      string   `json:"who"`
 	Error    string   `json:"error"`
+	Details  string   `json:"details"`
 }
 
 func (a *ak) audit(args ...string) []auditEntry {

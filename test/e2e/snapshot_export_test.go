@@ -4,12 +4,15 @@ package e2e
 
 import (
 	"archive/tar"
+	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // treeScript prints the root file system a sandbox sees: every path on
@@ -66,6 +69,13 @@ func TestSnapshotExport(t *testing.T) {
 	r := a.must("snapshot", "export", "exp1")
 	if !strings.Contains(r.stdout, "agentkernel-snap:exp1@sha256:") {
 		t.Fatalf("export: %v", r)
+	}
+	exported := false
+	for _, e := range a.audit("--sandbox", "expsrc") {
+		exported = exported || e.Action == "snapshot_export" && e.Details == "snapshot exp1 to agentkernel-snap:exp1" && e.Error == ""
+	}
+	if !exported {
+		t.Errorf("the export is not in the audit log: %+v", a.audit("--sandbox", "expsrc"))
 	}
 	if got := a.must("run", "--pull", "never", "--image", "agentkernel-snap:exp1", "--", "sh", "-c", treeScript).stdout; got != want {
 		t.Errorf("run --image of the export differs from the snapshot:\n%s", diffLines(want, got))
@@ -241,4 +251,52 @@ func diffLines(want, got string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestSnapshotExportDuringDelete: a 'snapshot delete' started while an
+// export of the snapshot is writing waits for it: the export finishes
+// whole (the archive loads and holds the snapshot's files), then the
+// delete succeeds and the snapshot is gone.
+func TestSnapshotExportDuringDelete(t *testing.T) {
+	a, _ := newSandbox(t, "expdel")
+	a.sh("expdel", "head -c 134217728 /dev/zero > /root/big && echo small > /root/small")
+	a.must("snapshot", "take", "expdel", "--name", "del1")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "del1.tar")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exp := a.cmd(ctx, "snapshot", "export", "del1", "--tag", "expdel/img:1", "-o", out)
+	var expErr bytes.Buffer
+	exp.Stderr = &expErr
+	if err := exp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exported := make(chan time.Time, 1)
+	var waitErr error
+	go func() { waitErr = exp.Wait(); exported <- time.Now() }()
+	// The export is under way once its temporary file is there.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if tmps, _ := filepath.Glob(filepath.Join(dir, ".del1.tar.tmp-*")); len(tmps) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the export never started writing")
+		}
+	}
+	del := a.run("snapshot", "delete", "del1")
+	deleted := time.Now()
+	expEnd := <-exported
+	if waitErr != nil || del.code != 0 {
+		t.Fatalf("export: %v %s; delete: %v", waitErr, expErr.String(), del)
+	}
+	if deleted.Before(expEnd) {
+		t.Errorf("the delete finished %v before the export it must wait for", expEnd.Sub(deleted))
+	}
+	if r := a.must("snapshot", "list", "--json"); strings.TrimSpace(r.stdout) != "[]" {
+		t.Errorf("the snapshot is still listed: %v", r)
+	}
+	a.must("images", "load", "-i", out)
+	if got := a.must("run", "--pull", "never", "--image", "expdel/img:1", "--", "sh", "-c", "wc -c < /root/big; cat /root/small").stdout; got != "134217728\nsmall\n" {
+		t.Errorf("the exported image: %q", got)
+	}
 }

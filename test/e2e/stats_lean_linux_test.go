@@ -108,7 +108,8 @@ func sameShape(t *testing.T, path string, a, b any, stable map[string]bool) {
 // TestStatsServedByAgentkernel: 'agentkernel stats NAME' of a running
 // sandbox is served by the agentkernel binary alone (it never opens the
 // state store, and works without agentkernel-full beside it) and prints
-// what agentkernel-full prints, in the same table and JSON; what it
+// what agentkernel-full prints, in the same table and JSON (DISK: the
+// root's and the copy-on-write project volume's layers); what it
 // cannot serve (every sandbox, a stopped or unknown one, a name that is
 // a path) is agentkernel-full's answer.
 func TestStatsServedByAgentkernel(t *testing.T) {
@@ -121,6 +122,9 @@ func TestStatsServedByAgentkernel(t *testing.T) {
 		defer func() { a.bin = "" }()
 		return a.must(args...)
 	}
+
+	// DISK counts the copy-on-write project volume's layer too, in both.
+	a.sh("st", "head -c 300000 /dev/zero > /workspace/big && head -c 200000 /dev/zero > /root/big")
 
 	// JSON: the same keys and types, the same values where they do not
 	// move between two samples.
@@ -147,13 +151,14 @@ func TestStatsServedByAgentkernel(t *testing.T) {
 			Name        string `json:"name"`
 			Status      string `json:"status"`
 			MemoryBytes int64  `json:"memory_bytes"`
+			UpperBytes  int64  `json:"upper_bytes"`
 		} `json:"sandboxes"`
 		Host struct {
 			Running int `json:"running"`
 		} `json:"host"`
 	}
 	if err := json.Unmarshal([]byte(lean.stdout), &st); err != nil || len(st.Sandboxes) != 1 || st.Sandboxes[0].Name != "st" ||
-		st.Sandboxes[0].Status != "running" || st.Sandboxes[0].MemoryBytes <= 0 || st.Host.Running != 1 {
+		st.Sandboxes[0].Status != "running" || st.Sandboxes[0].MemoryBytes <= 0 || st.Sandboxes[0].UpperBytes < 500000 || st.Host.Running != 1 {
 		t.Errorf("agentkernel stats --json: %v %s", err, lean.stdout)
 	}
 

@@ -226,14 +226,14 @@ func (p *dirSandboxes) Host(ctx context.Context) (sandbox.HostUsage, error) {
 	return sandboxdir.Host(ctx, p.dataDir)
 }
 
-// DiskUsage is the size of the sandbox's writable layer (asked of a
-// sandbox that stopped since it was found).
+// DiskUsage is the size of the sandbox's writable layers, the root's
+// and its copy-on-write volumes', as agentkernel-full counts them.
 func (p *dirSandboxes) DiskUsage(_ context.Context, name string) (int64, error) {
 	s, ok := p.lookup(name)
 	if !ok {
 		return 0, fmt.Errorf("sandbox %q: %w", name, errNotLean)
 	}
-	return sandboxdir.UpperBytes(s.dir), nil
+	return sandboxdir.WritableBytes(s.dir), nil
 }
 
 func (p *dirSandboxes) Create(context.Context, *sandbox.Info, *sandbox.Spec) error {
