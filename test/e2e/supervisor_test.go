@@ -223,8 +223,13 @@ func TestRootlessPersistentSandbox(t *testing.T) {
 	} else {
 		checkHoldsNothing(t, "rootless PID 1", string(st))
 	}
+	// An exec stage is armed for the next command, rootless too.
+	armed := waitArmed(t, a.dataDir, "rl")
 	if r := a.run("exec", "rl", "--", "sh", "-c", "id -u; echo data > /tmp/f; exit 4"); r.code != 4 || r.stdout != "0\n" {
 		t.Errorf("exec: %v", r)
+	}
+	if st, err := os.ReadFile("/proc/" + strconv.Itoa(armed) + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {
+		t.Errorf("the armed exec stage %d did not start the command", armed)
 	}
 	out := filepath.Join(a.dir, "f")
 	a.must("cp", "rl:/tmp/f", out)

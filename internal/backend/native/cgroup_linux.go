@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,12 @@ type cgroup struct {
 	// after the directories are gone.
 	oomFile string
 	ooms    atomic.Int64
+	// oomFd is oomFile kept open (plus one; 0 when not open), read with
+	// pread at each exec of a persistent sandbox (before and after the
+	// command) rather than opened each time; closed once the cgroup is
+	// removed.
+	oomMu sync.Mutex
+	oomFd int
 }
 
 // resources translates the Spec's limits. Memory and memory+swap are the
@@ -459,11 +466,22 @@ func (c *cgroup) readOOMKills() {
 	if c.oomFile == "" {
 		return
 	}
-	b, err := os.ReadFile(c.oomFile)
-	if err != nil {
+	var buf [1024]byte
+	c.oomMu.Lock()
+	if c.oomFd == 0 && !c.gone.Load() {
+		if fd, err := unix.Open(c.oomFile, unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			c.oomFd = fd + 1
+		}
+	}
+	n := 0
+	if c.oomFd > 0 {
+		n, _ = unix.Pread(c.oomFd-1, buf[:], 0)
+	}
+	c.oomMu.Unlock()
+	if n <= 0 {
 		return
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(buf[:n]), "\n") {
 		v, ok := strings.CutPrefix(line, "oom_kill ")
 		if !ok {
 			continue
@@ -492,6 +510,7 @@ func (c *cgroup) destroy() error {
 	}
 	if len(errs) == 0 {
 		c.gone.Store(true)
+		c.closeOOM()
 	}
 	return errors.Join(errs...)
 }
@@ -506,7 +525,18 @@ func (c *cgroup) tryRemove() bool {
 		}
 	}
 	c.gone.Store(true)
+	c.closeOOM()
 	return true
+}
+
+// closeOOM closes oomFd.
+func (c *cgroup) closeOOM() {
+	c.oomMu.Lock()
+	if c.oomFd > 0 {
+		unix.Close(c.oomFd - 1)
+		c.oomFd = 0
+	}
+	c.oomMu.Unlock()
 }
 
 // cgroupDrain bounds how long removeCgroupDir waits for a cgroup's

@@ -94,6 +94,15 @@ type Instance struct {
 	done    chan struct{}
 	ws      syscall.WaitStatus
 	initErr error
+
+	// The pre-armed exec stage (persist_armed_linux.go): armed waits
+	// for a request; arming is closed once the one being armed (pid
+	// armPid, once started) is armed or failed; armStopped: no more.
+	armMu      sync.Mutex
+	armed      *armedStub
+	arming     chan struct{}
+	armPid     int
+	armStopped bool
 }
 
 // persistReady is the init's last message before it becomes the idle
@@ -176,6 +185,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 		if msg := <-l.errCh; len(msg) > 0 {
 			inst.initErr = parseInitError(msg)
 		}
+		inst.disarm()
 		// The sandbox's network goes with it.
 		rep, _ := r.stopNetwork()
 		if f := r.b.opts.OnSecretInjections; f != nil && len(rep.Injections) > 0 {
@@ -239,6 +249,7 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("becoming a child subreaper: %w", err))
 	}
+	inst.armAsync()
 	return inst, nil
 }
 
@@ -315,6 +326,7 @@ func ExitReason(ws syscall.WaitStatus, initErr error) string {
 // Kill ends the sandbox at once.
 func (i *Instance) Kill() {
 	_ = unix.Kill(i.pid, unix.SIGKILL)
+	i.disarm()
 	if i.r.cg != nil {
 		i.r.cg.kill()
 	}
@@ -330,6 +342,7 @@ func (i *Instance) end() {
 // to termGrace for them to end, then ends PID 1 (and with it whatever is
 // left) and returns once it has exited.
 func (i *Instance) Stop() {
+	i.disarm()
 	for _, p := range i.members() {
 		if p != i.pid {
 			_ = unix.Kill(p, unix.SIGTERM)
@@ -393,6 +406,7 @@ func (i *Instance) FS() *agent.FS {
 // descriptors) once PID 1 has exited.
 func (i *Instance) Close() {
 	<-i.done
+	i.disarm()
 	i.end()
 	i.closeFds()
 	i.r.cleanup()
@@ -432,6 +446,7 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 	if req.Workdir != "" {
 		c.Workdir = req.Workdir
 	}
+	defaultUser := req.User == "" || req.User == c.User
 	if req.User != "" {
 		c.User = req.User
 	}
@@ -455,7 +470,7 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 	}
 	c.rootFd, c.inRoot = i.rootFd, true
 	if !c.TTY {
-		return i.startExec(&c, p, stdio)
+		return i.startCommand(&c, p, stdio, defaultUser)
 	}
 	// The terminal comes from the sandbox's own devpts (its /dev/pts/N
 	// exists inside), bridged to the caller's.
@@ -467,7 +482,7 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 	if err != nil {
 		return nil, setupErr(err)
 	}
-	proc, err := i.startExec(&c, p, [3]int{t.slave, t.slave, t.slave})
+	proc, err := i.startCommand(&c, p, [3]int{t.slave, t.slave, t.slave}, defaultUser)
 	t.closeSlave()
 	if err != nil {
 		t.close()
@@ -477,10 +492,24 @@ func (i *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 	return proc, nil
 }
 
+// startCommand starts the command with the armed stub when there is one
+// that fits (persist_armed_linux.go), else with a stub of its own
+// (startExec), and has the next stub armed.
+func (i *Instance) startCommand(c *execConfig, path string, stdio [3]int, defaultUser bool) (agent.Process, error) {
+	defer i.armAsync()
+	if a := i.takeArmed(c, defaultUser); a != nil {
+		if p, served, err := i.startArmed(a, c, path, stdio); served {
+			return p, err
+		}
+	}
+	return i.startExec(c, path, stdio)
+}
+
 // startExec forks the stub that starts the command (see the top of this
 // file) and waits until the command runs or its start failed.
 func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Process, error) {
 	setupErr := func(err error) error { return &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()} }
+	c.filterLoaded = false // its stub loads no filter before the fork
 	rootless := i.rootless
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -553,13 +582,8 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 		if _, err := io.ReadFull(sock, ready[:]); err != nil {
 			return nil, report(join)
 		}
-		proc := "/proc/" + strconv.Itoa(pid)
-		uid, gid := i.rootUID, i.rootGID
-		if err := os.WriteFile(proc+"/uid_map", []byte("0 "+strconv.Itoa(uid)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
-			return nil, setupErr(fmt.Errorf("uid map: %w", err))
-		}
-		if err := os.WriteFile(proc+"/gid_map", []byte("0 "+strconv.Itoa(gid)+" "+strconv.Itoa(subIDSize)+"\n"), 0); err != nil {
-			return nil, setupErr(fmt.Errorf("gid map: %w", err))
+		if err := i.writeMaps(pid); err != nil {
+			return nil, setupErr(err)
 		}
 		if b, err = rest.encode(); err == nil {
 			_, err = sock.Write(b)
@@ -586,15 +610,7 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 		reap(cmd) // it ended (125) after its report; it is ours since the intermediate exited
 		return nil, execFailure(stubError(rest, rep[:n]))
 	}
-	go func() {
-		for {
-			_, err := unix.Wait4(cmd, &p.ws, 0, nil)
-			if err != unix.EINTR {
-				break
-			}
-		}
-		close(p.done)
-	}()
+	go p.wait()
 	return p, nil
 }
 
@@ -657,6 +673,17 @@ type execProc struct {
 }
 
 func (p *execProc) Pid() int { return p.nspid }
+
+// wait reaps the command and closes done.
+func (p *execProc) wait() {
+	for {
+		_, err := unix.Wait4(p.pid, &p.ws, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	close(p.done)
+}
 
 func (p *execProc) Signal(sig syscall.Signal) error {
 	select {

@@ -357,6 +357,11 @@ func (r *runState) makeCgroup(cfg *initConfig) error {
 	case res.MemoryMB <= 0 && res.PIDs <= 0 && res.CPUPercent <= 0:
 		return nil
 	default:
+		if r.persistent && res.PIDs > 0 {
+			// The armed exec stage waits in the cgroup
+			// (persist_armed_linux.go): it is not one of the sandbox's.
+			res.PIDs++
+		}
 		cg, err = newCgroup(cgroupName(r.id, r.b.cgOwner), res, cfg.Rootless)
 	}
 	switch {

@@ -319,14 +319,21 @@ func earlySeccomp(msg []byte) []byte {
 // capabilities, groups and ids, capset, working directory,
 // RLIMIT_NOFILE, no_new_privs, Landlock.
 func stubSetup(s *stubScript, c *execConfig) error {
+	return stubSetupSteps(s, c, numExecSteps)
+}
+
+// stubSetupSteps is stubSetup without the step skip (numExecSteps: none):
+// a persistent sandbox's armed stub (persist_armed_linux.go) leaves the
+// working directory to the request.
+func stubSetupSteps(s *stubScript, c *execConfig, skip int) error {
 	s.add("fd flags", unix.SYS_FCNTL, 3, unix.F_SETFD, unix.FD_CLOEXEC)
 	s.add("fd flags", unix.SYS_FCNTL, 4, unix.F_SETFD, unix.FD_CLOEXEC)
 	keep, err := capMask(c.Caps)
 	if err != nil {
 		return err
 	}
-	for _, st := range execSteps[:stepSeccomp] {
-		if st.script == nil {
+	for k, st := range execSteps[:stepSeccomp] {
+		if st.script == nil || k == skip {
 			continue
 		}
 		if err := st.script(s, c, keep); err != nil {
