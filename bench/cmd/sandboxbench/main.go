@@ -285,7 +285,7 @@ func bench(n int, ak, img string) error {
 	return nil
 }
 
-// targets prints the CLI's ratios that the targets name: at most 1.5×
+// targets prints the CLI's ratios that the targets name: at most 1.3×
 // bwrap's median and below crun's.
 func targets(stats []harness.Stats) {
 	med := map[string]time.Duration{}
@@ -302,7 +302,7 @@ func targets(stats []harness.Stats) {
 	for _, t := range []struct {
 		name, goal string
 		max        float64
-	}{{"bwrap --unshare-all", "at most 1.5", 1.5}, {"crun run", "below 1", 1}} {
+	}{{"bwrap --unshare-all", "at most 1.3", 1.3}, {"crun run", "below 1", 1}} {
 		if m, ok := med[t.name]; ok {
 			r := float64(cli) / float64(m)
 			fmt.Printf("  × %s = %.2f (%s): %s\n", t.name, r, t.goal, verdict(r <= t.max))
