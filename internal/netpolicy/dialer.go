@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/netstack"
 )
 
 // HostDialer dials from the host, through the host's HTTP proxy where its
@@ -22,8 +24,12 @@ import (
 // NO_PROXY names. A proxied connection is an HTTP CONNECT tunnel to
 // NAME:PORT when the name is known, ADDR:PORT otherwise.
 type HostDialer struct {
-	// Direct makes direct connections and those to the proxy.
-	Direct net.Dialer
+	// Direct makes the connections to the proxy, and the direct ones of
+	// a HostDialer not made by NewHostDialer; NewHostDialer's make those
+	// with netstack.DialHost (the same socket options, with Direct's
+	// keep-alive idle time, in fewer system calls).
+	Direct    net.Dialer
+	rawDirect bool
 
 	https, http *url.URL // nil: direct
 	noProxy     []noProxyRule
@@ -56,7 +62,7 @@ func NewHostDialer(getenv func(string) string) (*HostDialer, error) {
 	// and count: two socket options per connection rather than four.
 	d := &HostDialer{Direct: net.Dialer{KeepAliveConfig: net.KeepAliveConfig{
 		Enable: true, Idle: 30 * time.Second, Interval: -1, Count: -1,
-	}}}
+	}}, rawDirect: true}
 	if n, v := env("ALL_PROXY"); v != "" {
 		u, err := parseProxyURL(n, v)
 		if err != nil {
@@ -182,6 +188,9 @@ func (d *HostDialer) Proxy(name string, addr netip.AddrPort) *url.URL {
 func (d *HostDialer) DialTCP(ctx context.Context, name string, addr netip.AddrPort) (net.Conn, error) {
 	p := d.Proxy(name, addr)
 	if p == nil {
+		if d.rawDirect {
+			return netstack.DialHost(ctx, addr, d.Direct.KeepAliveConfig.Idle)
+		}
 		return d.Direct.DialContext(ctx, "tcp", addr.String())
 	}
 	target := netip.AddrPortFrom(canonical(addr.Addr()), addr.Port()).String()

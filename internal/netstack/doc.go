@@ -32,6 +32,10 @@
 // descriptor sits in the Go runtime's poller, each packet is delivered to
 // the stack by the goroutine that read it, and closing the descriptor is
 // what stops the reader (fdbased leaves an eventfd open per endpoint).
+// Its reads and writes, like those of the host connections DialHost
+// makes, are raw system calls: on a non-blocking descriptor they return
+// at once, and a call the runtime is not told about never has the
+// helper's one P handed to another thread while the kernel works in it.
 // The device's MTU (65520 by default) lets one read or write carry up to
 // 64 KiB, which is what GSO/GRO would otherwise buy; gVisor's fdbased
 // offers host GSO only on sockets, not on TUN descriptors. Inbound

@@ -175,7 +175,7 @@ func (l *tunLink) readLoop(d stack.NetworkDispatcher) {
 		var n int
 		var rerr error
 		err := l.rc.Read(func(fd uintptr) bool {
-			n, rerr = unix.Readv(int(fd), iov)
+			n, rerr = rawReadv(int(fd), iov)
 			return rerr != unix.EAGAIN
 		})
 		if err != nil {
@@ -246,7 +246,7 @@ func (l *tunLink) write(parts [][]byte) error {
 	var werr error
 	err := l.rc.Write(func(fd uintptr) bool {
 		for {
-			_, werr = unix.Writev(int(fd), parts)
+			_, werr = rawWritev(int(fd), parts)
 			if werr != unix.EINTR {
 				break
 			}

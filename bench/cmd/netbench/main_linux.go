@@ -497,7 +497,13 @@ func (l *lab) agentkernel(ak string) (path, error) {
 	}
 	data := filepath.Join(l.work, "akdata")
 	return path{name: "agentkernel", prefix: func() []string {
-		return []string{"ip", "netns", "exec", l.cli, ak, "--data-dir", data, "run", "--no-daemon", "--image", "host",
+		// Not "ip netns exec", whose /sys of its own lacks the cgroup
+		// hierarchies a run needs: the namespace entered with nsenter, in
+		// a mount namespace where its resolv.conf is /etc/resolv.conf.
+		return []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$0" /etc/resolv.conf && ns=$1 && shift && exec nsenter --net="$ns" "$@"`,
+			filepath.Join("/etc/netns", l.cli, "resolv.conf"), "/run/netns/" + l.cli,
+			ak, "--data-dir", data, "run", "--no-daemon", "--image", "host",
 			"--network", "full", "-v", dir + ":/netbench:ro", "--"}
 	}, client: "/netbench/netbench", dns: "10.0.2.3", stack: helperOf}, nil
 }
