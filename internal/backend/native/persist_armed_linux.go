@@ -176,13 +176,21 @@ func (i *Instance) arm() (a *armedStub, err error) {
 	}
 	sock := os.NewFile(uintptr(sp[0]), "exec")
 	child := os.NewFile(uintptr(sp[1]), "exec-child")
-	defer child.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		sock.Close()
+		child.Close()
 		return nil, err
 	}
-	defer errW.Close()
+	// The stub's ends are closed here as soon as it has them (or failed
+	// to start): while the supervisor holds them, a stub killed as it
+	// arms (disarm, at stop) would leave the reads below waiting for
+	// ever instead of seeing end of file.
+	closeChildEnds := func() {
+		child.Close()
+		errW.Close()
+	}
+	defer closeChildEnds() // the paths that return before the stub starts (a second Close is harmless)
 	c.filterLoaded = len(c.Filter) > 0 && armedSeccomp(c.Filter)
 	a = &armedStub{sock: sock, errR: errR, uid: c.UID, gid: c.GID, groups: c.Groups, filterLoaded: c.filterLoaded}
 	files := []uintptr{devNull.Fd(), devNull.Fd(), devNull.Fd(), child.Fd(), errW.Fd()}
@@ -211,6 +219,7 @@ func (i *Instance) arm() (a *armedStub, err error) {
 		return nil, err
 	}
 	pid, err := startStub(argv0Exec, files, sys)
+	closeChildEnds()
 	if err != nil {
 		sock.Close()
 		errR.Close()
@@ -227,9 +236,10 @@ func (i *Instance) arm() (a *armedStub, err error) {
 		a.kill()
 		return nil, errors.New("the sandbox is stopping")
 	}
+	started := a // the results are nil by the time a failure's defer runs
 	defer func() {
 		if err != nil {
-			a.kill()
+			started.kill()
 			a = nil
 		}
 	}()

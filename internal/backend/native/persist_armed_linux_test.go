@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,6 +151,69 @@ func TestPersistentExecArmed(t *testing.T) {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("cgroup %s left after Stop", d)
 		}
+	}
+}
+
+// TestArmedStubKilledWhileArming: a stub killed before it reports ready
+// (as Stop's disarm does to one still arming) ends the arming at once,
+// with no stub armed, and Stop returns. The supervisor held the stub's
+// ends of its socket and pipe while it armed, so the arming waited for
+// ever on a dead stub, and so did Stop.
+func TestArmedStubKilledWhileArming(t *testing.T) {
+	inst := bootPersistent(t, "arming")
+	armedPid(t, inst)
+	inst.armMu.Lock()
+	a := inst.armed
+	inst.armed = nil
+	inst.armMu.Unlock()
+	a.kill()
+	killed := 0
+	for try := 0; try < 50 && killed < 3; try++ {
+		inst.armAsync()
+		inst.armMu.Lock()
+		ch := inst.arming
+		inst.armMu.Unlock()
+		if ch == nil {
+			t.Fatal("armAsync started no arming")
+		}
+		// Kill the stub as soon as it has a pid, before it is ready.
+		for {
+			inst.armMu.Lock()
+			pid, done := inst.armPid, inst.arming == nil
+			inst.armMu.Unlock()
+			if pid > 0 {
+				_ = unix.Kill(pid, unix.SIGKILL)
+				break
+			}
+			if done {
+				break
+			}
+			runtime.Gosched()
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the arming of a killed stub did not end")
+		}
+		inst.armMu.Lock()
+		a := inst.armed
+		inst.armed = nil
+		inst.armMu.Unlock()
+		if a == nil {
+			killed++ // killed before it was ready
+		} else {
+			a.kill() // it was ready before the kill: again
+		}
+	}
+	if killed == 0 {
+		t.Skip("every stub was ready before it could be killed")
+	}
+	stopped := make(chan struct{})
+	go func() { inst.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return")
 	}
 }
 
