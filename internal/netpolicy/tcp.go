@@ -131,6 +131,7 @@ func (e *Engine) splice(c, up net.Conn, dst netip.AddrPort, check nameCheck) {
 	}
 	done := make(chan struct{})
 	go func() {
+		netstack.GrowStack()
 		defer close(done)
 		bp := bufPool.Get().(*[]byte)
 		defer bufPool.Put(bp)

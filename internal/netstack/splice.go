@@ -29,6 +29,7 @@ func Splice(a, b net.Conn) (aToB, bToA int64, err error) {
 	var errAB, errBA error
 	wg.Add(1)
 	go func() {
+		GrowStack()
 		defer wg.Done()
 		bToA, errBA = copyHalf(a, b)
 	}()

@@ -99,6 +99,7 @@ func (st *Stack) releaseTCPSlot() {
 
 // handleTCP runs on the goroutine the forwarder starts for each SYN.
 func (st *Stack) handleTCP(r *tcp.ForwarderRequest) {
+	GrowStack()
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
