@@ -157,4 +157,9 @@ type execConfig struct {
 	// path is the command's resolved path, for the exec step
 	// (execSteps).
 	path string
+	// umask, when setUmask, is set by the armed exec stage (the
+	// supervisor's umask at boot, Instance.umask); otherwise the command
+	// inherits its starter's.
+	umask    int
+	setUmask bool
 }

@@ -212,6 +212,7 @@ func (i *Instance) arm() (a *armedStub, err error) {
 	}
 	pidfdNum := len(files)
 	files = append(files, uintptr(i.pidfd))
+	c.umask, c.setUmask = i.umask, true
 	join, setup, err := armScripts(&c, len(tasks), pidfdNum, i.rootless)
 	if err != nil {
 		sock.Close()
@@ -328,6 +329,9 @@ func armScriptsAt(c *execConfig, tasks, pidfdNum int, rootless bool, dataOff int
 	if rootless {
 		ns |= unix.CLONE_NEWUSER
 	}
+	if c.setUmask {
+		join.add("umask", unix.SYS_UMASK, c.umask)
+	}
 	join.add("entering the sandbox's namespaces", unix.SYS_SETNS, pidfdNum, ns)
 	k := join.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
 	join.recs[k].flags |= stubIgnore
@@ -356,7 +360,7 @@ func armScriptsAt(c *execConfig, tasks, pidfdNum int, rootless bool, dataOff int
 
 // armJoinRecords bounds a root caller's join script's records but its
 // cgroup writes (armScriptsAt).
-const armJoinRecords = 8
+const armJoinRecords = 9
 
 // armRequestRecords bounds the records of armedRequestScript, whose data
 // (the argv and environment) follows them.

@@ -3,6 +3,7 @@ package native
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -103,6 +104,21 @@ func TestPersistentExecArmed(t *testing.T) {
 	}
 	if out, ws := execOut(t, inst, "", "sh", "-c", "id -u; pwd"); ws.ExitStatus() != 0 || out != "0\n/\n" {
 		t.Fatalf("exec: %d %q", ws.ExitStatus(), out)
+	}
+	// The command has the umask the supervisor had at boot, whatever
+	// umask the process held for a moment while a stub was being armed.
+	armedPid(t, inst)
+	inst.armMu.Lock()
+	prev := inst.armed
+	inst.armed = nil
+	inst.armMu.Unlock()
+	prev.kill()
+	old := unix.Umask(0o077)
+	inst.armAsync()
+	armedPid(t, inst) // armed, in the background, under umask 077
+	unix.Umask(old)
+	if out, ws := execOut(t, inst, "", "sh", "-c", "umask"); ws.ExitStatus() != 0 || strings.TrimSpace(out) != fmt.Sprintf("%04o", old) {
+		t.Errorf("umask of an armed exec: %q, want %04o", out, old)
 	}
 	if err := unix.Kill(first, 0); err == nil {
 		t.Fatalf("armed stub %d still there after an exec: not used", first)
@@ -276,7 +292,7 @@ func TestArmedLateSyscalls(t *testing.T) {
 	}
 	filter := make([]byte, 8*4)
 	cfg := execConfig{Args: []string{"/bin/true"}, Workdir: "/", Landlock: true, NoFile: 1024,
-		Groups: []int{1, 2}, LandlockRW: []string{"/tmp"}, Filter: filter, filterLoaded: true}
+		Groups: []int{1, 2}, LandlockRW: []string{"/tmp"}, Filter: filter, filterLoaded: true, umask: 0o22, setUmask: true}
 	join, setup, err := armScripts(&cfg, 2, 7, false)
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,10 @@ type Instance struct {
 	// homeAdded says its last Env entry is a HOME the init derived.
 	exec      execConfig
 	homeAdded bool
+	// umask is the supervisor's own umask when the sandbox booted, which
+	// the armed exec stage sets (a stub forked in the background must not
+	// take a umask the process holds for a moment, e.g. around a bind).
+	umask int
 	// rootUID/rootGID: the sandbox root's host ids.
 	rootUID, rootGID int
 	// rootless: PID 1's user namespace is the caller's (no block of host
@@ -249,6 +253,10 @@ func (r *runState) startPersistent(ctx context.Context, dir string, stderr *os.F
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("becoming a child subreaper: %w", err))
 	}
+	// Read while nothing else of the sandbox forks (armAsync starts
+	// below): umask has no read-only form.
+	inst.umask = unix.Umask(0o022)
+	unix.Umask(inst.umask)
 	inst.armAsync()
 	return inst, nil
 }
