@@ -25,26 +25,9 @@ const publishDialTimeout = 10 * time.Second
 // stops listening and ends the port's connections; Close of the stack
 // does too.
 func (st *Stack) Publish(m sandbox.PortMapping) (io.Closer, error) {
-	if m.Proto != "" && m.Proto != "tcp" {
-		return nil, fmt.Errorf("publishing %s: only TCP ports can be published", m)
-	}
-	if m.HostPort == 0 || m.SandboxPort == 0 {
-		return nil, fmt.Errorf("publishing %s: ports must be 1 to 65535", m)
-	}
-	host := m.HostIP
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	addr := net.JoinHostPort(host, strconv.Itoa(int(m.HostPort)))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := ListenPublished(m)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("publishing %s: host port %s is already in use", m, addr)
-		}
-		if errors.Is(err, syscall.EADDRNOTAVAIL) {
-			return nil, fmt.Errorf("publishing %s: %s is not an address of this host", m, host)
-		}
-		return nil, fmt.Errorf("publishing %s: %w", m, err)
+		return nil, err
 	}
 	p := &publication{ln: ln, conns: make(map[net.Conn]struct{})}
 	if !st.track(p) {
@@ -152,4 +135,33 @@ func (p *publication) Close() error {
 		c.Close()
 	}
 	return err
+}
+
+// ListenPublished checks m and listens for it on the host: at m.HostIP
+// (127.0.0.1 when empty) and m.HostPort, TCP only, with errors that name
+// the mapping (a port in use, an address not of this host). Publish and
+// proxy mode's publishing (netproc's helper) both listen through it.
+func ListenPublished(m sandbox.PortMapping) (net.Listener, error) {
+	if m.Proto != "" && m.Proto != "tcp" {
+		return nil, fmt.Errorf("publishing %s: only TCP ports can be published", m)
+	}
+	if m.HostPort == 0 || m.SandboxPort == 0 {
+		return nil, fmt.Errorf("publishing %s: ports must be 1 to 65535", m)
+	}
+	host := m.HostIP
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(int(m.HostPort)))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("publishing %s: host port %s is already in use", m, addr)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil, fmt.Errorf("publishing %s: %s is not an address of this host", m, host)
+		}
+		return nil, fmt.Errorf("publishing %s: %w", m, err)
+	}
+	return ln, nil
 }

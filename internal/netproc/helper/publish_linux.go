@@ -3,12 +3,9 @@ package helper
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -168,26 +165,9 @@ type proxyPublication struct {
 // publishProxied listens on the host for m (127.0.0.1 unless m names an
 // address), as netstack's Publish does for a sandbox with a stack.
 func publishProxied(m sandbox.PortMapping) (*proxyPublication, error) {
-	if m.Proto != "" && m.Proto != "tcp" {
-		return nil, fmt.Errorf("publishing %s: only TCP ports can be published", m)
-	}
-	if m.HostPort == 0 || m.SandboxPort == 0 {
-		return nil, fmt.Errorf("publishing %s: ports must be 1 to 65535", m)
-	}
-	host := m.HostIP
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	addr := net.JoinHostPort(host, strconv.Itoa(int(m.HostPort)))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := netstack.ListenPublished(m)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("publishing %s: host port %s is already in use", m, addr)
-		}
-		if errors.Is(err, syscall.EADDRNOTAVAIL) {
-			return nil, fmt.Errorf("publishing %s: %s is not an address of this host", m, host)
-		}
-		return nil, fmt.Errorf("publishing %s: %w", m, err)
+		return nil, err
 	}
 	return &proxyPublication{ln: ln, open: map[net.Conn]struct{}{}}, nil
 }
