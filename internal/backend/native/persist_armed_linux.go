@@ -322,24 +322,10 @@ func armScriptsAt(c *execConfig, tasks, pidfdNum int, rootless bool, dataOff int
 	} else {
 		join = &stubScript{dataOff: stubHeader + (armJoinRecords+tasks)*stubRecSize}
 	}
-	for t := 0; t < tasks; t++ {
-		join.add("joining cgroup", unix.SYS_WRITE, fdErr+1+t, join.cstr("0"), 1)
-	}
-	ns := unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWPID
-	if rootless {
-		ns |= unix.CLONE_NEWUSER
-	}
 	if c.setUmask {
 		join.add("umask", unix.SYS_UMASK, c.umask)
 	}
-	join.add("entering the sandbox's namespaces", unix.SYS_SETNS, pidfdNum, ns)
-	k := join.add("closing inherited descriptors", unix.SYS_CLOSE_RANGE, fdErr+1, ^uint64(0), 0)
-	join.recs[k].flags |= stubIgnore
-	own := unix.CLONE_NEWCGROUP
-	if !rootless {
-		own |= unix.CLONE_NEWUSER
-	}
-	join.add("entering namespaces", unix.SYS_UNSHARE, own)
+	addJoinSteps(join, tasks, pidfdNum, rootless)
 	start := join
 	if !rootless {
 		join.add("reporting ready", unix.SYS_WRITE, 3, uint64(stubBase), 1)

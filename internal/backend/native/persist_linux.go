@@ -622,15 +622,14 @@ func (i *Instance) startExec(c *execConfig, path string, stdio [3]int) (agent.Pr
 	return p, nil
 }
 
-// execJoinScripts builds the scripts of a persistent sandbox's exec
-// stage: join (cgroup, the sandbox's namespaces through PID 1's pidfd, a
-// user namespace and a cgroup namespace of its own) and, for a root
-// caller, rest after the supervisor wrote the user namespace's maps
-// (fork into the PID namespace, session, terminal, the exec stage's
-// steps, seccomp, execve). Rootless, rest is nil: one script does it all
-// in PID 1's user namespace.
-func execJoinScripts(c *execConfig, path string, tasks, pidfdNum int, rootless bool) (join, rest *stubScript, err error) {
-	join = &stubScript{recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
+// addJoinSteps adds an exec stage's join of a persistent sandbox to
+// join: the cgroup (one write per v1 tasks file, descriptors after
+// fdErr), the sandbox's namespaces through PID 1's pidfd (pidfdNum; its
+// user namespace too when rootless), the inherited descriptors closed,
+// then a cgroup namespace (and, for a root caller, a user namespace) of
+// its own. execJoinScripts and the armed stage's armScriptsAt both join
+// this way.
+func addJoinSteps(join *stubScript, tasks, pidfdNum int, rootless bool) {
 	for t := 0; t < tasks; t++ {
 		join.add("joining cgroup", unix.SYS_WRITE, fdErr+1+t, join.cstr("0"), 1)
 	}
@@ -646,6 +645,18 @@ func execJoinScripts(c *execConfig, path string, tasks, pidfdNum int, rootless b
 		own |= unix.CLONE_NEWUSER
 	}
 	join.add("entering namespaces", unix.SYS_UNSHARE, own)
+}
+
+// execJoinScripts builds the scripts of a persistent sandbox's exec
+// stage: join (cgroup, the sandbox's namespaces through PID 1's pidfd, a
+// user namespace and a cgroup namespace of its own) and, for a root
+// caller, rest after the supervisor wrote the user namespace's maps
+// (fork into the PID namespace, session, terminal, the exec stage's
+// steps, seccomp, execve). Rootless, rest is nil: one script does it all
+// in PID 1's user namespace.
+func execJoinScripts(c *execConfig, path string, tasks, pidfdNum int, rootless bool) (join, rest *stubScript, err error) {
+	join = &stubScript{recs: make([]stubRecord, 0, 128), data: make([]byte, 0, 8<<10)}
+	addJoinSteps(join, tasks, pidfdNum, rootless)
 	start := join
 	if !rootless {
 		join.add("reporting ready", unix.SYS_WRITE, 3, uint64(stubBase), 1)
