@@ -19,6 +19,7 @@ func NewRootCommand(a *App) *cobra.Command { return newRoot(a) }
 func NewRootCommandFor(a *App, args []string) *cobra.Command {
 	if prestart.IsRun(args) {
 		a.OpenImages = a.runImages
+		a.MoreBackends = a.moreBackends
 		a.RunPersistent = a.runPersistent
 		a.ResolveSecrets = a.resolveSecrets
 		a.SecretValues = a.secretValues
@@ -40,6 +41,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 
 func newRoot(a *App) *cobra.Command {
 	a.OpenImages = a.runImages
+	a.MoreBackends = a.moreBackends
 	a.RunPersistent = a.runPersistent
 	a.ResolveSecrets = a.resolveSecrets
 	a.SecretValues = a.secretValues

@@ -61,6 +61,11 @@ type App struct {
 	// with ErrNeedsFull.
 	OpenImages func() (sandbox.Images, error)
 
+	// MoreBackends are the backends besides native that runs may name
+	// with -B (agentkernel-full's). Nil: a run that names another backend
+	// answers ErrNeedsFull.
+	MoreBackends func() []sandbox.Backend
+
 	// RunPersistent runs a run that keeps its sandbox as a persistent
 	// one (--name, -d, --branch): agentkernel-full's, over the state
 	// store. Nil: such a run answers ErrNeedsFull.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -134,6 +135,9 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	}
 	if o.habits.persistent() && !o.dryRun {
 		return a.runPersistent(ctx, o, args)
+	}
+	if b := strings.ToLower(o.backend); b != "" && b != "native" && a.MoreBackends == nil {
+		return ErrNeedsFull
 	}
 	return a.runRun(ctx, o, args)
 }
@@ -311,9 +315,13 @@ func (a *App) Manager() (*sandbox.Manager, error) {
 			return nil, err
 		}
 	}
+	backends := []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }, AllowDegraded: a.allowDegraded})}
+	if a.MoreBackends != nil {
+		backends = append(backends, a.MoreBackends()...)
+	}
 	return sandbox.NewManager(sandbox.ManagerOptions{
 		Images:   images,
-		Backends: []sandbox.Backend{native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }, AllowDegraded: a.allowDegraded})},
+		Backends: backends,
 		Default:  "native",
 		Warn:     a.Warnf,
 		// Runs write to the audit log only what their network policy
