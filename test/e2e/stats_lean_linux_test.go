@@ -216,3 +216,25 @@ func TestStatsServedByAgentkernel(t *testing.T) {
 		t.Errorf("stats of a stopped sandbox: %v", r)
 	}
 }
+
+// TestStatsCountsCPU: the CPU time a persistent sandbox's commands used
+// shows in stats, from both binaries, also on a cgroup v1 host whose
+// cpuacct controller is a hierarchy of its own (not mounted with cpu).
+func TestStatsCountsCPU(t *testing.T) {
+	a, _ := newSandbox(t, "cpu")
+	a.sh("cpu", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done")
+	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
+	for _, bin := range []string{"", full} {
+		a.bin = bin
+		r := a.must("stats", "cpu", "--json")
+		var st struct {
+			Sandboxes []struct {
+				CPUSeconds float64 `json:"cpu_seconds"`
+			} `json:"sandboxes"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Sandboxes) != 1 || st.Sandboxes[0].CPUSeconds < 0.1 {
+			t.Errorf("stats --json (%s) after a busy loop: %v %s", filepath.Base(bin+"agentkernel"), err, r.stdout)
+		}
+	}
+	a.bin = ""
+}

@@ -106,7 +106,7 @@ func BenchmarkCgroupNewDestroy(b *testing.B) {
 	testenv.RequireRoot(b)
 	r := sandbox.Resources{MemoryMB: 512, PIDs: 256, CPUPercent: 100}
 	for i := 0; i < b.N; i++ {
-		cg, err := newCgroup(cgroupName("bench"+randomID(), ""), r, false)
+		cg, err := newCgroup(cgroupName("bench"+randomID(), ""), r, false, false)
 		if errors.Is(err, errNoCgroups) {
 			testenv.Missing(b, "no cgroups here: %v", err)
 		}

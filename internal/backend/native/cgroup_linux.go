@@ -37,6 +37,30 @@ const (
 // v1Controllers are the cgroup v1 hierarchies a sandbox with limits joins.
 var v1Controllers = []string{"memory", "pids", "cpu"}
 
+// v1Hierarchies are the v1 hierarchies a sandbox's cgroups may be in:
+// v1Controllers, and cpuacct where it is a hierarchy of its own (most
+// hosts mount it with cpu), which a persistent sandbox also joins so
+// that its CPU time can be read (cgroupUsage).
+var v1Hierarchies = sync.OnceValue(func() []string {
+	if cpuacctSeparate() {
+		return append(slices.Clone(v1Controllers), "cpuacct")
+	}
+	return v1Controllers
+})
+
+// cpuacctSeparate reports whether the cpuacct controller is mounted as a
+// v1 hierarchy apart from cpu's (on most hosts both names lead to one
+// hierarchy, "cpu,cpuacct").
+func cpuacctSeparate() bool {
+	cpu, err1 := os.Stat(filepath.Join(cgroupRoot, "cpu"))
+	acct, err2 := os.Stat(filepath.Join(cgroupRoot, "cpuacct"))
+	if err1 != nil || err2 != nil || os.SameFile(cpu, acct) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(cgroupRoot, "cpuacct", "cpuacct.usage"))
+	return err == nil
+}
+
 // cgroup is one sandbox's cgroup: one directory per v1 controller, or one
 // unified directory.
 type cgroup struct {
@@ -134,10 +158,12 @@ func sandboxCgroups(id, owner string) []string {
 }
 
 // newCgroup creates and configures the cgroup called name
-// (cgroupName). It returns an error wrapping errNoCgroups when the
+// (cgroupName); with accounting, on v1, it is also made in a cpuacct
+// hierarchy of its own (v1Hierarchies), for a sandbox whose CPU time is
+// asked for later (persistent ones). It returns an error wrapping errNoCgroups when the
 // caller may not create cgroups. 'agentkernel doctor' asks the same
 // (ProbeCgroups).
-func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error) {
+func newCgroup(name string, r sandbox.Resources, rootless, accounting bool) (*cgroup, error) {
 	res := resources(r)
 	cfg := &cgroups.Cgroup{Resources: res, Rootless: rootless}
 	if cgroups.IsCgroup2UnifiedMode() {
@@ -166,11 +192,11 @@ func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error)
 		}
 		return cg, nil
 	}
-	return newCgroupV1(name, r, rootless)
+	return newCgroupV1(name, r, rootless, accounting)
 }
 
 // newCgroupV1 makes the cgroup name in the memory, pids and cpu v1
-// hierarchies and writes its limits with plain system calls.
+// hierarchies (and, with accounting, a cpuacct one of its own) and writes its limits with plain system calls.
 //
 // opencontainers/cgroups' fs manager does more than a fresh cgroup
 // needs, on every run's path (BenchmarkCgroupNewDestroy measures the
@@ -181,7 +207,7 @@ func newCgroup(name string, r sandbox.Resources, rootless bool) (*cgroup, error)
 // those: its memory and memory+swap limits are unlimited (so the memory
 // limit can be set first) and its period is the kernel's default. The
 // library's fs2 manager keeps the v2 layout.
-func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, error) {
+func newCgroupV1(name string, r sandbox.Resources, rootless, accounting bool) (*cgroup, error) {
 	own, err := cgroups.ParseCgroupFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, err
@@ -194,7 +220,11 @@ func newCgroupV1(name string, r sandbox.Resources, rootless bool) (*cgroup, erro
 		}
 		return nil, err
 	}
-	for _, c := range v1Controllers {
+	controllers := v1Controllers
+	if accounting {
+		controllers = v1Hierarchies()
+	}
+	for _, c := range controllers {
 		parent := filepath.Join(cgroupRoot, c, own[c], cgroupParent)
 		dir := filepath.Join(parent, name)
 		err := unix.Mkdir(dir, 0o755)

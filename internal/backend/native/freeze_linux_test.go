@@ -23,7 +23,7 @@ func TestFreeze(t *testing.T) {
 	testenv.RequireRoot(t)
 	b := New(Options{DataDir: t.TempDir()})
 	id := randomID()
-	cg, err := newCgroup(cgroupName(id, b.cgOwner), sandbox.Resources{}, false)
+	cg, err := newCgroup(cgroupName(id, b.cgOwner), sandbox.Resources{}, false, true)
 	if err != nil {
 		testenv.Missing(t, "cgroups: %v", err)
 	}
@@ -132,7 +132,7 @@ func TestThawAbandoned(t *testing.T) {
 	testenv.RequireRoot(t)
 	b := New(Options{DataDir: t.TempDir()})
 	id := randomID()
-	cg, err := newCgroup(cgroupName(id, b.cgOwner), sandbox.Resources{}, false)
+	cg, err := newCgroup(cgroupName(id, b.cgOwner), sandbox.Resources{}, false, true)
 	if err != nil {
 		testenv.Missing(t, "cgroups: %v", err)
 	}

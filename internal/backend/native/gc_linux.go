@@ -133,7 +133,7 @@ func cgroupParents() []string {
 		}
 		roots = []string{cgroupRoot}
 	} else {
-		for _, c := range v1Controllers {
+		for _, c := range v1Hierarchies() {
 			add(filepath.Join(cgroupRoot, c, cgroupParent))
 			add(filepath.Join(v1OwnDir(c, own[c]), cgroupParent))
 			roots = append(roots, filepath.Join(cgroupRoot, c))

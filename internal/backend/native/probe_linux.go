@@ -78,7 +78,7 @@ func ProbeCgroups(dataDir string) CgroupProbe {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	id := "doctor" + hex.EncodeToString(b[:])
-	cg, err := newCgroup(cgroupName(id, dataDirTag(dataDir)), sandbox.Resources{MemoryMB: 64, PIDs: 64, CPUPercent: 100}, rootless)
+	cg, err := newCgroup(cgroupName(id, dataDirTag(dataDir)), sandbox.Resources{MemoryMB: 64, PIDs: 64, CPUPercent: 100}, rootless, false)
 	if err == nil {
 		err = cg.destroy()
 	}

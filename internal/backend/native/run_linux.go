@@ -152,7 +152,7 @@ func (b *Backend) Anticipate(spec *sandbox.Spec) (forget func()) {
 	b.early.Store(spec, e)
 	go func() {
 		defer close(e.done)
-		e.cg, e.err = newCgroup(cgroupName(e.id, b.cgOwner), res, false)
+		e.cg, e.err = newCgroup(cgroupName(e.id, b.cgOwner), res, false, false)
 		if e.err == nil && !e.cg.v2 {
 			e.tasks, _ = e.cg.openTasks() // else the thread opens them
 		}
@@ -362,7 +362,7 @@ func (r *runState) makeCgroup(cfg *initConfig) error {
 			// (persist_armed_linux.go): it is not one of the sandbox's.
 			res.PIDs++
 		}
-		cg, err = newCgroup(cgroupName(r.id, r.b.cgOwner), res, cfg.Rootless)
+		cg, err = newCgroup(cgroupName(r.id, r.b.cgOwner), res, cfg.Rootless, r.persistent)
 	}
 	switch {
 	case err == nil:

@@ -29,8 +29,8 @@ func Start(argv0 string, files []uintptr, sys *syscall.SysProcAttr) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	n := len(files) // below 10: the stub's descriptors are few
-	path := "/proc/self/fd/" + string(rune('0'+n))
+	n := len(files)
+	path := "/proc/self/fd/" + itoa(n)
 	return syscall.ForkExec(path, []string{argv0}, &syscall.ProcAttr{Env: []string{}, Files: append(files[:n:n], uintptr(fd)), Sys: sys})
 }
 
@@ -66,4 +66,18 @@ func binaryFd() (int, error) {
 		return int(memfd.Load() - 1), nil
 	}
 	return fd, nil
+}
+
+// itoa is strconv.Itoa for a descriptor number (this package imports
+// only syscall).
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		if n /= 10; n == 0 {
+			return string(b[i:])
+		}
+	}
 }
