@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"context"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTTYInsideSandbox: run -t, exec -t and attach give the command a
@@ -77,5 +80,35 @@ func TestRootlessRunTTY(t *testing.T) {
 	expect(t, r, "29 83")
 	if code := exitCode(t, c); code != 3 {
 		t.Errorf("run -t exit: %d", code)
+	}
+}
+
+// TestTTYPipedStdinEnds: run -t and exec -t whose stdin is a pipe, not a
+// terminal, pass the pipe's end on as the terminal's (^D), so that a
+// command reading its terminal ends, with or without a last newline.
+func TestTTYPipedStdinEnds(t *testing.T) {
+	a, _ := newSandbox(t, "ttypipe")
+	for _, c := range []struct {
+		in   string
+		args []string
+		want string
+	}{
+		{"one\ntwo\n", []string{"run", "-t", "--image", "host", "--", "sh", "-c", "wc -l; exit 4"}, "2"},
+		{"no newline", []string{"run", "-t", "--image", "host", "--", "sh", "-c", "cat; echo; echo END; exit 4"}, "no newlineno newline\r\nEND"},
+		{"one\ntwo\n", []string{"exec", "-t", "ttypipe", "--", "sh", "-c", "wc -l; exit 4"}, "2"},
+		{"no newline", []string{"exec", "-t", "ttypipe", "--", "sh", "-c", "cat; echo; echo END; exit 4"}, "no newlineno newline\r\nEND"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		cmd := a.cmd(ctx, c.args...)
+		cmd.Stdin = strings.NewReader(c.in)
+		out, err := cmd.Output()
+		cancel()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 4 || !strings.Contains(string(out), c.want) {
+			t.Errorf("%q | agentkernel %v: exit %d (%v), output %q, want %q in it", c.in, c.args, code, err, out, c.want)
+		}
 	}
 }

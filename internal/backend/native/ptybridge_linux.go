@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
+
+	"github.com/agentkernel/agentkernel/internal/agent"
 )
 
 // sandboxPTY is a pseudo-terminal allocated from a sandbox's own devpts
@@ -21,8 +23,11 @@ type sandboxPTY struct {
 	in     *os.File // duplicates of the caller's stdin and stdout
 	out    *os.File
 	saved  *term.State
-	done   chan struct{}
-	once   sync.Once
+	// terminal: the caller's stdin is a terminal (else its end is
+	// passed on as the pty's, agent.CopyToPTY).
+	terminal bool
+	done     chan struct{}
+	once     sync.Once
 }
 
 // openSandboxPTY opens the sandbox's /dev/pts/ptmx through its root
@@ -60,6 +65,7 @@ func openSandboxPTY(rootFd, in, out, uid, gid int) (*sandboxPTY, error) {
 	}
 	p := &sandboxPTY{master: master, slave: slave, done: make(chan struct{})}
 	if term.IsTerminal(dupIn) {
+		p.terminal = true
 		if ws, err := unix.IoctlGetWinsize(dupIn, unix.TIOCGWINSZ); err == nil {
 			_ = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, ws)
 		}
@@ -118,7 +124,7 @@ func devptsMux(fd int) error {
 // gives the caller's terminal back its mode. The window size follows the
 // caller's terminal while it runs.
 func (p *sandboxPTY) bridge() {
-	go func() { _, _ = io.Copy(p.master, p.in) }()
+	go agent.CopyToPTY(p.master, p.in, p.terminal)
 	go p.followSize()
 	go func() {
 		_, _ = io.Copy(p.out, p.master)

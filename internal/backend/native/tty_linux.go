@@ -8,6 +8,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/term"
 
+	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -64,7 +65,7 @@ func (t *ttyState) inheritSize() {
 // slave end (the sandbox) is gone; input runs until the process exits.
 func (t *ttyState) copy() {
 	if t.stdio.Stdin != nil {
-		go func() { _, _ = io.Copy(t.master, t.stdio.Stdin) }()
+		go agent.CopyToPTY(t.master, t.stdio.Stdin, t.inFile != nil)
 	}
 	t.outDone.Add(1)
 	go func() {

@@ -301,6 +301,11 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 		}
 		defer master.Close()
 		ttyMaster, ttySlave = master, slave
+		// This pty only carries bytes between us and the sandbox's own
+		// terminal, whose line discipline is the one that counts: raw
+		// from the start, so that nothing typed (or piped) before the
+		// sandbox's side is bridged is echoed or taken here.
+		_, _ = term.MakeRaw(int(slave.Fd()))
 		if in, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
 			_ = pty.InheritSize(in, master)
 			if st, err := term.MakeRaw(int(in.Fd())); err == nil {
@@ -322,7 +327,8 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 	var copyDone sync.WaitGroup
 	if ttyMaster != nil {
 		if o.Interactive || a.Stdin != nil {
-			go func() { _, _ = io.Copy(ttyMaster, a.Stdin) }()
+			in, ok := a.Stdin.(*os.File)
+			go agent.CopyToPTY(ttyMaster, a.Stdin, ok && term.IsTerminal(int(in.Fd())))
 		}
 		copyDone.Add(1)
 		go func() { defer copyDone.Done(); _, _ = io.Copy(a.Stdout, ttyMaster) }()
