@@ -16,11 +16,13 @@ FUZZCOUNT=${FUZZCOUNT:-5000x}
 # (newuidmap/newgidmap), util-linux (setpriv, unshare), passwd (useradd,
 # usermod), chromium (the browser tests), and the clients the network
 # tests drive in internal/testenv/netlab's namespaces: iproute2 (ip), curl,
-# git (and git http-backend), python3 and pip, nodejs (fetch, npm). The
+# git (and git http-backend), python3 and pip, nodejs (fetch, npm);
+# docker.io (dockerd) and podman, whose private daemons the docker and
+# podman backends' tests start (internal/backend/engine, test/e2e). The
 # one list: .ci/run installs what `scripts/test.sh --packages` prints.
 # npm comes last, and only where nodejs did not bring it (NodeSource's
 # nodejs holds npm and conflicts with Debian's).
-packages=(busybox-static uidmap util-linux passwd chromium iproute2 curl git python3 python3-pip nodejs)
+packages=(busybox-static uidmap util-linux passwd chromium iproute2 curl git python3 python3-pip nodejs docker.io podman)
 if [ "${1:-}" = --packages ]; then
   printf '%s\n' "${packages[@]}"
   exit 0

@@ -129,6 +129,14 @@ type Backend interface {
 	Run(ctx context.Context, spec *Spec, stdio Stdio) (Result, error)
 }
 
+// LoopbackOnly is a Backend that gives its sandboxes no network egress
+// (Network.Mode none only): faces refuse an explicit request for egress
+// on it, and run a profile's or mode's default egress on loopback with
+// a warning, before Run, which refuses any egress mode.
+type LoopbackOnly interface {
+	LoopbackOnly()
+}
+
 // Anticipator is a Backend that can start on what Run(spec) will need
 // (a cgroup, say) while the Manager still prepares the spec's root
 // filesystem. Anticipate returns a function that undoes that work, for

@@ -58,7 +58,7 @@ type Manager struct {
 
 // plannedBackends are names users may know from other runtimes; asking for
 // one gives a clear "not built yet" rather than "unknown".
-var plannedBackends = []string{"gvisor", "docker", "podman", "microvm", "firecracker", "kubernetes", "nomad"}
+var plannedBackends = []string{"gvisor", "microvm", "firecracker", "kubernetes", "nomad"}
 
 // NewManager returns a Manager over the given backends.
 func NewManager(opts ManagerOptions) *Manager {

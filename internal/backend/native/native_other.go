@@ -27,3 +27,8 @@ func GC(ctx context.Context, dataDir string) ([]string, error) { return nil, nil
 
 // ConfineProcess is Linux only.
 func ConfineProcess() error { return sandbox.ErrUnsupported }
+
+// SeccompProfileJSON builds profiles from Linux's tables only.
+func SeccompProfileJSON(profile string, caps []string) ([]byte, error) {
+	return nil, fmt.Errorf("seccomp profiles are built on Linux: %w", sandbox.ErrUnsupported)
+}

@@ -103,7 +103,7 @@ type RunOptions struct {
 func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.SetInterspersed(false)
 	BindSpecFlags(fs, &o.overrides)
-	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend (only \"native\" is built so far)")
+	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), docker or podman (containers of that engine, through its API; loopback only, no persistent sandboxes yet: docs/backends.md)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
 	bindRunHabitFlags(fs, &o.habits)
@@ -133,6 +133,10 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	if err := a.checkSecretRun(o); err != nil {
 		return err
 	}
+	if b := strings.ToLower(o.backend); o.habits.persistent() && b != "" && b != "native" {
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s runs no persistent sandboxes yet (--keep, --name, -d, --branch)", o.backend),
+			Hint: "use -B native for a persistent sandbox"}
+	}
 	if o.habits.persistent() && !o.dryRun {
 		return a.runPersistent(ctx, o, args)
 	}
@@ -153,7 +157,7 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		o.daemon = dc
 		prestart.Discard() // the daemon builds the sandbox
 	}
-	spec, err := a.resolveRunSpec(&o.overrides, args, true)
+	spec, err := a.resolveRunSpec(&o.overrides, args, true, o.backend)
 	if err != nil {
 		return err
 	}
@@ -193,12 +197,14 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 // ResolveRunSpec resolves the spec 'run' would run for args in the
 // current directory: configuration, detection, policy, the egress check.
 func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
-	return a.resolveRunSpec(ov, args, false)
+	return a.resolveRunSpec(ov, args, false, "")
 }
 
 // resolveRunSpec is ResolveRunSpec; sayWhere: a run's own, which warns
-// when the project directory is left out (policy.Input.SayWhereItRuns).
-func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool) (*sandbox.Spec, error) {
+// when the project directory is left out (policy.Input.SayWhereItRuns);
+// backend: the run's -B, whose own limits on egress apply
+// (checkBackendEgress).
+func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool, backend string) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("current directory: %w", err)}
@@ -238,7 +244,32 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool)
 	if err := a.CheckEgress(spec, cfg, ov); err != nil {
 		return nil, err
 	}
+	if err := a.checkBackendEgress(spec, cfg, ov, backend); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// checkBackendEgress is CheckEgress for a run on a backend that gives no
+// egress (sandbox.LoopbackOnly): an explicit request for egress is
+// refused, a profile's or mode's default runs on loopback with one
+// warning.
+func (a *App) checkBackendEgress(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides, backend string) error {
+	if backend == "" || strings.EqualFold(backend, "native") || !spec.Network.Mode.Egress() || a.MoreBackends == nil {
+		return nil
+	}
+	for _, b := range a.MoreBackends() {
+		if _, ok := b.(sandbox.LoopbackOnly); !ok || !strings.EqualFold(b.Name(), backend) {
+			continue
+		}
+		if o.Set["network"] || cfg.IsSet("security.network") || len(spec.Network.Ports) > 0 {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s gives sandboxes no network egress yet (network %s was asked for)", b.Name(), spec.Network.Mode),
+				Hint: "use -B native for network egress, or --network none (and drop network = true from agentkernel.toml)"}
+		}
+		spec.Network = sandbox.Network{Mode: sandbox.NetworkNone}
+		a.Warnf("backend %s: the sandbox has loopback only (this backend gives no network egress yet)", b.Name())
+	}
+	return nil
 }
 
 // finishRun turns a run's result into agentkernel's exit status, and
