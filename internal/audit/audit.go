@@ -1,7 +1,8 @@
 // Package audit is agentkernel's audit log: one append-only JSONL file,
 // <data-dir>/audit.jsonl, with a line for every create, start, stop,
 // remove and exec of a persistent sandbox — what was done, to which
-// sandbox, by whom, how long it took and how it ended.
+// sandbox, by whom, how long it took and how it ended — and for each
+// receipt written, parallel job and pipeline step.
 //
 // Every entry is one write(2) on a descriptor opened with O_APPEND, so
 // lines written by concurrent agentkernel processes never interleave; a
@@ -31,6 +32,14 @@ const (
 	// ActionNetworkDeny is a connection or name a sandbox's network
 	// policy refused (Details says which, and why; ExitCode is unset).
 	ActionNetworkDeny = "network_deny"
+	// ActionReceiptIssued is a signed execution receipt written (run or
+	// exec --receipt); Details say its id, mode, file and payload hash.
+	ActionReceiptIssued = "receipt_issued"
+	// ActionParallelJob and ActionPipelineStep are one job of
+	// 'parallel' and one step of 'pipeline' (Sandbox: parallel-NAME,
+	// <file>-NAME; Details: the image).
+	ActionParallelJob  = "parallel_job"
+	ActionPipelineStep = "pipeline_step"
 )
 
 // Entry is one line of the audit log.

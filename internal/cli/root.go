@@ -23,6 +23,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 		a.RunPersistent = a.runPersistent
 		a.ResolveSecrets = a.resolveSecrets
 		a.SecretValues = a.secretValues
+		a.Receipts = &receiptIssuer{a: a}
 		return newRunRoot(a.App)
 	}
 	root := newRoot(a)
@@ -45,6 +46,7 @@ func newRoot(a *App) *cobra.Command {
 	a.RunPersistent = a.runPersistent
 	a.ResolveSecrets = a.resolveSecrets
 	a.SecretValues = a.secretValues
+	a.Receipts = &receiptIssuer{a: a}
 	root := newBaseRoot(a.App)
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {
@@ -58,6 +60,7 @@ func newRoot(a *App) *cobra.Command {
 	add("setup", newSecretCmd(a))
 	add("setup", newDoctorCmd(a), newSetupCmd(a), newStatusCmd(a))
 	add("run", newServeCmd(a))
+	add("run", newReceiptCmd(a), newParallelCmd(a), newPipelineCmd(a))
 	add("run", daemonCommands(a)...)
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")

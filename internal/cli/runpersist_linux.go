@@ -44,6 +44,9 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	if err != nil {
 		return err
 	}
+	if r.Resolved != nil {
+		r.Resolved(spec)
+	}
 	// The sandbox idles; the command runs in it by exec.
 	spec.Args = nil
 	// The configuration's [[files]], copied in at each start (its
@@ -79,7 +82,7 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	if !created {
 		a.Infof("agentkernel: running in the existing sandbox %s", name)
 	}
-	err = a.RunExec(ctx, m, name, r.Args, &runcli.ExecOptions{TTY: tty, Interactive: true})
+	err = a.RunExec(ctx, m, name, r.Args, &runcli.ExecOptions{TTY: tty, Interactive: true, Output: r.Output})
 	if r.Keep {
 		fmt.Fprintf(a.Stderr, "agentkernel: kept as sandbox %s; agentkernel exec %s -- COMMAND runs more in it, agentkernel rm -f %s removes it (it expires in %s otherwise)\n",
 			name, name, name, r.TTL)

@@ -81,6 +81,11 @@ type App struct {
 	// ErrNeedsFull.
 	SecretValues func(ctx context.Context, keys []string) ([][]byte, error)
 
+	// Receipts writes the receipts of --receipt (agentkernel-full's,
+	// which links the signing). Nil: a run or exec with --receipt answers
+	// ErrNeedsFull.
+	Receipts ReceiptIssuer
+
 	// AllowDegraded is [security] allow_degraded of the configuration
 	// LoadConfig loaded last (trusted layers only: package config), what
 	// the native backend asks when a protection is missing.

@@ -40,6 +40,9 @@ func (a *App) ExecuteSandboxCommand(argv []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNeedsFull, err)
 	}
+	if l.Exec.Receipt != "" {
+		return fmt.Errorf("%w: --receipt", ErrNeedsFull)
+	}
 	TraceStage(l.Command + ": parsed")
 	names := []string{l.Name}
 	if l.Command == "stats" {
@@ -261,6 +264,33 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 	if op := o.DetachedOp(); op != "" {
 		return a.runDetachedOp(ctx, m, name, op, o)
 	}
+	if o.Receipt == "" || o.Detach || o.Output != nil {
+		return a.runExec(ctx, m, name, args, o)
+	}
+	if err := a.prepareReceipt(o.Receipt); err != nil {
+		return err
+	}
+	tee, err := NewOutputTee(a.Stdout, a.Stderr)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	eo := *o
+	eo.Output = tee
+	runErr := a.runExec(ctx, m, name, args, &eo)
+	if errors.Is(runErr, sandbox.ErrSandboxNotFound) || errors.Is(runErr, sandbox.ErrNotRunning) {
+		// No command ran.
+		tee.Close()
+		return runErr
+	}
+	return a.issueReceipt(ReceiptRecord{File: o.Receipt, Exec: true, Name: name, Command: args, Env: o.Env, Workdir: o.Workdir, Sudo: o.Sudo}, tee, runErr)
+}
+
+// runExec is RunExec of a command, its output to o.Output when set.
+func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args []string, o *ExecOptions) error {
+	stdout, stderr := a.Stdout, a.Stderr
+	if o.Output != nil {
+		stdout, stderr = o.Output.Stdout(), o.Output.Stderr()
+	}
 	req := sandbox.ExecRequest{Args: args, Workdir: o.Workdir, User: o.User, TTY: o.TTY, Timeout: o.Timeout}
 	if o.Sudo {
 		req.User = "0:0"
@@ -289,7 +319,7 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	stdio := sandbox.Stdio{Stdout: a.Stdout, Stderr: a.Stderr}
+	stdio := sandbox.Stdio{Stdout: stdout, Stderr: stderr}
 	if o.Interactive {
 		stdio.Stdin = a.Stdin
 	}
@@ -331,7 +361,7 @@ func (a *App) RunExec(ctx context.Context, m *sandbox.Manager, name string, args
 			go agent.CopyToPTY(ttyMaster, a.Stdin, ok && term.IsTerminal(int(in.Fd())))
 		}
 		copyDone.Add(1)
-		go func() { defer copyDone.Done(); _, _ = io.Copy(a.Stdout, ttyMaster) }()
+		go func() { defer copyDone.Done(); _, _ = io.Copy(stdout, ttyMaster) }()
 	}
 	TraceStage("exec: request")
 	res, err := m.Exec(ctx, name, req, stdio, sigs)

@@ -78,6 +78,7 @@ const RunExample = `  agentkernel run python3 -c 'print(1)'
   agentkernel run -t -- sh                       # interactive shell
   echo hi | agentkernel run -- cat               # stdin is passed through
   agentkernel run --dry-run -- npm test          # print the resolved spec
+  agentkernel run --receipt r.json -- make test  # a signed receipt of the run ('agentkernel receipt verify r.json')
   agentkernel run --network filtered --allow-domain '*.pypi.org' --allow-domain files.pythonhosted.org -- pip install requests
   agentkernel run -P 8080:8000 -- python3 -m http.server 8000   # on http://127.0.0.1:8080
   agentkernel run -S GITHUB_TOKEN:api.github.com -- sh -c 'curl -H "Authorization: Bearer $GITHUB_TOKEN" https://api.github.com/user'`
@@ -95,6 +96,11 @@ type RunOptions struct {
 	// --secret-file keys and --placeholder-secrets (secretfiles.go)
 	secretFiles        []string
 	placeholderSecrets bool
+	// receipt is --receipt FILE; tee, set while the run goes on, the
+	// command's output on its way to the receipt.
+	receipt  string
+	tee      *OutputTee
+	resolved *sandbox.Spec
 }
 
 // BindRunFlags registers run's flags (the sandbox's, BindSpecFlags, and
@@ -106,6 +112,7 @@ func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), docker or podman (containers of that engine, through its API; loopback only, no persistent sandboxes yet: docs/backends.md)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
+	fs.StringVar(&o.receipt, "receipt", "", "write a signed execution receipt of the run to `FILE` (never through the daemon; 'agentkernel receipt verify FILE' checks it)")
 	bindRunHabitFlags(fs, &o.habits)
 	bindSecretFlags(fs, o)
 }
@@ -137,6 +144,9 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s runs no persistent sandboxes yet (--keep, --name, -d, --branch)", o.backend),
 			Hint: "use -B native for a persistent sandbox"}
 	}
+	if set["receipt"] {
+		return a.runWithReceipt(ctx, o, args)
+	}
 	if o.habits.persistent() && !o.dryRun {
 		return a.runPersistent(ctx, o, args)
 	}
@@ -144,6 +154,51 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 		return ErrNeedsFull
 	}
 	return a.runRun(ctx, o, args)
+}
+
+// runWithReceipt is a run given --receipt FILE: checked first (the file,
+// the signing key), never served by the daemon (its output must pass
+// here to be hashed), then run as any other with the output teed, and
+// its receipt issued whatever the outcome.
+func (a *App) runWithReceipt(ctx context.Context, o *RunOptions, args []string) error {
+	switch {
+	case o.receipt == "":
+		return runUsage("--receipt needs a FILE")
+	case o.dryRun:
+		return runUsage("--receipt and --dry-run contradict each other: a dry run runs nothing")
+	case o.habits.detach:
+		return runUsage("--receipt and -d contradict each other: -d runs no command")
+	}
+	if b := strings.ToLower(o.backend); b != "" && b != "native" && a.MoreBackends == nil {
+		return ErrNeedsFull
+	}
+	if err := a.prepareReceipt(o.receipt); err != nil {
+		return err
+	}
+	o.noDaemon = true
+	tee, err := NewOutputTee(a.Stdout, a.Stderr)
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err}
+	}
+	o.tee = tee
+	rec := ReceiptRecord{File: o.receipt, Command: args, Backend: o.backend, NoNetwork: o.overrides.NoNetwork, Fast: o.habits.fast, Keep: o.habits.keep}
+	var runErr error
+	if o.habits.persistent() {
+		runErr = a.runPersistent(ctx, o, args)
+	} else {
+		runErr = a.runRun(ctx, o, args)
+	}
+	s := o.resolved
+	if s == nil {
+		// Nothing ran: the run failed before its sandbox was asked for.
+		tee.Close()
+		return runErr
+	}
+	rec.Image, rec.Profile = s.Image, s.Profile
+	if s.RequestedImage != "" {
+		rec.Image = s.RequestedImage
+	}
+	return a.issueReceipt(rec, tee, runErr)
 }
 
 func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
@@ -184,7 +239,12 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 		}
 		return a.finishRun(res, err, spec)
 	}
-	res, err := mgr.Run(ctx, o.backend, spec, sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr})
+	stdio := sandbox.Stdio{Stdin: a.Stdin, Stdout: a.Stdout, Stderr: a.Stderr}
+	if o.tee != nil {
+		o.resolved = spec
+		stdio.Stdout, stdio.Stderr = o.tee.Stdout(), o.tee.Stderr()
+	}
+	res, err := mgr.Run(ctx, o.backend, spec, stdio)
 	if err == nil && res.KeptAt != "" {
 		a.Infof("agentkernel: kept the sandbox's writable layer at %s", res.KeptAt)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/policy"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // RunHabitsHelp is the part of run's --help about upstream's flags and
@@ -114,6 +115,11 @@ type PersistentRun struct {
 	// Overrides are the run's sandbox flags; Args the command.
 	Overrides *policy.Overrides
 	Args      []string
+	// Output, when set (--receipt), takes the command's stdout and
+	// stderr (ExecOptions.Output), and Resolved is told the spec once it
+	// is resolved.
+	Output   *OutputTee
+	Resolved func(*sandbox.Spec)
 }
 
 // checkRunHabits checks run's upstream and docker flags against each other
@@ -212,7 +218,8 @@ func (a *App) runPersistent(ctx context.Context, o *RunOptions, args []string) e
 		ctx = context.Background()
 	}
 	h := &o.habits
-	return a.RunPersistent(ctx, PersistentRun{Name: h.name, Branch: h.branch, Detach: h.detach, Keep: h.keep, TTL: h.ttl, Overrides: &o.overrides, Args: args})
+	return a.RunPersistent(ctx, PersistentRun{Name: h.name, Branch: h.branch, Detach: h.detach, Keep: h.keep, TTL: h.ttl, Overrides: &o.overrides, Args: args,
+		Output: o.tee, Resolved: func(s *sandbox.Spec) { o.resolved = s }})
 }
 
 // RunHabitsExample is run's --help examples of RunHabitsHelp's flags.

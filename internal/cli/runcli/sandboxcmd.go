@@ -39,6 +39,12 @@ type ExecOptions struct {
 	Stderr bool
 	Offset int64
 	JSON   bool
+	// Receipt is --receipt FILE: a signed execution receipt of the
+	// command.
+	Receipt string
+	// Output, when set, takes the command's stdout and stderr (a run's
+	// receipt, PersistentRun.Output).
+	Output *OutputTee
 }
 
 // DetachedOp is the detached-command operation o asks for ("list",
@@ -72,6 +78,7 @@ func BindExecFlags(fs *pflag.FlagSet, o *ExecOptions) {
 	fs.BoolVar(&o.Stderr, "stderr", false, "with --logs: print its stderr instead of its stdout")
 	fs.Int64Var(&o.Offset, "offset", 0, "with --logs: start at this byte of the stream")
 	fs.BoolVar(&o.JSON, "json", false, "with -d, --list, --status, --kill: print JSON")
+	fs.StringVar(&o.Receipt, "receipt", "", "write a signed execution receipt of the command to `FILE` ('agentkernel receipt verify FILE' checks it; not with -d)")
 }
 
 // BindAttachFlags registers attach's flags into fs.
@@ -273,11 +280,13 @@ func checkExecFlags(o *ExecOptions, args []string) error {
 		return bad("--stderr and --offset go with --logs ID")
 	case o.Offset < 0:
 		return bad("--offset must be 0 or more")
+	case o.Receipt != "" && o.Detach:
+		return bad("--receipt and -d go one at a time: a detached command's outcome is not known when exec returns")
 	}
 	if ops == 0 {
 		return nil
 	}
-	if o.Detach || o.TTY || o.Interactive || o.Timeout != 0 || o.Sudo || len(o.Env) > 0 || o.Workdir != "" || o.User != "" {
+	if o.Detach || o.TTY || o.Interactive || o.Timeout != 0 || o.Sudo || len(o.Env) > 0 || o.Workdir != "" || o.User != "" || o.Receipt != "" {
 		return bad("--list, --status, --logs and --kill take no command flags")
 	}
 	if len(args) != 1 {

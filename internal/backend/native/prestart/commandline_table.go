@@ -39,6 +39,7 @@ const (
 	flagPull               = "pull"
 	flagQuiet              = "quiet"
 	flagReadOnly           = "read-only"
+	flagReceipt            = "receipt"
 	flagRm                 = "rm"
 	flagSecret             = "secret"
 	flagSecretFile         = "secret-file"
@@ -56,7 +57,7 @@ const (
 // or a global one, takes a value; the others are switches.
 func FlagTakesValue(name string) bool {
 	switch name {
-	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagCache, flagCompatibilityMode, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagName, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagSecret, flagSecretFile, flagTemplate, flagTimeout, flagTtl, flagUser, flagUserns, flagVolume, flagWorkdir:
+	case flagAllowCidr, flagAllowDomain, flagBackend, flagBlockDomain, flagCache, flagCompatibilityMode, flagConfig, flagCpus, flagDataDir, flagEnv, flagEnvFile, flagHostname, flagImage, flagLogLevel, flagMemory, flagMode, flagName, flagNetwork, flagPids, flagProfile, flagPublish, flagPull, flagReceipt, flagSecret, flagSecretFile, flagTemplate, flagTimeout, flagTtl, flagUser, flagUserns, flagVolume, flagWorkdir:
 		return true
 	}
 	return false
