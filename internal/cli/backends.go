@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/agentkernel/agentkernel/internal/backend/engine"
+	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -13,6 +14,7 @@ import (
 // runs may name with -B. Each is registered here, one line apiece.
 func (a *App) moreBackends() []sandbox.Backend {
 	return []sandbox.Backend{
+		gvisor.New(gvisor.Options{DataDir: a.DataDir, Warn: func(s string) { a.Warnf("%s", s) }}),
 		engine.Docker(a.engineOptions()),
 		engine.Podman(a.engineOptions()),
 	}

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 )
 
@@ -21,6 +23,8 @@ Safe to run at any time.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			removed, err := native.GC(cmd.Context(), a.DataDir)
+			more, gerr := gvisor.GC(cmd.Context(), a.DataDir)
+			removed, err = append(removed, more...), errors.Join(err, gerr)
 			for _, r := range removed {
 				fmt.Fprintf(a.Stdout, "removed %s\n", r)
 			}

@@ -129,12 +129,20 @@ type Backend interface {
 	Run(ctx context.Context, spec *Spec, stdio Stdio) (Result, error)
 }
 
-// LoopbackOnly is a Backend that gives its sandboxes no network egress
-// (Network.Mode none only): faces refuse an explicit request for egress
-// on it, and run a profile's or mode's default egress on loopback with
-// a warning, before Run, which refuses any egress mode.
+// Checker is a Backend that can tell, before the root filesystem is
+// prepared (an image pulled), that it cannot run spec: Manager.Run asks
+// it first, so that a run it refuses fails at once.
+type Checker interface {
+	Check(spec *Spec) error
+}
+
+// LoopbackOnly is a Backend whose sandboxes have loopback only: no
+// network egress and no published ports (gvisor, so far). A face keeps
+// an explicit request for egress (a --network flag, network in
+// configuration, published ports) off such a backend with an error, and
+// runs a profile's default egress on loopback with one warning.
 type LoopbackOnly interface {
-	LoopbackOnly()
+	LoopbackOnly() bool
 }
 
 // Anticipator is a Backend that can start on what Run(spec) will need

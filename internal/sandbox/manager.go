@@ -58,7 +58,7 @@ type Manager struct {
 
 // plannedBackends are names users may know from other runtimes; asking for
 // one gives a clear "not built yet" rather than "unknown".
-var plannedBackends = []string{"gvisor", "microvm", "firecracker", "kubernetes", "nomad"}
+var plannedBackends = []string{"microvm", "firecracker", "kubernetes", "nomad"}
 
 // NewManager returns a Manager over the given backends.
 func NewManager(opts ManagerOptions) *Manager {
@@ -140,6 +140,11 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 	b, err := m.Backend(backend)
 	if err != nil {
 		return Result{}, err
+	}
+	if c, ok := b.(Checker); ok {
+		if err := c.Check(spec); err != nil {
+			return Result{}, err
+		}
 	}
 	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
 		forget := func() {}

@@ -91,7 +91,7 @@ func TestManagerBackendChoice(t *testing.T) {
 	if _, err := m.Backend("NATIVE"); err != nil {
 		t.Fatalf("names are case-insensitive: %v", err)
 	}
-	if _, err := m.Backend("gvisor"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not built yet") {
+	if _, err := m.Backend("microvm"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not built yet") {
 		t.Fatalf("planned backend: %v", err)
 	}
 	if _, err := m.Backend("zzz"); err == nil || !strings.Contains(err.Error(), "unknown backend") || !strings.Contains(err.Error(), "native") {
@@ -131,5 +131,22 @@ func TestManagerAnticipates(t *testing.T) {
 	}
 	if got := strings.Join(be.events, ","); got != "anticipate,forget" {
 		t.Errorf("events %s, want anticipate,forget", got)
+	}
+}
+
+// checkingBackend refuses every spec in Check.
+type checkingBackend struct{ recordingBackend }
+
+func (c *checkingBackend) Check(*Spec) error { return fmt.Errorf("not here: %w", ErrUnsupported) }
+
+// TestManagerChecksFirst: a backend's Check refuses a run before any
+// image is prepared.
+func TestManagerChecksFirst(t *testing.T) {
+	imgs := &testImages{cached: map[string]image.Rootfs{"busybox:1": {Ref: "busybox:1", Layers: []string{"/l"}}}}
+	be := &checkingBackend{}
+	m := NewManager(ManagerOptions{Images: imgs, Backends: []Backend{be}, Default: "native"})
+	_, err := m.Run(context.Background(), "", &Spec{Image: "busybox:1", ImageRule: "flag", Pull: "missing"}, Stdio{})
+	if !errors.Is(err, ErrUnsupported) || len(imgs.calls) != 0 || be.got != nil {
+		t.Fatalf("want the refusal before the image: %v, image calls %v, ran %v", err, imgs.calls, be.got != nil)
 	}
 }

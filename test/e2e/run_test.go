@@ -475,7 +475,7 @@ func TestRunBadInput(t *testing.T) {
 		{[]string{"run", "--image", ref, "--network", "none", "-P", "8080:80", "--", "true"}, "need network access"},
 		{[]string{"run", "--image", ref, "-p", "nope", "--", "true"}, "profile"},
 		{[]string{"run", "--image", ref, "--memory", "lots", "--", "true"}, "memory"},
-		{[]string{"run", "--image", ref, "-B", "gvisor", "--", "true"}, "not built yet"},
+		{[]string{"run", "--image", ref, "-B", "microvm", "--", "true"}, "not built yet"},
 		{[]string{"run", "--image", "UPPER/Case::bad", "--", "true"}, ""},
 	} {
 		r := a.run(c.args...)

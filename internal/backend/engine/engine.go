@@ -574,5 +574,6 @@ func (b *Backend) startError(spec *sandbox.Spec, err error) error {
 	return fmt.Errorf("backend %s: starting the container: %w", b.name, err)
 }
 
-// LoopbackOnly marks the backend as giving no network egress yet.
-func (b *Backend) LoopbackOnly() {}
+// LoopbackOnly: the sandboxes have loopback only, no network egress yet
+// (sandbox.LoopbackOnly).
+func (b *Backend) LoopbackOnly() bool { return true }

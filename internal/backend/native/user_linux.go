@@ -110,6 +110,21 @@ type user struct {
 	home     string
 }
 
+// ResolveUser resolves a command's user spec ("", "name", "uid",
+// "name:group" or "uid:gid") against the image whose root is at root,
+// the way a native run resolves it: the ids, the supplementary groups
+// and the home directory. For backends that build the sandbox's
+// process from outside it (gvisor).
+func ResolveUser(root, spec string) (uid, gid int, groups []int, home string, err error) {
+	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, 0, nil, "", fmt.Errorf("the image's root: %w", err)
+	}
+	defer unix.Close(rootFd)
+	u, err := resolveUser(root, rootFd, spec)
+	return u.uid, u.gid, u.groups, u.home, err
+}
+
 // resolveUser interprets "", "name", "uid", "name:group" or "uid:gid"
 // against root/etc/passwd and root/etc/group, like docker does. rootFd is
 // root opened, or -1.

@@ -109,7 +109,7 @@ type RunOptions struct {
 func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.SetInterspersed(false)
 	BindSpecFlags(fs, &o.overrides)
-	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), docker or podman (containers of that engine, through its API; loopback only, no persistent sandboxes yet: docs/backends.md)")
+	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), gvisor (gVisor's runsc; root only), docker or podman (containers of that engine, through its API); the others are loopback only and not persistent yet: docs/backends.md")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
 	fs.StringVar(&o.receipt, "receipt", "", "write a signed execution receipt of the run to `FILE` (never through the daemon; 'agentkernel receipt verify FILE' checks it)")
@@ -141,7 +141,7 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 		return err
 	}
 	if b := strings.ToLower(o.backend); o.habits.persistent() && b != "" && b != "native" {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s runs no persistent sandboxes yet (--keep, --name, -d, --branch)", o.backend),
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s runs ephemeral sandboxes only so far, and --keep, --name, -d and --branch make a persistent one", o.backend),
 			Hint: "use -B native for a persistent sandbox"}
 	}
 	if set["receipt"] {
@@ -262,8 +262,7 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 
 // resolveRunSpec is ResolveRunSpec; sayWhere: a run's own, which warns
 // when the project directory is left out (policy.Input.SayWhereItRuns);
-// backend: the run's -B, whose own limits on egress apply
-// (checkBackendEgress).
+// backend: the run's -B (checkBackendEgress).
 func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool, backend string) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -304,30 +303,37 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool,
 	if err := a.CheckEgress(spec, cfg, ov); err != nil {
 		return nil, err
 	}
-	if err := a.checkBackendEgress(spec, cfg, ov, backend); err != nil {
+	if err := a.checkBackendEgress(backend, spec, cfg, ov); err != nil {
 		return nil, err
 	}
 	return spec, nil
 }
 
-// checkBackendEgress is CheckEgress for a run on a backend that gives no
-// egress (sandbox.LoopbackOnly): an explicit request for egress is
-// refused, a profile's or mode's default runs on loopback with one
+// checkBackendEgress keeps a run on a backend whose sandboxes have
+// loopback only (sandbox.LoopbackOnly) to loopback: an explicit request
+// for egress (a --network, --allow-domain, --allow-cidr or
+// --block-domain flag, network in configuration, -P) is refused, a
+// profile's or mode's default egress falls back to loopback with one
 // warning.
-func (a *App) checkBackendEgress(spec *sandbox.Spec, cfg *config.Config, o *policy.Overrides, backend string) error {
-	if backend == "" || strings.EqualFold(backend, "native") || !spec.Network.Mode.Egress() || a.MoreBackends == nil {
+func (a *App) checkBackendEgress(name string, spec *sandbox.Spec, cfg *config.Config, ov *policy.Overrides) error {
+	if name == "" || strings.EqualFold(name, "native") || a.MoreBackends == nil || (!spec.Network.Mode.Egress() && len(spec.Network.Ports) == 0) {
 		return nil
 	}
 	for _, b := range a.MoreBackends() {
-		if _, ok := b.(sandbox.LoopbackOnly); !ok || !strings.EqualFold(b.Name(), backend) {
+		lo, ok := b.(sandbox.LoopbackOnly)
+		if !ok || !strings.EqualFold(b.Name(), name) || !lo.LoopbackOnly() {
 			continue
 		}
-		if o.Set["network"] || cfg.IsSet("security.network") || len(spec.Network.Ports) > 0 {
-			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s gives sandboxes no network egress yet (network %s was asked for)", b.Name(), spec.Network.Mode),
-				Hint: "use -B native for network egress, or --network none (and drop network = true from agentkernel.toml)"}
+		explicit := cfg.IsSet("security.network") || len(spec.Network.Ports) > 0
+		for _, f := range []string{"network", "allow-domain", "allow-cidr", "block-domain"} {
+			explicit = explicit || ov.Set[f]
 		}
+		if explicit {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s gives sandboxes loopback only so far: no network egress, no published ports", b.Name()),
+				Hint: "use --network none (without -P), or -B native"}
+		}
+		a.Warnf("backend %s: the sandbox has loopback only (network egress needs -B native so far)", b.Name())
 		spec.Network = sandbox.Network{Mode: sandbox.NetworkNone}
-		a.Warnf("backend %s: the sandbox has loopback only (this backend gives no network egress yet)", b.Name())
 	}
 	return nil
 }

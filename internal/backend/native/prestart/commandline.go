@@ -29,6 +29,8 @@ type runLine struct {
 	// --fast=false, --secret, --dry-run, -t, --interactive, --keep,
 	// another backend).
 	noDaemon bool
+	// otherBackend: -B names a backend other than native.
+	otherBackend bool
 }
 
 // parseRun reads args as agentkernel [global flags] run [flags] [--]
@@ -102,7 +104,7 @@ func (r *runLine) set(name, val string) {
 		r.dataDir = val
 	case flagBackend:
 		if val != "" && !equalFold(val, "native") {
-			r.noDaemon = true
+			r.noDaemon, r.otherBackend = true, true
 		}
 	case flagNoDaemon, flagDryRun, flagTty, flagInteractive, flagKeep:
 		if !isFalse(val) {
@@ -179,6 +181,14 @@ func itoa(n int) string {
 		b[i] = '-'
 	}
 	return string(b[i:])
+}
+
+// otherBackend reports whether command line args is a run on a backend
+// other than native (-B): that backend builds its sandbox its own way,
+// so a thread made here would only take a core from its start-up.
+func otherBackend(args []string) bool {
+	r, ok := parseRun(args)
+	return ok && r.otherBackend
 }
 
 // daemonServes guesses whether a running agentkernel daemon will serve

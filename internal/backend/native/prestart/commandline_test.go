@@ -128,3 +128,20 @@ func TestDaemonServes(t *testing.T) {
 		t.Errorf("DefaultDataDir without HOME = %q", got)
 	}
 }
+
+func TestOtherBackend(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"ak", "run", "-B", "gvisor", "sh"}, true},
+		{[]string{"ak", "run", "--backend=gvisor", "sh"}, true},
+		{[]string{"ak", "run", "--backend=Native", "sh"}, false},
+		{[]string{"ak", "run", "sh", "-B", "gvisor"}, false},
+		{[]string{"ak", "images", "-B", "gvisor"}, false},
+	} {
+		if got := otherBackend(c.args); got != c.want {
+			t.Errorf("otherBackend(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func init() {
 		return
 	}
 	args := cmdline()
-	if !IsRun(args) || daemonServes(args) {
+	if !IsRun(args) || daemonServes(args) || otherBackend(args) {
 		return
 	}
 	begin()

@@ -1,0 +1,91 @@
+// Package gvisor is the gvisor backend (run -B gvisor): the command runs
+// under gVisor's runsc, so that the kernel it talks to is gVisor's
+// user-space kernel (the Sentry) rather than the host's, on the systrap
+// platform (seccomp traps; no KVM or ptrace needed).
+//
+// # Design
+//
+// runsc is an OCI runtime, so a run is an OCI bundle and one `runsc run`:
+//
+//   - The bundle lives in a private directory under the data directory
+//     (<data-dir>/gvisor/run-*), with runsc's own state directory (--root)
+//     beside it: each run has its own, so that nothing of one run can be
+//     seen or reused by another, and removing the directory removes the
+//     run's every trace.
+//   - The root filesystem is the image store's layers under an overlay
+//     whose upper layer is in the run's directory, mounted on the bundle's
+//     rootfs, so that the store's layers are never written. The sandbox's
+//     own writes do not even reach that upper layer: they go to gVisor's
+//     overlay inside the sandbox (--overlay2=root:dir=...), backed by a
+//     file in the run's directory and sized by the profile's disk limit;
+//     the host-side upper layer takes only what runsc's gofer makes there
+//     (mount points of volumes). A read-only root (restrictive) gets no
+//     gVisor overlay and a tmpfs /tmp, as native gives it. Copy-on-write
+//     volumes (moderate's /workspace) are host overlays whose upper
+//     layer is in the run's directory, bound into the bundle.
+//   - Those mounts are made in a mount namespace of the run's own: a
+//     locked OS thread unshares it, mounts, and starts runsc from that
+//     thread, so that runsc, its gofer and its sandbox inherit it. The
+//     host's mount table never holds them (nor the network namespace
+//     runsc binds into its state directory for --network=none), and they
+//     go away with the last of those processes, even when agentkernel is
+//     killed: nothing needs unmounting.
+//   - config.json is built from the resolved spec: args (else the
+//     image's entrypoint and cmd), the image's environment under the
+//     spec's, working directory, user (resolved against the image's
+//     /etc/passwd and /etc/group as native resolves it:
+//     native.ResolveUser), host name, the profile's capabilities (bounding
+//     set; effective and permitted for root only, as setuid leaves them),
+//     no_new_privs, the open-files limit, a read-only root, the spec's
+//     mounts, and memory, CPU and process limits as cgroup resources
+//     (runsc creates the cgroup below agentkernel's own, and removes it).
+//   - runsc is executed directly rather than through
+//     github.com/containerd/go-runc: a run needs one `runsc run` started
+//     on the thread that owns the mount namespace, with the caller's
+//     descriptors as its stdio, its error log on a descriptor of our own
+//     (--log-fd, to tell runsc's failures from the command's status) and
+//     `runsc kill` and `delete --force` for the ends; go-runc adds a
+//     dependency for those four argument lists and hides the *exec.Cmd
+//     the thread must start.
+//   - With -t, runsc opens the command's pseudo-terminal and hands its
+//     master over a console socket in the run's directory
+//     (--console-socket); the run bridges it to its stdin and stdout, the
+//     caller's terminal in raw mode meanwhile, and follows its size.
+//   - Otherwise the caller's stdin, stdout and stderr go to runsc as they are, but
+//     for regular files: gVisor reads and writes those at offsets of its
+//     own, from the start, so a run's output would overwrite a log it is
+//     appended to; they reach runsc as pipes that agentkernel copies.
+//   - The command's exit status is runsc's (128+N for signal N); runsc's
+//     own failures (status 128 with an error logged) become errors, the
+//     command not found or not executable (looked up in the image first,
+//     and in runsc's error) sandbox.ErrNotFound and ErrCannotInvoke.
+//     Signals the run receives reach the command through `runsc kill`
+//     (SIGINT and SIGQUIT to every process of the sandbox, as a terminal
+//     sends them to the foreground job; a command still running 3 s after
+//     SIGINT, SIGTERM or SIGHUP, or at a second one, is killed); a
+//     cancelled context, and --timeout, kill the sandbox, and
+//     `runsc delete --force` removes whatever runsc left.
+//   - A run holds a lock on its directory (flock) while it lives. When
+//     agentkernel is killed, runsc's sandbox runs on and the directory
+//     stays (the mounts go with runsc's processes): GC, which `agentkernel
+//     gc` calls, finds the directories whose lock is free, deletes their
+//     container (ending the sandbox) and removes them.
+//
+// runsc is found through AGENTKERNEL_RUNSC, then where scripts/runsc.sh
+// builds it (RunscCachePath), then PATH. The version pinned in
+// RunscVersion is the gVisor module version go.mod already requires for
+// the network stack; distributions' runsc packages are often too old for
+// systrap and are refused with a note saying how to build a current one.
+//
+// # Not yet
+//
+// This backend runs ephemeral sandboxes as root only. It has no network
+// egress or published ports yet (a profile's egress falls back to
+// loopback with one warning; an explicit --network filtered or full is
+// refused), and no persistent sandboxes, warm pools, exec, files or
+// stats, checkpoint and restore, secrets, --keep of the writable layer
+// or host image. Inside, gVisor's Sentry is the kernel: the profile's
+// seccomp filter and Landlock rules, which fence a host kernel, are not
+// loaded there (the Sentry runs under gVisor's own seccomp filter on the
+// host).
+package gvisor

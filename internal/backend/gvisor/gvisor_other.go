@@ -1,0 +1,16 @@
+//go:build !linux
+
+package gvisor
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Run fails: gVisor runs on Linux only.
+func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	return sandbox.Result{}, fmt.Errorf("the gvisor backend needs Linux, not %s: %w", runtime.GOOS, sandbox.ErrUnsupported)
+}
