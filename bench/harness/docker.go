@@ -60,6 +60,11 @@ func StartPrivateDocker(work string) (host string, stop func(), err error) {
 		return "", nil, err
 	}
 	d.Stdout, d.Stderr = logf, logf
+	// In a mount namespace of its own: its layers' and containers'
+	// mounts never reach the machine's mount table (tests that compare
+	// it run beside this one).
+	d.SysProcAttr = &syscall.SysProcAttr{}
+	ownMountNamespace(d.SysProcAttr)
 	if err := d.Start(); err != nil {
 		logf.Close()
 		return "", nil, err
@@ -112,7 +117,9 @@ func StartPodmanService(work string) (host string, stop func(), err error) {
 		return "", nil, err
 	}
 	p.Stdout, p.Stderr = logf, logf
+	// A mount namespace of its own, as dockerd's (StartPrivateDocker).
 	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownMountNamespace(p.SysProcAttr)
 	if err := p.Start(); err != nil {
 		logf.Close()
 		return "", nil, err

@@ -390,8 +390,16 @@ func TestGVisorAttack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { host.Process.Kill(); host.Wait() }()
-	// Control: the host's /proc shows it.
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", host.Process.Pid)); err != nil || !strings.Contains(string(b), marker) {
+	// Control: the host's /proc shows it (once it has exec'd sleep).
+	var b []byte
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", host.Process.Pid))
+		if err == nil && strings.Contains(string(b), marker) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil || !strings.Contains(string(b), marker) {
 		t.Fatalf("control: the host process is not visible on the host: %q %v", b, err)
 	}
 	for _, profile := range []string{"moderate", "permissive"} {

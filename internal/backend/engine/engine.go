@@ -138,11 +138,15 @@ func (b *Backend) unsupported(format string, args ...any) error {
 	return fmt.Errorf("backend %s: %s (use -B native): %w", b.name, fmt.Sprintf(format, args...), sandbox.ErrUnsupported)
 }
 
-// check refuses what the engine cannot give the spec, and warns once for
-// what allow_degraded lets the run go without.
-func (b *Backend) check(spec *sandbox.Spec) error {
+// Check refuses, before the image is prepared, a run this backend cannot
+// do (sandbox.Checker): what check refuses, without its warning.
+func (b *Backend) Check(spec *sandbox.Spec) error { return b.check(spec, false) }
+
+// check refuses what the engine cannot give the spec, and, with warn,
+// warns once for what allow_degraded lets the run go without.
+func (b *Backend) check(spec *sandbox.Spec, warn bool) error {
 	switch {
-	case spec.Rootfs.Host:
+	case spec.Rootfs.Host || image.IsHost(spec.Image):
 		return b.unsupported("the host image runs on the native backend only")
 	case spec.Network.Mode.Egress():
 		return b.unsupported("no network egress yet, only --network none (network %s was asked for)", spec.Network.Mode)
@@ -178,7 +182,9 @@ func (b *Backend) check(spec *sandbox.Spec) error {
 			return fmt.Errorf("backend %s: refusing to run without the Landlock filesystem fence: %s gives its containers none; use -B native, or let runs go without it: [security] allow_degraded = [%q] in your user config (~/.config/agentkernel/config.toml)",
 				b.name, b.name, config.DegradeLandlock)
 		}
-		b.opts.Warn(fmt.Sprintf("backend %s: running without the Landlock filesystem fence, as [security] allow_degraded allows", b.name))
+		if warn {
+			b.opts.Warn(fmt.Sprintf("backend %s: running without the Landlock filesystem fence, as [security] allow_degraded allows", b.name))
+		}
 	}
 	return nil
 }
@@ -379,7 +385,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 
 // Run runs spec.Args in a new container and removes it afterwards.
 func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
-	if err := b.check(spec); err != nil {
+	if err := b.check(spec, true); err != nil {
 		return sandbox.Result{}, err
 	}
 	secOpts, cleanup, err := b.securityOpts(spec)
