@@ -113,7 +113,7 @@ the signing key is made on first use at
 upstream agentkernel's format, byte for byte: each tool verifies the
 other's.
 
-A receipt run goes never through the daemon: its output must pass through
+A receipt run never goes through the daemon: its output must pass through
 agentkernel to be hashed. Each receipt written is a receipt_issued entry
 of the audit log ('agentkernel audit').`
 
