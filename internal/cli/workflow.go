@@ -155,18 +155,11 @@ every job passed ("All jobs passed (X.Xs wall time)"), 1 when one failed
 				seen[s.Name] = true
 				specs[i] = s
 			}
-			if err := a.SetupLogging(); err != nil {
-				return err
-			}
-			ctx, stop := interruptible(cmdContext(cmd))
-			defer stop()
-			mgr, err := a.Manager()
+			ctx, stop, mgr, err := a.workflowManager(cmd, backend)
 			if err != nil {
 				return err
 			}
-			if _, err := mgr.Backend(backend); err != nil {
-				return &ExitError{Code: ExitAgentkernel, Err: err}
-			}
+			defer stop()
 			wjobs := make([]workflow.Job, len(specs))
 			for i, s := range specs {
 				ov := policy.Overrides{Image: s.Image, Set: map[string]bool{"image": true}}
@@ -236,18 +229,11 @@ failed, 125 for a bad file or image (errors name FILE:LINE).`,
 			if err != nil {
 				return &ExitError{Code: ExitAgentkernel, Err: err}
 			}
-			if err := a.SetupLogging(); err != nil {
-				return err
-			}
-			ctx, stop := interruptible(cmdContext(cmd))
-			defer stop()
-			mgr, err := a.Manager()
+			ctx, stop, mgr, err := a.workflowManager(cmd, backend)
 			if err != nil {
 				return err
 			}
-			if _, err := mgr.Backend(backend); err != nil {
-				return &ExitError{Code: ExitAgentkernel, Err: err}
-			}
+			defer stop()
 			prefix := strings.TrimSuffix(filepath.Base(args[0]), filepath.Ext(args[0]))
 			psteps := make([]workflow.PipelineStep, len(steps))
 			for i, s := range steps {
@@ -316,4 +302,26 @@ func stepOverrides(s workflow.Step) policy.Overrides {
 		ov.Set["timeout"] = true
 	}
 	return ov
+}
+
+// workflowManager readies what parallel and pipeline run their sandboxes
+// with: logging, a context that ^C and SIGTERM cancel (stop releases it),
+// and the Manager, whose backend must exist.
+func (a *App) workflowManager(cmd *cobra.Command, backend string) (context.Context, func(), *sandbox.Manager, error) {
+	if err := a.SetupLogging(); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := interruptible(cmdContext(cmd))
+	mgr, err := a.Manager()
+	if err == nil {
+		_, err = mgr.Backend(backend)
+		if err != nil {
+			err = &ExitError{Code: ExitAgentkernel, Err: err}
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, stop, mgr, nil
 }

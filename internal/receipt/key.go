@@ -7,11 +7,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/agentkernel/agentkernel/internal/privatefile"
 )
 
 // KeyFile is the signing key's name in its directory.
@@ -32,11 +32,8 @@ func LoadOrCreateKey(home string) (ed25519.PrivateKey, error) {
 		return nil, errors.New("receipt signing key: no home directory (HOME is not set)")
 	}
 	dir := KeyDir(home)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privatefile.Dir(dir, "receipt key directory", true); err != nil {
 		return nil, fmt.Errorf("receipt signing key: %w", err)
-	}
-	if err := checkPrivate(dir, true); err != nil {
-		return nil, err
 	}
 	path := filepath.Join(dir, KeyFile)
 	key, err := readKey(path)
@@ -49,55 +46,13 @@ func LoadOrCreateKey(home string) (ed25519.PrivateKey, error) {
 	return readKey(path)
 }
 
-// checkPrivate refuses path unless it is ours and no one else may read
-// or write it (a directory: nor enter it).
-func checkPrivate(path string, isDir bool) error {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return fmt.Errorf("receipt signing key: %w", err)
-	}
-	return checkInfo(path, st, isDir)
-}
-
-func checkInfo(path string, st fs.FileInfo, isDir bool) error {
-	want, chmod := "a regular file", "600"
-	if isDir {
-		want, chmod = "a directory", "700"
-	}
-	if st.Mode()&fs.ModeSymlink != 0 || st.IsDir() != isDir || (!isDir && !st.Mode().IsRegular()) {
-		return fmt.Errorf("receipt signing key: %s is not %s (a symbolic link is not followed)", path, want)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
-		return fmt.Errorf("receipt signing key: %s belongs to uid %d, not to you (uid %d); remove it or fix its owner", path, sys.Uid, os.Geteuid())
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("receipt signing key: %s is open to other users (mode %04o); make it private: chmod %s %s", path, st.Mode().Perm(), chmod, path)
-	}
-	return nil
-}
-
-// readKey reads and checks the key file at path.
+// readKey reads and checks the key file at path (privatefile.Read).
 func readKey(path string) (ed25519.PrivateKey, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	der, err := privatefile.Read(path, "receipt signing key", maxKeyFile)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("receipt signing key: %s is a symbolic link, which is not followed", path)
-		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("receipt signing key: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("receipt signing key: %w", err)
-	}
-	if err := checkInfo(path, st, false); err != nil {
-		return nil, err
-	}
-	der, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
-	if err != nil {
 		return nil, fmt.Errorf("receipt signing key: %w", err)
 	}
 	key, err := ParseKey(der)

@@ -349,7 +349,7 @@ func TestKeyFile(t *testing.T) {
 		os.Remove(path)
 		os.Rename(path+".real", path)
 		os.Chown(path, 1234, 1234)
-		if _, err := LoadOrCreateKey(home); err == nil || !strings.Contains(err.Error(), "belongs to uid 1234") {
+		if _, err := LoadOrCreateKey(home); err == nil || !strings.Contains(err.Error(), "owned by uid 1234") {
 			t.Fatalf("foreign key: %v", err)
 		}
 	}
