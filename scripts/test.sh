@@ -60,6 +60,9 @@ echo "== GOOS=darwin go build and vet"
 GOOS=darwin go build ./...
 GOOS=darwin go vet ./...
 
+echo "== GOARCH=arm64 go build"
+GOOS=linux GOARCH=arm64 go build ./...
+
 echo "== go build"
 go build -o bin/agentkernel ./cmd/agentkernel
 

@@ -306,8 +306,10 @@ func stepOverrides(s workflow.Step) policy.Overrides {
 
 // workflowManager readies what parallel and pipeline run their sandboxes
 // with: logging, a context that ^C and SIGTERM cancel (stop releases it),
-// and the Manager, whose backend must exist.
+// and the Manager, whose backend must exist. Each warning is printed
+// once, not once per job or step.
 func (a *App) workflowManager(cmd *cobra.Command, backend string) (context.Context, func(), *sandbox.Manager, error) {
+	a.WarnOnce()
 	if err := a.SetupLogging(); err != nil {
 		return nil, nil, nil, err
 	}

@@ -194,5 +194,13 @@ func searchPath(name string, env []string, probe func(p string) (found, executab
 	if denied {
 		return "", fmt.Errorf("%s: %w", name, unix.EACCES)
 	}
-	return "", fmt.Errorf("%s: executable file not found in $PATH: %w", name, unix.ENOENT)
+	return "", &notInPathError{name}
 }
+
+// notInPathError is a command name that no directory of $PATH holds: ENOENT,
+// said once (the caller adds "command not found" from the errno).
+type notInPathError struct{ name string }
+
+func (e *notInPathError) Error() string { return e.name + ": executable file not found in $PATH" }
+
+func (e *notInPathError) Unwrap() error { return unix.ENOENT }

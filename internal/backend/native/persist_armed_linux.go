@@ -357,7 +357,7 @@ const armRequestRecords = 16
 // the request's steps (armedRequestScript) and its exit on failure.
 var armedLateSyscalls = []uint32{
 	unix.SYS_READ, unix.SYS_WRITE, unix.SYS_EXIT_GROUP, unix.SYS_CLOSE, unix.SYS_RECVMSG, unix.SYS_FCNTL,
-	unix.SYS_CHDIR, unix.SYS_FORK, unix.SYS_SETSID, unix.SYS_IOCTL, unix.SYS_EXECVE,
+	unix.SYS_CHDIR, stubForkSyscall, unix.SYS_SETSID, unix.SYS_IOCTL, unix.SYS_EXECVE,
 }
 
 // armedSeccomp says whether an armed stub may load the sandbox's seccomp

@@ -23,7 +23,7 @@ func TestStageFailureRoundTrip(t *testing.T) {
 		is   error
 		text string
 	}{
-		{stageFailure{Exec: true, Errno: unix.ENOENT, Msg: "nope: executable file not found in $PATH: no such file or directory"}, sandbox.ErrNotFound, ""},
+		{stageFailure{Exec: true, Errno: unix.ENOENT, Msg: "nope: executable file not found in $PATH"}, sandbox.ErrNotFound, ""},
 		{stageFailure{Exec: true, Errno: unix.EACCES, Msg: "exec /etc/passwd: permission denied"}, sandbox.ErrCannotInvoke, ""},
 		{stageFailure{Exec: true, Errno: unix.E2BIG, Msg: "exec x: argument list too long"}, sandbox.ErrCannotInvoke, ""}, // 126, as a shell and a persistent sandbox's exec say
 		{stageFailure{Errno: unix.EPERM, Stage: stagePivot, Msg: "pivoting root: pivot_root: operation not permitted"}, nil, ""},

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
@@ -100,6 +101,23 @@ type App struct {
 	// a run handed to agentkernel-full does not print them twice.
 	HoldWarnings bool
 	held         []string
+	// once, when set (WarnOnce), keeps the lines Warnf printed.
+	once *warnOnce
+}
+
+// warnOnce is the set of warning lines already printed.
+type warnOnce struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// WarnOnce makes Warnf print each distinct line once from now on: the
+// commands that resolve many runs from one configuration (parallel,
+// pipeline) would otherwise repeat its warnings for each.
+func (a *App) WarnOnce() {
+	if a.once == nil {
+		a.once = &warnOnce{seen: map[string]bool{}}
+	}
 }
 
 // Warnf prints one warning line to stderr unless --quiet was given.
@@ -108,6 +126,14 @@ func (a *App) Warnf(format string, args ...any) {
 		return
 	}
 	line := fmt.Sprintf("agentkernel: warning: "+format+"\n", args...)
+	if o := a.once; o != nil {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.seen[line] {
+			return
+		}
+		o.seen[line] = true
+	}
 	if a.HoldWarnings {
 		a.held = append(a.held, line)
 		return

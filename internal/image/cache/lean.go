@@ -156,7 +156,7 @@ func decodeMetaLean(data []byte) (Meta, error) {
 		if err != nil {
 			return Meta{}, err
 		}
-		if n < 0 || n > math.MaxUint32 {
+		if n < 0 || uint64(n) > math.MaxUint32 {
 			return Meta{}, fmt.Errorf("%s: %d out of range", f.key, n)
 		}
 		*f.to = uint32(n)
