@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -52,7 +53,15 @@ type Options struct {
 	// AllowDegraded is [security] allow_degraded: the protections a run
 	// may go without, with a warning, where this backend cannot give them.
 	AllowDegraded func() []string
+	// DataDir is agentkernel's data directory: a run's copy-on-write
+	// layers live under DataDir/engine while it runs ("": the system's
+	// temporary directory).
+	DataDir string
 }
+
+// removeTimeout bounds the removal of a run's container and volumes,
+// whatever became of the run's context.
+const removeTimeout = time.Minute
 
 // Backend runs sandboxes as containers of a docker or podman engine.
 type Backend struct {
@@ -161,11 +170,11 @@ func (b *Backend) check(spec *sandbox.Spec, warn bool) error {
 	}
 	for _, m := range spec.Mounts {
 		switch {
-		case m.Kind == sandbox.MountCopyOnWrite:
-			return b.unsupported("no copy-on-write mounts (%s)", m.Dest)
-		case m.Kind != sandbox.MountBind && m.Kind != sandbox.MountTmpfs:
+		case m.Kind == sandbox.MountCopyOnWrite && !m.ReadOnly && !cowSource(m.Source):
+			return b.unsupported("copy-on-write mount %s: the overlay's options cannot carry the path %q (',', ':', '\\' or a newline in it)", m.Dest, m.Source)
+		case m.Kind != sandbox.MountBind && m.Kind != sandbox.MountTmpfs && m.Kind != sandbox.MountCopyOnWrite:
 			return b.unsupported("mount %s of kind %q", m.Dest, m.Kind)
-		case m.Kind == sandbox.MountBind && !path.IsAbs(m.Source):
+		case m.Kind != sandbox.MountTmpfs && !path.IsAbs(m.Source):
 			return fmt.Errorf("backend %s: mount %s: source %q is not an absolute path", b.name, m.Dest, m.Source)
 		case !path.IsAbs(m.Dest):
 			return fmt.Errorf("backend %s: mount destination %q is not an absolute path", b.name, m.Dest)
@@ -244,7 +253,7 @@ func containerName(spec *sandbox.Spec) string {
 }
 
 // createOptions are the container spec asks for, of image ref.
-func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string, stdin bool) client.ContainerCreateOptions {
+func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string, stdin bool, volumes []mount.Mount) client.ContainerCreateOptions {
 	cfg := &container.Config{
 		Image:        ref,
 		Hostname:     spec.Hostname,
@@ -289,7 +298,10 @@ func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string
 	}
 	for _, m := range spec.Mounts {
 		switch m.Kind {
-		case sandbox.MountBind:
+		case sandbox.MountBind, sandbox.MountCopyOnWrite:
+			if m.Kind == sandbox.MountCopyOnWrite && !m.ReadOnly {
+				continue // a volume of cowVolumes
+			}
 			hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Dest, ReadOnly: m.ReadOnly,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
 		case sandbox.MountTmpfs:
@@ -307,6 +319,7 @@ func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string
 			hc.Tmpfs[m.Dest] = opt
 		}
 	}
+	hc.Mounts = append(hc.Mounts, volumes...)
 	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: containerName(spec)}
 }
 
@@ -409,8 +422,26 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	var volumes []mount.Mount
+	if hasCow(spec) {
+		dir, err := b.runDir()
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		defer func() {
+			if err := os.RemoveAll(dir); err != nil {
+				b.opts.Warn(fmt.Sprintf("backend %s: removing %s: %v", b.name, dir, err))
+			}
+		}()
+		var removeVolumes func()
+		volumes, removeVolumes, err = b.cowVolumes(ctx, cli, spec, dir)
+		if err != nil {
+			return sandbox.Result{}, err
+		}
+		defer removeVolumes() // after the container's removal, below
+	}
 	stdin := stdio.Stdin != nil
-	created, err := cli.ContainerCreate(ctx, b.createOptions(spec, ref, secOpts, stdin))
+	created, err := cli.ContainerCreate(ctx, b.createOptions(spec, ref, secOpts, stdin, volumes))
 	cleanup()
 	if err != nil {
 		return sandbox.Result{}, b.engineError("creating the container", err)
@@ -420,10 +451,37 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	return b.run(ctx, cli, id, spec, stdio)
 }
 
+// hasCow says whether spec has a writable copy-on-write mount.
+func hasCow(spec *sandbox.Spec) bool {
+	for _, m := range spec.Mounts {
+		if m.Kind == sandbox.MountCopyOnWrite && !m.ReadOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// runDir makes a run's private directory, for its copy-on-write layers:
+// under DataDir/engine, else the system's temporary directory.
+func (b *Backend) runDir() (string, error) {
+	base := os.TempDir()
+	if b.opts.DataDir != "" {
+		base = filepath.Join(b.opts.DataDir, "engine")
+		if err := os.MkdirAll(base, 0o700); err != nil {
+			return "", fmt.Errorf("backend %s: %w", b.name, err)
+		}
+	}
+	dir, err := os.MkdirTemp(base, "agentkernel-"+b.name+"-")
+	if err != nil {
+		return "", fmt.Errorf("backend %s: %w", b.name, err)
+	}
+	return dir, nil
+}
+
 // remove removes container id with whatever still runs in it, whatever
 // became of the run's context.
 func (b *Backend) remove(cli *client.Client, id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
 	if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 		b.opts.Warn(fmt.Sprintf("backend %s: removing container %.12s: %v", b.name, id, err))

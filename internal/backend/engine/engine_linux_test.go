@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func (f *fixture) backend(allowed ...string) *engine.Backend {
 			f.mu.Unlock()
 		},
 		AllowDegraded: func() []string { return allowed },
+		DataDir:       filepath.Join(f.tmp, "data"),
 	}
 	if f.name == "docker" {
 		return engine.Docker(opts)
@@ -122,6 +124,16 @@ func (f *fixture) assertGone(t *testing.T, id string) {
 	}
 	if len(l.Items) != 0 {
 		t.Errorf("%s: the run's container is still there: %+v", f.name, l.Items)
+	}
+	v, err := cli.VolumeList(context.Background(), client.VolumeListOptions{Filters: client.Filters{}.Add("label", engine.LabelID+"="+id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Items) != 0 {
+		t.Errorf("%s: the run's volumes are still there: %+v", f.name, v.Items)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.tmp, "data", "engine", "*")); len(left) != 0 {
+		t.Errorf("%s: run directories left: %v", f.name, left)
 	}
 }
 
@@ -338,11 +350,50 @@ func testEngine(t *testing.T, f *fixture) {
 			t.Errorf("host file %q", b)
 		}
 	})
-	t.Run("copy-on-write refused", func(t *testing.T) {
-		s := f.spec(t, "moderate", "true")
-		_, err := f.backend(config.DegradeLandlock).Run(ctx, s, sandbox.Stdio{})
-		if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "copy-on-write") {
-			t.Fatalf("err %v", err)
+	t.Run("copy-on-write workspace", func(t *testing.T) {
+		// moderate, the default profile, shows the project at
+		// /workspace through a copy-on-write mount.
+		project := filepath.Join(f.tmp, "project")
+		if err := os.WriteFile(filepath.Join(project, "in"), []byte("from host\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(project, "gone"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(project, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		before := treeOf(t, project)
+		s := f.spec(t, "moderate", "sh", "-c", "cat /workspace/in; echo changed > /workspace/in; echo new > /workspace/new; rm /workspace/gone; "+
+			"mkdir /workspace/d && echo deep > /workspace/d/f; cat /workspace/in /workspace/new /workspace/d/f; ls /workspace; stat -c %a /workspace")
+		var cow bool
+		for _, m := range s.Mounts {
+			cow = cow || (m.Kind == sandbox.MountCopyOnWrite && m.Dest == "/workspace" && m.Source == project)
+		}
+		if !cow {
+			t.Fatalf("moderate has no copy-on-write /workspace: %+v", s.Mounts)
+		}
+		res, out, err := f.run(t, ctx, s, "", nil)
+		if err != nil || res.ExitCode != 0 || out != "from host\nchanged\nnew\ndeep\nd\nin\nnew\n750\n" {
+			t.Fatalf("res %+v, out %q, err %v", res, out, err)
+		}
+		if after := treeOf(t, project); after != before {
+			t.Errorf("the host directory changed:\n%s\nwas\n%s", after, before)
+		}
+		// The next run starts from the host directory again.
+		res, out, err = f.run(t, ctx, f.spec(t, "moderate", "sh", "-c", "cat /workspace/in; ls /workspace"), "", nil)
+		if err != nil || res.ExitCode != 0 || out != "from host\ngone\nin\n" {
+			t.Fatalf("second run: res %+v, out %q, err %v", res, out, err)
+		}
+	})
+	t.Run("attack: copy-on-write paths the overlay options cannot carry", func(t *testing.T) {
+		for _, src := range []string{"/tmp/a,upperdir=/etc", "/tmp/a:/etc", `/tmp/a\:b`} {
+			s := f.spec(t, "moderate", "true")
+			s.Mounts = append(s.Mounts, sandbox.Mount{Kind: sandbox.MountCopyOnWrite, Source: src, Dest: "/x"})
+			_, err := f.backend(config.DegradeLandlock).Run(ctx, s, sandbox.Stdio{})
+			if !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "overlay") {
+				t.Errorf("%s: err %v", src, err)
+			}
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {
@@ -381,6 +432,33 @@ func testEngine(t *testing.T, f *fixture) {
 			t.Fatalf("err %v", err)
 		}
 	})
+}
+
+// treeOf describes every file under dir: path, mode, owner, content.
+func treeOf(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		// Not the access time: reading through the overlay may set it.
+		fmt.Fprintf(&b, "%s %v %d:%d %d %v %v", p, fi.Mode(), st.Uid, st.Gid, fi.Size(), st.Mtim, st.Ctim)
+		if fi.Mode().IsRegular() {
+			c, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %q", c)
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
 
 type writerFunc func([]byte)
