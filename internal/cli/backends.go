@@ -2,22 +2,62 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
+	"strings"
 
 	"github.com/agentkernel/agentkernel/internal/backend/engine"
 	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // moreBackends are the backends besides native that agentkernel-full's
-// runs may name with -B. Each is registered here, one line apiece.
+// runs and persistent sandboxes may name with -B. Each is registered
+// here, one line apiece; one that is also a sandbox.Booter hosts
+// persistent sandboxes (sandbox create -B, run --name -B), booted by
+// their supervisor through persistentBooter.
 func (a *App) moreBackends() []sandbox.Backend {
 	return []sandbox.Backend{
 		gvisor.New(gvisor.Options{DataDir: a.DataDir, Warn: func(s string) { a.Warnf("%s", s) }}),
 		engine.Docker(a.engineOptions()),
 		engine.Podman(a.engineOptions()),
 	}
+}
+
+// moreBackendsFor are moreBackends as a sandbox's supervisor makes them:
+// its data directory, logger, warnings and [security] allow_degraded.
+func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), allowDegraded []string) []sandbox.Backend {
+	a := &App{App: &runcli.App{DataDir: dataDir, Logger: logger, Stderr: io.Discard, Quiet: true}}
+	o := a.engineOptions()
+	o.Warn = warn
+	o.AllowDegraded = func() []string { return allowDegraded }
+	return []sandbox.Backend{
+		gvisor.New(gvisor.Options{DataDir: dataDir, Warn: warn}),
+		engine.Docker(o),
+		engine.Podman(o),
+	}
+}
+
+// persistentBooter is the Booter of the backend a persistent sandbox was
+// created on (Spec.Backend): native's for "" or "native", else the one
+// of more of that name, which must be a sandbox.Booter.
+func persistentBooter(name string, native sandbox.Booter, more []sandbox.Backend) (sandbox.Booter, error) {
+	if name == "" || strings.EqualFold(name, "native") {
+		return native, nil
+	}
+	for _, b := range more {
+		if !strings.EqualFold(b.Name(), name) {
+			continue
+		}
+		if bt, ok := b.(sandbox.Booter); ok {
+			return bt, nil
+		}
+		return nil, fmt.Errorf("backend %s cannot host persistent sandboxes: %w", name, sandbox.ErrUnsupported)
+	}
+	return nil, fmt.Errorf("the sandbox's backend %q is not in this build: %w", name, sandbox.ErrUnsupported)
 }
 
 // engineOptions wire the docker and podman backends to the image store
@@ -34,5 +74,6 @@ func (a *App) engineOptions() engine.Options {
 		},
 		Warn:          func(s string) { a.Warnf("%s", s) },
 		AllowDegraded: a.AllowDegradedNow,
+		DataDir:       a.DataDir,
 	}
 }

@@ -40,7 +40,7 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 	}
 	ov.Set["name"] = true
 	tty := ov.TTY
-	spec, err := a.ResolveRunSpec(ov, r.Args)
+	spec, err := a.ResolveRunSpecFor(ov, r.Args, r.Backend)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (a *App) runPersistent(ctx context.Context, r runcli.PersistentRun) error {
 		return err
 	}
 	defer done()
-	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, TTL: r.TTL, Start: true, Reuse: r.Branch, Files: files})
+	_, created, err := m.Create(ctx, sandbox.CreateRequest{Name: name, Spec: spec, TTL: r.TTL, Start: true, Reuse: r.Branch, Files: files, Backend: r.Backend})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrSandboxExists) {
 			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("sandbox %q already exists", name),

@@ -146,7 +146,7 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 	}
 	m := sandbox.NewManager(sandbox.ManagerOptions{
 		Images:     lazyImages{a: a},
-		Backends:   []sandbox.Backend{be},
+		Backends:   append([]sandbox.Backend{be}, a.moreBackends()...),
 		Default:    "native",
 		Warn:       a.Warnf,
 		Store:      sv,
@@ -217,6 +217,7 @@ type createOptions struct {
 	dir         string
 	secrets     []string
 	template    string
+	backend     string
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -303,6 +304,7 @@ network egress, and in filtered mode HOST must also be allowed
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
 	fs.StringVar(&o.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below the project's agentkernel.toml and the flags")
+	fs.StringVarP(&o.backend, "backend", "B", "", "backend to run it on: native (the default), docker or podman (a container of that engine, loopback only: docs/backends.md)")
 	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "add the vault's secret KEY to HTTPS requests to HOST without it entering the sandbox: KEY:HOST or KEY:HOST:HEADER (repeatable; see Secrets above)")
 	return cmd
 }
@@ -359,12 +361,15 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 	if err := a.CheckEgress(spec, cfg, &o.overrides); err != nil {
 		return "", nil, err
 	}
+	if err := a.CheckBackendEgress(o.backend, spec, cfg, &o.overrides); err != nil {
+		return "", nil, err
+	}
 	// -S and the [secrets] of trusted configuration, checked now (the
 	// vault holds each key) and recorded without their values.
 	if err := a.BindSandboxSecrets(context.Background(), o.secrets, cfg, spec); err != nil {
 		return "", nil, err
 	}
-	return name, &sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description, TTL: o.ttl, Files: files}, nil
+	return name, &sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description, TTL: o.ttl, Files: files, Backend: o.backend}, nil
 }
 
 func (a *App) sandboxCreate(ctx context.Context, name string, o *createOptions) error {
@@ -897,7 +902,11 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 		OnSecretInjections: func(spec *sandbox.Spec, is []sandbox.SecretInjection) {
 			auditor.AuditInjections(spec, is, time.Now())
 		}})
-	if err := supervisor.Serve(context.Background(), be, &spec, dir, ready, supervisor.WithExpiry(startExpire(dataDir, name, warn))); err != nil {
+	booter, err := persistentBooter(spec.Backend, be, moreBackendsFor(dataDir, logger, warn, allowDegraded))
+	if err != nil {
+		return fail(err)
+	}
+	if err := supervisor.Serve(context.Background(), booter, &spec, dir, ready, supervisor.WithExpiry(startExpire(dataDir, name, warn))); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil

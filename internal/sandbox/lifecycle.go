@@ -92,6 +92,9 @@ type CreateRequest struct {
 	// Files are copied into the sandbox at each start (the Store must
 	// be a FileKeeper).
 	Files []FileCopy
+	// Backend is the backend to run it on ("": the Manager's default);
+	// one other than the default must be a Booter.
+	Backend string
 }
 
 // Create records a new sandbox (and starts it when asked: one that was
@@ -124,23 +127,28 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	if spec == nil {
 		return nil, false, errors.New("create: no spec given")
 	}
+
 	keeper, _ := st.(FileKeeper)
 	if len(req.Files) > 0 && keeper == nil {
 		return nil, false, fmt.Errorf("copying files into a persistent sandbox at its start is not available here: %w", ErrUnsupported)
 	}
 	spec.Name = req.Name
+	// A persistent sandbox lives until stopped: no run timeout, no
+	// terminal of its own (each exec brings one).
+	spec.Resources.Timeout = 0
+	spec.TTY, spec.Interactive, spec.Keep = false, false, false
+	backend, err := m.persistentBackend(req.Backend, spec)
+	if err != nil {
+		return nil, false, err
+	}
 	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
 		if err := m.PrepareRootfs(ctx, spec); err != nil {
 			return nil, false, err
 		}
 	}
-	// A persistent sandbox lives until stopped: no run timeout, no
-	// terminal of its own (each exec brings one).
-	spec.Resources.Timeout = 0
-	spec.TTY, spec.Interactive, spec.Keep = false, false, false
-	backend := m.opts.Default
-	if backend == "" {
-		backend = "native"
+	spec.Backend = ""
+	if backend != "native" {
+		spec.Backend = backend
 	}
 	info = &Info{Name: req.Name, Image: spec.Image, ImageDigest: spec.Rootfs.Digest, RequestedImage: spec.RequestedImage, Backend: backend,
 		Status: StatusStopped, Profile: spec.Profile, Resources: spec.Resources, Labels: req.Labels, Description: req.Description}
@@ -179,6 +187,33 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	}
 	info, err = st.Get(ctx, req.Name)
 	return info, true, err
+}
+
+// persistentBackend is the name of the backend a new persistent sandbox
+// of spec runs on: name ("" the default), which must be one of the
+// Manager's, able to boot persistent sandboxes (a Booter; the default is
+// taken to be) and to run spec (Checker).
+func (m *Manager) persistentBackend(name string, spec *Spec) (string, error) {
+	def := m.opts.Default
+	if def == "" {
+		def = "native"
+	}
+	if name == "" || strings.EqualFold(name, def) {
+		return def, nil
+	}
+	b, err := m.Backend(name)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := b.(Booter); !ok {
+		return "", fmt.Errorf("backend %s runs ephemeral sandboxes only so far (use -B %s for a persistent one): %w", b.Name(), def, ErrUnsupported)
+	}
+	if c, ok := b.(Checker); ok {
+		if err := c.Check(spec); err != nil {
+			return "", err
+		}
+	}
+	return b.Name(), nil
 }
 
 // Get returns one sandbox (ErrSandboxNotFound).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -181,3 +182,57 @@ func TestManagerPartialMechanism(t *testing.T) {
 }
 
 func hostRootfs() image.Rootfs { return image.Rootfs{Ref: "host", Host: true} }
+
+// bootingBackend is a Backend that can boot persistent sandboxes (a
+// Booter), refusing specs that ask for egress (a Checker).
+type bootingBackend struct{ recordingBackend }
+
+func (bootingBackend) Name() string { return "engine" }
+func (bootingBackend) Boot(context.Context, *Spec, string, *os.File) (Instance, error) {
+	return nil, ErrUnsupported
+}
+func (bootingBackend) Check(s *Spec) error {
+	if s.Network.Mode == NetworkFull {
+		return fmt.Errorf("no egress: %w", ErrUnsupported)
+	}
+	return nil
+}
+
+// ephemeralBackend runs ephemeral sandboxes only.
+type ephemeralBackend struct{ recordingBackend }
+
+func (ephemeralBackend) Name() string { return "ephemeral" }
+
+// TestCreateOnBackend: a sandbox's backend is the default unless named;
+// a named one must boot persistent sandboxes and accept the spec, and is
+// recorded in the record and in the spec its supervisor reads.
+func TestCreateOnBackend(t *testing.T) {
+	ctx := context.Background()
+	st := newMemStore()
+	m := NewManager(ManagerOptions{Store: st, Backends: []Backend{&recordingBackend{}, &bootingBackend{}, &ephemeralBackend{}}, Default: "native"})
+	info, _, err := m.Create(ctx, CreateRequest{Name: "a", Spec: &Spec{Rootfs: hostRootfs()}})
+	if err != nil || info.Backend != "native" || st.specs["a"].Backend != "" {
+		t.Fatalf("default: %+v %+v %v", info, st.specs["a"], err)
+	}
+	info, _, err = m.Create(ctx, CreateRequest{Name: "b", Spec: &Spec{Rootfs: hostRootfs()}, Backend: "ENGINE"})
+	if err != nil || info.Backend != "engine" || st.specs["b"].Backend != "engine" {
+		t.Fatalf("engine: %+v %+v %v", info, st.specs["b"], err)
+	}
+	for _, c := range []struct {
+		backend string
+		spec    *Spec
+		want    string
+	}{
+		{"ephemeral", &Spec{Rootfs: hostRootfs()}, "ephemeral sandboxes only"},
+		{"engine", &Spec{Rootfs: hostRootfs(), Network: Network{Mode: NetworkFull}}, "no egress"},
+		{"nosuch", &Spec{Rootfs: hostRootfs()}, "unknown backend"},
+	} {
+		_, _, err := m.Create(ctx, CreateRequest{Name: "c", Spec: c.spec, Backend: c.backend})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.backend, err, c.want)
+		}
+		if _, ok := st.recs["c"]; ok {
+			t.Fatalf("%s: a refused create left a record", c.backend)
+		}
+	}
+}

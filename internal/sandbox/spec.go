@@ -17,6 +17,9 @@ type Spec struct {
 	ID string `json:"id"`
 	// Name is the user-facing name of a persistent sandbox ("" for run).
 	Name string `json:"name,omitempty"`
+	// Backend is the backend a persistent sandbox runs on, as its
+	// supervisor finds it ("" is native); set by Manager.Create.
+	Backend string `json:"backend,omitempty"`
 
 	// Image is the reference the user asked for or detection chose, and
 	// ImageRule says which rule chose it ("flag", "config", "command", ...).

@@ -140,10 +140,6 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	if err := a.checkSecretRun(o); err != nil {
 		return err
 	}
-	if b := strings.ToLower(o.backend); o.habits.persistent() && b != "" && b != "native" {
-		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s runs ephemeral sandboxes only so far, and --keep, --name, -d and --branch make a persistent one", o.backend),
-			Hint: "use -B native for a persistent sandbox"}
-	}
 	if set["receipt"] {
 		return a.runWithReceipt(ctx, o, args)
 	}
@@ -260,9 +256,15 @@ func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec
 	return a.resolveRunSpec(ov, args, false, "")
 }
 
+// ResolveRunSpecFor is ResolveRunSpec for a sandbox on backend (-B):
+// kept to loopback where that backend has no egress (CheckBackendEgress).
+func (a *App) ResolveRunSpecFor(ov *policy.Overrides, args []string, backend string) (*sandbox.Spec, error) {
+	return a.resolveRunSpec(ov, args, false, backend)
+}
+
 // resolveRunSpec is ResolveRunSpec; sayWhere: a run's own, which warns
 // when the project directory is left out (policy.Input.SayWhereItRuns);
-// backend: the run's -B (checkBackendEgress).
+// backend: the run's -B (CheckBackendEgress).
 func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool, backend string) (*sandbox.Spec, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -303,19 +305,19 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool,
 	if err := a.CheckEgress(spec, cfg, ov); err != nil {
 		return nil, err
 	}
-	if err := a.checkBackendEgress(backend, spec, cfg, ov); err != nil {
+	if err := a.CheckBackendEgress(backend, spec, cfg, ov); err != nil {
 		return nil, err
 	}
 	return spec, nil
 }
 
-// checkBackendEgress keeps a run on a backend whose sandboxes have
+// CheckBackendEgress keeps a run on a backend whose sandboxes have
 // loopback only (sandbox.LoopbackOnly) to loopback: an explicit request
 // for egress (a --network, --allow-domain, --allow-cidr or
 // --block-domain flag, network in configuration, -P) is refused, a
 // profile's or mode's default egress falls back to loopback with one
 // warning.
-func (a *App) checkBackendEgress(name string, spec *sandbox.Spec, cfg *config.Config, ov *policy.Overrides) error {
+func (a *App) CheckBackendEgress(name string, spec *sandbox.Spec, cfg *config.Config, ov *policy.Overrides) error {
 	if name == "" || strings.EqualFold(name, "native") || a.MoreBackends == nil || (!spec.Network.Mode.Egress() && len(spec.Network.Ports) == 0) {
 		return nil
 	}

@@ -120,6 +120,8 @@ type PersistentRun struct {
 	// is resolved.
 	Output   *OutputTee
 	Resolved func(*sandbox.Spec)
+	// Backend is -B ("": the default, native).
+	Backend string
 }
 
 // checkRunHabits checks run's upstream and docker flags against each other
@@ -219,7 +221,7 @@ func (a *App) runPersistent(ctx context.Context, o *RunOptions, args []string) e
 	}
 	h := &o.habits
 	return a.RunPersistent(ctx, PersistentRun{Name: h.name, Branch: h.branch, Detach: h.detach, Keep: h.keep, TTL: h.ttl, Overrides: &o.overrides, Args: args,
-		Output: o.tee, Resolved: func(s *sandbox.Spec) { o.resolved = s }})
+		Output: o.tee, Resolved: func(s *sandbox.Spec) { o.resolved = s }, Backend: o.backend})
 }
 
 // RunHabitsExample is run's --help examples of RunHabitsHelp's flags.
