@@ -39,6 +39,14 @@
 //     no_new_privs, the open-files limit, a read-only root, the spec's
 //     mounts, and memory, CPU and process limits as cgroup resources
 //     (runsc creates the cgroup below agentkernel's own, and removes it).
+//   - A sandbox with network egress or published ports gets native's
+//     network (network_linux.go): a network namespace of the run's own
+//     with the TUN device eth0, whose other end is the network helper
+//     (netproc: netstack and netpolicy, the same policy as native's),
+//     and runsc with --network=sandbox in it, so that gVisor's stack
+//     sends and receives the sandbox's packets on eth0; resolv.conf
+//     names the helper's resolver. Without egress, --network=none: the
+//     sandbox has gVisor's loopback only.
 //   - runsc is executed directly rather than through
 //     github.com/containerd/go-runc: a run needs one `runsc run` started
 //     on the thread that owns the mount namespace, with the caller's
@@ -79,12 +87,10 @@
 //
 // # Not yet
 //
-// This backend runs ephemeral sandboxes as root only. It has no network
-// egress or published ports yet (a profile's egress falls back to
-// loopback with one warning; an explicit --network filtered or full is
-// refused), and no persistent sandboxes, warm pools, exec, files or
-// stats, checkpoint and restore, secrets, --keep of the writable layer
-// or host image. Inside, gVisor's Sentry is the kernel: the profile's
+// This backend runs ephemeral sandboxes as root only. It has no
+// persistent sandboxes, warm pools, exec, files or stats, checkpoint and
+// restore, secrets, --keep of the writable layer or host image yet; a
+// sandbox's network needs a TUN device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
 // host).

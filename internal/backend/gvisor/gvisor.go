@@ -29,6 +29,9 @@ type Options struct {
 	DataDir string
 	// Warn prints one line for the user.
 	Warn func(string)
+	// NetHelper is the agentkernel-full binary that serves a sandbox's
+	// network (package netproc); empty: found with fullbin.Path.
+	NetHelper string
 }
 
 // Backend runs sandboxes under gVisor's runsc.
@@ -47,8 +50,9 @@ func New(opts Options) *Backend {
 // Name is "gvisor".
 func (b *Backend) Name() string { return BackendName }
 
-// LoopbackOnly: the sandboxes have loopback only (sandbox.LoopbackOnly).
-func (b *Backend) LoopbackOnly() bool { return true }
+// LoopbackOnly: the sandboxes get the network their spec asks for, as
+// native's do (sandbox.LoopbackOnly).
+func (b *Backend) LoopbackOnly() bool { return false }
 
 // RunscCachePath is where scripts/runsc.sh puts runsc for this user:
 // under $AGENTKERNEL_RUNSC_CACHE, else /var/cache/agentkernel as root,

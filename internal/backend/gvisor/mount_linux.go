@@ -29,6 +29,11 @@ func (r *run) start(stdio sandbox.Stdio, errLog *os.File, con *console) (*exec.C
 	if err := r.prepare(con); err != nil {
 		return nil, err
 	}
+	if r.tun != nil {
+		if err := r.startNetwork(); err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+	}
 	cmd := r.runCmd(r.state(), r.id, con)
 	if con != nil {
 		// The command's stdio is the terminal; runsc's own errors still
@@ -95,7 +100,13 @@ func isRegular(f *os.File) bool {
 // prepare moves the calling (locked) thread into a mount namespace of
 // its own and builds the bundle there.
 func (r *run) prepare(con *console) error {
-	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+	flags := unix.CLONE_FS | unix.CLONE_NEWNS
+	if netNeeded(r.spec) {
+		// The sandbox's network namespace, where its TUN device is
+		// made and runsc runs (setupNetwork).
+		flags |= unix.CLONE_NEWNET
+	}
+	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("a mount namespace for the run: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -120,7 +131,21 @@ func (r *run) prepare(con *console) error {
 	if err := lookCommand(r.rootfs(), p, r.spec); err != nil {
 		return err
 	}
+	if netNeeded(r.spec) {
+		netMounts, err := r.setupNetwork()
+		if err != nil {
+			return err
+		}
+		mounts = append(netMounts, mounts...)
+	}
 	s := ociSpec(r.spec, p, mounts, cgroupName(r.id))
+	if netNeeded(r.spec) {
+		for i := range s.Linux.Namespaces {
+			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = r.netns()
+			}
+		}
+	}
 	if con != nil {
 		s.Process.Terminal = true
 		if envIndex(s.Process.Env, "TERM") < 0 {
@@ -136,7 +161,11 @@ func (r *run) prepare(con *console) error {
 // runCmd is `runsc run` of the bundle as container id, its state in
 // state, its error log on descriptor 3.
 func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
-	args := []string{"--root", state, "--platform=systrap", "--network=none", "--overlay2=" + r.overlay(), "--log-fd=3"}
+	network := "--network=none"
+	if netNeeded(r.spec) {
+		network = "--network=sandbox"
+	}
+	args := []string{"--root", state, "--platform=systrap", network, "--overlay2=" + r.overlay(), "--log-fd=3"}
 	if d := os.Getenv(DebugLogEnv); d != "" {
 		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(d, "/")+"/")
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	image "github.com/agentkernel/agentkernel/internal/image/cache"
+	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -47,6 +48,11 @@ type run struct {
 	runsc string
 	id    string
 	dir   string // the run's private directory: bundle, state, writable layers
+	// tun is the sandbox's TUN device from setupNetwork until
+	// startNetwork hands it to net, the network helper (nil without a
+	// network beyond loopback).
+	tun *os.File
+	net netproc.Helper
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -97,8 +103,6 @@ func (b *Backend) Check(spec *sandbox.Spec) error {
 	switch {
 	case os.Geteuid() != 0:
 		what = "runs as root only so far (runsc's rootless mode has no cgroups, and the bundle's mounts need root); run as root, or use -B native"
-	case spec.Network.Mode.Egress() || len(spec.Network.Ports) > 0:
-		what = "gives the sandbox loopback only so far: use --network none (no -P), or -B native"
 	case spec.Rootfs.Host || image.IsHost(spec.Image):
 		what = "runs images only, not the host image: name an image with --image, or use -B native"
 	case spec.Keep:
@@ -243,6 +247,9 @@ wait:
 	if con != nil {
 		con.close()
 	}
+	if err := r.stopNetwork(&res); err != nil {
+		r.b.opts.Warn("network: " + err.Error())
+	}
 	code := st.cmd.ProcessState.ExitCode()
 	if ws, ok := st.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		code = 128 + int(ws.Signal())
@@ -331,6 +338,7 @@ func (r *run) command() string {
 // cleanup removes what the run left: runsc's container (when runsc did
 // not delete it itself) and the run's directory.
 func (r *run) cleanup() {
+	_ = r.stopNetwork(nil)
 	if left, _ := os.ReadDir(r.state()); containerLeft(left) {
 		_ = exec.Command(r.runsc, "--root", r.state(), "delete", "--force", r.id).Run()
 	}
