@@ -61,6 +61,9 @@ type Entry struct {
 	// Details describe the action further (a refused connection: what,
 	// why, and how many times).
 	Details string `json:"details,omitempty"`
+	// Recording is the file a session's terminal was recorded to
+	// (attach --record; an SSH session's recording).
+	Recording string `json:"recording,omitempty"`
 }
 
 // maxCommand bounds one entry: longer argv are cut, so that an entry stays

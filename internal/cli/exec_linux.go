@@ -80,9 +80,23 @@ NAME -- SHELL, where SHELL is --shell, else /bin/bash when the sandbox has
 it, else /bin/sh. The terminal follows your window's size. Exit the shell
 (exit, Ctrl-D) to detach; the sandbox keeps running. The sandbox's
 [security.commands] rules apply to the shell as to any exec (exit status 126
-when they do not allow it).`,
+when they do not allow it).
+
+--record [FILE] records the session as an asciicast v2 file: what the
+terminal shows, with its timing, the window's size and each resize. FILE
+is a .cast file (never written over: name one that does not exist), or a
+directory; without FILE the recording goes to
+<data-dir>/recordings/NAME-YYYYMMDD-HHMMSS.cast (UTC). Keystrokes are
+recorded only with --record-input (they include whatever is typed at a
+password prompt that does not echo). The file is private to you (0600);
+its path is printed when the session ends and written to the audit log's
+entry of the session. 'agentkernel replay FILE' plays it back, and so does
+asciinema.`,
 		Example: `  agentkernel attach dev
-  agentkernel attach --shell /bin/ash -w /workspace dev`,
+  agentkernel attach --shell /bin/ash -w /workspace dev
+  agentkernel attach --record dev
+  agentkernel attach --record session.cast --record-input dev
+  agentkernel replay session.cast`,
 		Args:               cobra.ArbitraryArgs,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -47,6 +47,7 @@ func newRoot(a *App) *cobra.Command {
 	a.ResolveSecrets = a.resolveSecrets
 	a.SecretValues = a.secretValues
 	a.Receipts = &receiptIssuer{a: a}
+	a.Recorder = &terminalRecorder{a: a}
 	root := newBaseRoot(a.App)
 	add := func(group string, cmds ...*cobra.Command) {
 		for _, c := range cmds {
@@ -60,7 +61,7 @@ func newRoot(a *App) *cobra.Command {
 	add("setup", newSecretCmd(a))
 	add("setup", newDoctorCmd(a), newSetupCmd(a), newStatusCmd(a))
 	add("run", newServeCmd(a))
-	add("run", newReceiptCmd(a), newParallelCmd(a), newPipelineCmd(a))
+	add("run", newReceiptCmd(a), newReplayCmd(a), newParallelCmd(a), newPipelineCmd(a))
 	add("run", daemonCommands(a)...)
 	add("other", newGCCmd(a), newVersionCmd(a), newCompletionCmd(a))
 	root.SetHelpCommandGroupID("other")

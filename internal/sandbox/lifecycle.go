@@ -370,7 +370,7 @@ func (m *Manager) Exec(ctx context.Context, name string, req ExecRequest, stdio 
 	if err == nil {
 		res, err = execBounded(ctx, c, req, stdio, signals)
 	}
-	e := audit.Entry{Sandbox: name, Action: audit.ActionExec, Command: req.Args}
+	e := audit.Entry{Sandbox: name, Action: audit.ActionExec, Command: req.Args, Recording: req.Recording}
 	e.Details = execEndDetails(ctx, req, res, err)
 	if err == nil {
 		code := res.ExitCode

@@ -73,6 +73,9 @@ type ExecRequest struct {
 	// Timeout > 0 ends the command (SIGKILL) once it has run that long:
 	// Exec then reports exit code 124 with Result.TimedOut.
 	Timeout time.Duration
+	// Recording is the file the face records the command's terminal to
+	// (attach --record), for the audit entry; "" for none.
+	Recording string
 }
 
 // FileInfo describes one file in a sandbox.

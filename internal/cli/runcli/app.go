@@ -87,6 +87,11 @@ type App struct {
 	// ErrNeedsFull.
 	Receipts ReceiptIssuer
 
+	// Recorder records attach --record's terminal (agentkernel-full's,
+	// over package asciicast). Nil: attach --record answers
+	// ErrNeedsFull.
+	Recorder TerminalRecorder
+
 	// AllowDegraded is [security] allow_degraded of the configuration
 	// LoadConfig loaded last (trusted layers only: package config), what
 	// the native backend asks when a protection is missing.

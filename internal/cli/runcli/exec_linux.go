@@ -43,6 +43,9 @@ func (a *App) ExecuteSandboxCommand(argv []string) error {
 	if l.Exec.Receipt != "" {
 		return fmt.Errorf("%w: --receipt", ErrNeedsFull)
 	}
+	if l.Exec.Record.On {
+		return fmt.Errorf("%w: --record", ErrNeedsFull)
+	}
 	TraceStage(l.Command + ": parsed")
 	names := []string{l.Name}
 	if l.Command == "stats" {
@@ -292,6 +295,10 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 		stdout, stderr = o.Output.Stdout(), o.Output.Stderr()
 	}
 	req := sandbox.ExecRequest{Args: args, Workdir: o.Workdir, User: o.User, TTY: o.TTY, Timeout: o.Timeout}
+	rec := o.recording
+	if rec != nil {
+		req.Recording = rec.File()
+	}
 	if o.Sudo {
 		req.User = "0:0"
 	}
@@ -341,13 +348,25 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 			if st, err := term.MakeRaw(int(in.Fd())); err == nil {
 				defer term.Restore(int(in.Fd()), st)
 			}
-			// The window's size follows ours: SIGWINCH → resize.
+			// The window's size follows ours: SIGWINCH → resize (and a
+			// resize event in the recording).
 			winch := make(chan os.Signal, 1)
 			signal.Notify(winch, unix.SIGWINCH)
 			defer signal.Stop(winch)
 			go func() {
+				var last *pty.Winsize
+				if rec != nil {
+					last, _ = pty.GetsizeFull(in)
+				}
 				for range winch {
 					_ = pty.InheritSize(in, master)
+					if rec == nil {
+						continue
+					}
+					if ws, err := pty.GetsizeFull(in); err == nil && ws.Cols > 0 && ws.Rows > 0 && (last == nil || ws.Cols != last.Cols || ws.Rows != last.Rows) {
+						last = ws
+						_ = rec.Resize(int(ws.Cols), int(ws.Rows))
+					}
 				}
 			}()
 		}
@@ -358,10 +377,18 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 	if ttyMaster != nil {
 		if o.Interactive || a.Stdin != nil {
 			in, ok := a.Stdin.(*os.File)
-			go agent.CopyToPTY(ttyMaster, a.Stdin, ok && term.IsTerminal(int(in.Fd())))
+			var src io.Reader = a.Stdin
+			if rec != nil && o.RecordInput {
+				src = io.TeeReader(src, recordInput{rec})
+			}
+			go agent.CopyToPTY(ttyMaster, src, ok && term.IsTerminal(int(in.Fd())))
+		}
+		out := stdout
+		if rec != nil {
+			out = io.MultiWriter(stdout, recordOutput{rec})
 		}
 		copyDone.Add(1)
-		go func() { defer copyDone.Done(); _, _ = io.Copy(stdout, ttyMaster) }()
+		go func() { defer copyDone.Done(); _, _ = io.Copy(out, ttyMaster) }()
 	}
 	TraceStage("exec: request")
 	res, err := m.Exec(ctx, name, req, stdio, sigs)
@@ -482,19 +509,55 @@ func (a *App) RunAttach(ctx context.Context, m *sandbox.Manager, name string, o 
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if o.Record.On && a.Recorder == nil {
+		return fmt.Errorf("%w: --record", ErrNeedsFull)
+	}
 	shell := o.Shell
-	if shell == "" {
-		shell = "/bin/sh"
+	if shell == "" || o.Record.On {
+		// A recording file is made only for a sandbox that runs.
 		c, err := m.Connect(ctx, name)
 		if err != nil {
 			return err
 		}
-		if fi, err := c.Stat(ctx, "/bin/bash"); err == nil && !fi.Mode.IsDir() {
-			shell = "/bin/bash"
+		if shell == "" {
+			shell = "/bin/sh"
+			if fi, err := c.Stat(ctx, "/bin/bash"); err == nil && !fi.Mode.IsDir() {
+				shell = "/bin/bash"
+			}
 		}
 		c.Close()
 	}
 	t := *o
 	t.TTY, t.Interactive = true, true
-	return a.RunExec(ctx, m, name, []string{shell}, &t)
+	if !o.Record.On {
+		return a.RunExec(ctx, m, name, []string{shell}, &t)
+	}
+	cols, rows := 80, 24
+	if in, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+		if ws, err := pty.GetsizeFull(in); err == nil && ws.Cols > 0 && ws.Rows > 0 {
+			cols, rows = int(ws.Cols), int(ws.Rows)
+		}
+	}
+	rec, err := a.Recorder.Start(RecordRequest{Sandbox: name, File: o.Record.File, Cols: cols, Rows: rows, Command: shell})
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "--record takes a .cast file that does not exist yet, or a directory"}
+	}
+	t.recording = rec
+	runErr := a.RunExec(ctx, m, name, []string{shell}, &t)
+	// The terminal is itself again: say where the recording is.
+	if err := rec.Close(); err != nil {
+		a.Warnf("the recording %s is incomplete: %v", rec.File(), err)
+	} else {
+		a.Infof("recorded to %s (agentkernel replay %s)", rec.File(), rec.File())
+	}
+	return runErr
 }
+
+// recordOutput and recordInput pass a terminal's bytes to a recording;
+// a failure to record never stops the session (the recording keeps its
+// first error, which Close reports).
+type recordOutput struct{ r TerminalRecording }
+type recordInput struct{ r TerminalRecording }
+
+func (w recordOutput) Write(p []byte) (int, error) { _ = w.r.Output(p); return len(p), nil }
+func (w recordInput) Write(p []byte) (int, error)  { _ = w.r.Input(p); return len(p), nil }

@@ -221,6 +221,9 @@ func TestLeanExecHandsOff(t *testing.T) {
 	// A sandbox outside the sandboxes directory, which a name like
 	// ../x would reach.
 	outside, _ := serveSandbox(t, dd, "../escape", good, false)
+	// A running sandbox this binary could serve, but for a recording,
+	// which is agentkernel-full's.
+	up, _ := serveSandbox(t, dd, "up", good, false)
 	for _, argv := range [][]string{
 		{"--data-dir", dd, "exec", "nosuch", "--", "true"},
 		{"--data-dir", dd, "exec", "stopped", "--", "true"},
@@ -228,6 +231,8 @@ func TestLeanExecHandsOff(t *testing.T) {
 		{"--data-dir", dd, "exec", "badspec", "--", "true"},
 		{"--data-dir", dd, "exec", "../escape", "--", "true"},
 		{"--data-dir", dd, "attach", "../escape"},
+		{"--data-dir", dd, "attach", "--record", "up"},
+		{"--data-dir", dd, "attach", "up", "--record", "x.cast"},
 		{"--data-dir", dd, "cp", "/etc/hostname", "nosuch:/x"},
 		{"--data-dir", dd, "exec", "--help"},
 		{"--data-dir", dd, "exec", "--bogus", "nospec", "true"},
@@ -246,7 +251,7 @@ func TestLeanExecHandsOff(t *testing.T) {
 			t.Errorf("%q printed %q %q before handing off", argv, out.String(), errb.String())
 		}
 	}
-	for _, sb := range []*fakeSandbox{nospec, badspec, outside} {
+	for _, sb := range []*fakeSandbox{nospec, badspec, outside, up} {
 		if c := sb.commands(); len(c) > 0 {
 			t.Errorf("a command ran although the command line was handed off: %q", c)
 		}

@@ -45,6 +45,13 @@ type ExecOptions struct {
 	// Output, when set, takes the command's stdout and stderr (a run's
 	// receipt, PersistentRun.Output).
 	Output *OutputTee
+	// Record is attach's --record [FILE]; RecordInput its
+	// --record-input.
+	Record      RecordFlag
+	RecordInput bool
+	// recording, when set, takes what the terminal shows (and, with
+	// RecordInput, what is typed) and its resizes.
+	recording TerminalRecording
 }
 
 // DetachedOp is the detached-command operation o asks for ("list",
@@ -85,6 +92,9 @@ func BindExecFlags(fs *pflag.FlagSet, o *ExecOptions) {
 func BindAttachFlags(fs *pflag.FlagSet, o *ExecOptions) {
 	fs.StringVar(&o.Shell, "shell", "", "the shell to run (default: /bin/bash if present, else /bin/sh)")
 	bindExecEnv(fs, o)
+	f := fs.VarPF(&o.Record, "record", "", "record the session (asciicast v2) to `[FILE]`: a .cast file, a directory, or with no FILE <data-dir>/recordings/NAME-YYYYMMDD-HHMMSS.cast")
+	f.NoOptDefVal = recordBare
+	fs.BoolVar(&o.RecordInput, "record-input", false, "with --record: record what is typed too (passwords typed into the shell included)")
 }
 
 // StatsOptions are the flags of 'stats'.
@@ -202,6 +212,10 @@ func (a *App) ParseSandboxCommand(argv []string) (*SandboxCommandLine, error) {
 			return nil, execUsage("no COMMAND given to run in sandbox " + strconv.Quote(l.Name))
 		}
 	case "attach":
+		args = takeRecordFile(&l.Exec, rest[1:], args)
+		if l.Exec.RecordInput && !l.Exec.Record.On {
+			return nil, &ExitError{Code: ExitAgentkernel, Err: errors.New("attach: --record-input goes with --record"), Hint: "see 'agentkernel attach --help'"}
+		}
 		if len(args) == 0 {
 			return nil, &ExitError{Code: ExitAgentkernel, Err: errors.New("attach: no sandbox NAME given\nusage: agentkernel attach [flags] NAME"),
 				Hint: "see 'agentkernel attach --help'; 'agentkernel sandbox list' shows the running sandboxes"}

@@ -35,6 +35,13 @@ func TestParseSandboxCommand(t *testing.T) {
 			argv: []string{"attach", "dev", "--shell", "/bin/ash", "-w", "/w"},
 			want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Shell: "/bin/ash", Workdir: "/w"}},
 		},
+		// --record [FILE]: bare, with =FILE, and FILE as its own word
+		// before or after NAME.
+		{argv: []string{"attach", "--record", "dev"}, want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Record: RecordFlag{On: true}}}},
+		{argv: []string{"attach", "dev", "--record"}, want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Record: RecordFlag{On: true}}}},
+		{argv: []string{"attach", "--record=/t/s.cast", "dev"}, want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Record: RecordFlag{On: true, File: "/t/s.cast"}}}},
+		{argv: []string{"attach", "--record", "s.cast", "--record-input", "dev"}, want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Record: RecordFlag{On: true, File: "s.cast"}, RecordInput: true}}},
+		{argv: []string{"attach", "dev", "--record", "rec"}, want: SandboxCommandLine{Command: "attach", Name: "dev", Exec: ExecOptions{Record: RecordFlag{On: true, File: "rec"}}}},
 		{argv: []string{"cp", "./a", "-q", "dev:/b"}, want: SandboxCommandLine{Command: "cp", Name: "dev", Args: []string{"./a", "dev:/b"}}, quiet: true},
 		{argv: []string{"cp", "dev:", "."}, want: SandboxCommandLine{Command: "cp", Name: "dev", Args: []string{"dev:", "."}}},
 		{argv: []string{"stats"}, want: SandboxCommandLine{Command: "stats"}},
@@ -87,6 +94,8 @@ func TestParseSandboxCommandRefuses(t *testing.T) {
 		{argv: []string{"exec", "a/../b", "true"}, msg: `sandbox name "a/../b" contains invalid character '/' (use letters, digits, '-' and '_')`},
 		{argv: []string{"attach"}, msg: "attach: no sandbox NAME given\nusage: agentkernel attach [flags] NAME", hint: "see 'agentkernel attach --help'; 'agentkernel sandbox list' shows the running sandboxes"},
 		{argv: []string{"attach", "a", "b"}, msg: "accepts 1 arg(s), received 2"},
+		{argv: []string{"attach", "a", "--record", "--", "b"}, msg: "accepts 1 arg(s), received 2"},
+		{argv: []string{"attach", "--record-input", "dev"}, msg: "attach: --record-input goes with --record", hint: "see 'agentkernel attach --help'"},
 		{argv: []string{"attach", "..", "--shell", "sh"}, msg: `sandbox name ".." contains invalid character '.' (use letters, digits, '-' and '_')`},
 		{argv: []string{"cp", "a"}, msg: "accepts 2 arg(s), received 1"},
 		{argv: []string{"cp", "a", "b"}, msg: "cp: exactly one of SRC and DEST must be NAME:/path", hint: "see 'agentkernel --help'"},
