@@ -35,6 +35,16 @@ const (
 	LabelID      = "agentkernel.id"
 )
 
+// Labels of persistent sandboxes' and runs' containers (beside
+// LabelManaged and LabelID).
+const (
+	// LabelOwner is "PID START" of the process that owns the container
+	// (a run, a supervisor): gc removes it once that process is gone.
+	LabelOwner = "agentkernel.owner"
+	// LabelSandbox is a persistent sandbox's name.
+	LabelSandbox = "agentkernel.sandbox"
+)
+
 // imageRepo is the repository the engine knows agentkernel's images
 // under, each tagged with its manifest digest's hex.
 const imageRepo = "agentkernel.local/image"
@@ -268,6 +278,9 @@ func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string
 		AttachStderr: true,
 		Labels:       map[string]string{LabelManaged: "true", LabelID: spec.ID},
 	}
+	if o := ownerLabel(); o != "" {
+		cfg.Labels[LabelOwner] = o
+	}
 	if len(spec.Args) > 0 {
 		// The command replaces the image's entrypoint and command.
 		cfg.Entrypoint = spec.Args[:1]
@@ -424,7 +437,7 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	}
 	var volumes []mount.Mount
 	if hasCow(spec) {
-		dir, err := b.runDir()
+		dir, err := b.runDir(spec)
 		if err != nil {
 			return sandbox.Result{}, err
 		}
@@ -451,6 +464,15 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	return b.run(ctx, cli, id, spec, stdio)
 }
 
+// runDirPrefix starts the name of the directory of a run of spec: its
+// container's name, so that gc finds it with the container.
+func runDirPrefix(spec *sandbox.Spec) string {
+	if n := containerName(spec); n != "" {
+		return n + "."
+	}
+	return "agentkernel-run."
+}
+
 // hasCow says whether spec has a writable copy-on-write mount.
 func hasCow(spec *sandbox.Spec) bool {
 	for _, m := range spec.Mounts {
@@ -463,7 +485,7 @@ func hasCow(spec *sandbox.Spec) bool {
 
 // runDir makes a run's private directory, for its copy-on-write layers:
 // under DataDir/engine, else the system's temporary directory.
-func (b *Backend) runDir() (string, error) {
+func (b *Backend) runDir(spec *sandbox.Spec) (string, error) {
 	base := os.TempDir()
 	if b.opts.DataDir != "" {
 		base = filepath.Join(b.opts.DataDir, "engine")
@@ -471,7 +493,7 @@ func (b *Backend) runDir() (string, error) {
 			return "", fmt.Errorf("backend %s: %w", b.name, err)
 		}
 	}
-	dir, err := os.MkdirTemp(base, "agentkernel-"+b.name+"-")
+	dir, err := os.MkdirTemp(base, runDirPrefix(spec))
 	if err != nil {
 		return "", fmt.Errorf("backend %s: %w", b.name, err)
 	}

@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/moby/moby/client"
+)
+
+// GC removes what runs and persistent sandboxes' supervisors of any
+// data directory left on these engines when they died (killed
+// mid-run): every container labelled agentkernel.managed whose owner
+// process (LabelOwner) is gone, with its copy-on-write volumes and, for
+// a run of dataDir, its directory under dataDir/engine. Containers
+// whose owner runs are never touched; an engine that does not answer is
+// skipped (it has nothing of ours that can be removed now). It returns
+// what it removed.
+func GC(ctx context.Context, dataDir string, engines ...*Backend) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, b := range engines {
+		cli, err := client.New(client.WithHost(b.host), client.WithAPIVersionNegotiation())
+		if err != nil {
+			continue
+		}
+		l, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", LabelManaged+"=true")})
+		if err != nil {
+			cli.Close()
+			if !client.IsErrConnectionFailed(err) {
+				errs = append(errs, b.engineError("listing containers", err))
+			}
+			continue
+		}
+		for _, c := range l.Items {
+			owner, ok := c.Labels[LabelOwner]
+			if !ok || ownerAlive(owner) {
+				continue
+			}
+			if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+				errs = append(errs, b.engineError("removing container "+c.ID[:12], err))
+				continue
+			}
+			removed = append(removed, b.name+" container "+c.ID[:12])
+			id := c.Labels[LabelID]
+			if id == "" {
+				continue
+			}
+			vl, err := cli.VolumeList(ctx, client.VolumeListOptions{Filters: client.Filters{}.Add("label", LabelID+"="+id)})
+			if err == nil {
+				for _, v := range vl.Items {
+					if _, err := cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err == nil {
+						removed = append(removed, b.name+" volume "+v.Name)
+					}
+				}
+			}
+			if nameRE.MatchString(id) && dataDir != "" {
+				dirs, _ := filepath.Glob(filepath.Join(dataDir, "engine", "agentkernel-"+id+".*"))
+				for _, d := range dirs {
+					if err := os.RemoveAll(d); err != nil {
+						errs = append(errs, err)
+					} else {
+						removed = append(removed, d)
+					}
+				}
+			}
+		}
+		cli.Close()
+	}
+	return removed, errors.Join(errs...)
+}
