@@ -3,7 +3,9 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/agentkernel/agentkernel/internal/agent"
@@ -225,5 +228,61 @@ func assertNoContainer(t *testing.T, f *fixture, id string) {
 	v, err := cli.VolumeList(context.Background(), client.VolumeListOptions{Filters: client.Filters{}.Add("label", engine.LabelID+"="+id)})
 	if err != nil || len(v.Items) != 0 {
 		t.Errorf("volumes left: %+v %v", v.Items, err)
+	}
+}
+
+// TestEngineGC: a container whose owner process is gone (a run killed
+// mid-way) is removed with its volume; one whose owner runs is kept.
+func TestEngineGC(t *testing.T) {
+	for _, f := range engines(t) {
+		t.Run(f.name, func(t *testing.T) {
+			ctx := context.Background()
+			cli, err := client.New(client.WithHost(f.host), client.WithAPIVersionNegotiation())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			// The test itself is a live owner; a dead one is a process
+			// that has exited.
+			dead := exec.Command("true")
+			if err := dead.Run(); err != nil {
+				t.Fatal(err)
+			}
+			ref := "agentkernel.local/image:" + strings.TrimPrefix(f.rootfs.Digest, "sha256:")
+			// The image is in the engine after one run.
+			if _, _, err := f.run(t, ctx, f.spec(t, "permissive", "true"), "", nil); err != nil {
+				t.Fatal(err)
+			}
+			mk := func(id, owner string) string {
+				if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: "agentkernel-" + id + "-cow0", Labels: map[string]string{engine.LabelManaged: "true", engine.LabelID: id}}); err != nil {
+					t.Fatal(err)
+				}
+				c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: ref, Cmd: []string{"true"},
+					Labels: map[string]string{engine.LabelManaged: "true", engine.LabelID: id, engine.LabelOwner: owner}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c.ID
+			}
+			orphan := mk("gcdead", fmt.Sprintf("%d 12345", dead.Process.Pid))
+			st, _ := os.ReadFile("/proc/self/stat")
+			fields := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+			live := mk("gclive", fmt.Sprintf("%d %s", os.Getpid(), fields[19]))
+			removed, err := engine.GC(ctx, filepath.Join(f.tmp, "data"), f.backend())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(removed) != 2 || !strings.Contains(removed[0], orphan[:12]) || !strings.Contains(removed[1], "agentkernel-gcdead-cow0") {
+				t.Errorf("removed %v", removed)
+			}
+			if _, err := cli.ContainerInspect(ctx, live, client.ContainerInspectOptions{}); err != nil {
+				t.Errorf("the live owner's container went: %v", err)
+			}
+			if _, err := cli.ContainerInspect(ctx, orphan, client.ContainerInspectOptions{}); err == nil {
+				t.Error("the orphan is still there")
+			}
+			_, _ = cli.ContainerRemove(ctx, live, client.ContainerRemoveOptions{Force: true})
+			_, _ = cli.VolumeRemove(ctx, "agentkernel-gclive-cow0", client.VolumeRemoveOptions{Force: true})
+		})
 	}
 }
