@@ -56,9 +56,58 @@ func TestRunEngineBackends(t *testing.T) {
 			if r.code != 127 {
 				t.Errorf("missing command: %v", r)
 			}
+			// The default profile, moderate: the project at /workspace,
+			// copy-on-write.
+			if err := os.WriteFile(filepath.Join(a.dir, "src"), []byte("host\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r = a.run("run", "-B", c.name, "--image", ref, "--", "sh", "-c", "cat /workspace/src; echo sandbox > /workspace/src; cat /workspace/src")
+			if b, _ := os.ReadFile(filepath.Join(a.dir, "src")); r.code != 0 || r.stdout != "host\nsandbox\n" || string(b) != "host\n" {
+				t.Fatalf("default profile: %v (host file %q)", r, b)
+			}
+			// A persistent sandbox: create, exec, cp, stats, stop, remove.
+			r = a.run("run", "-B", c.name, "--image", ref, "--name", "box", "-d")
+			if r.code != 0 || r.stdout != "box\n" {
+				t.Fatalf("run -d: %v", r)
+			}
+			r = a.run("exec", "box", "--", "sh", "-c", "echo changed > /workspace/src; cat /proc/1/cmdline; exit 4")
+			if r.code != 4 || !strings.HasPrefix(r.stdout, "/.agentkernel-idle") {
+				t.Errorf("exec: %v", r)
+			}
+			r = a.run("cp", "box:/workspace/src", filepath.Join(a.home, "out"))
+			if b, _ := os.ReadFile(filepath.Join(a.home, "out")); r.code != 0 || string(b) != "changed\n" {
+				t.Errorf("cp out: %v %q", r, b)
+			}
+			r = a.run("stats", "box", "--json")
+			if r.code != 0 || !strings.Contains(r.stdout, "box") {
+				t.Errorf("stats: %v", r)
+			}
+			r = a.run("sandbox", "list", "--json")
+			if r.code != 0 || !strings.Contains(r.stdout, `"backend":"`+c.name+`"`) && !strings.Contains(r.stdout, `"backend": "`+c.name+`"`) {
+				t.Errorf("list: %v", r)
+			}
+			r = a.run("sandbox", "stop", "box")
+			if r.code != 0 {
+				t.Errorf("stop: %v", r)
+			}
+			r = a.run("sandbox", "start", "box")
+			if r.code != 0 {
+				t.Errorf("start: %v", r)
+			}
+			r = a.run("exec", "box", "--", "cat", "/workspace/src")
+			if r.code != 0 || r.stdout != "changed\n" {
+				t.Errorf("after a restart: %v", r)
+			}
+			r = a.run("sandbox", "rm", "-f", "box")
+			if b, _ := os.ReadFile(filepath.Join(a.dir, "src")); r.code != 0 || string(b) != "host\n" {
+				t.Errorf("rm: %v (host file %q)", r, b)
+			}
+			r = a.run("gc")
+			if r.code != 0 || strings.Contains(r.stdout, "container") {
+				t.Errorf("gc after a clean remove: %v", r)
+			}
 			for _, args := range [][]string{
 				{"--network", "full"},
-				{"-k"},
 			} {
 				full := append(append([]string{"run", "-B", c.name, "--image", ref}, args...), "--", "true")
 				r = a.run(full...)
