@@ -78,7 +78,7 @@ func sandboxCommands(a *App) []*cobra.Command {
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
 		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a), newSandboxExpireCmd(a))
-	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a), newSessionCmd(a)}
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a), newSessionCmd(a), newBenchmarkCmd(a)}
 	// Upstream's flat layout: `agentkernel create NAME` and friends, with
 	// docker's names: ps, rm.
 	flat := map[string][]string{"remove": {"rm"}, "list": {"ps"}}

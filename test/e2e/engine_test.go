@@ -106,6 +106,10 @@ func TestRunEngineBackends(t *testing.T) {
 			if r.code != 0 || strings.Contains(r.stdout, "container") {
 				t.Errorf("gc after a clean remove: %v", r)
 			}
+			r = a.run("benchmark", "--backends", c.name, "--iterations", "2", "--warmup", "0", "--image", ref, "--json")
+			if r.code != 0 || !strings.Contains(r.stdout, `"backend": "`+c.name+`"`) || !strings.Contains(r.stdout, `"iterations": 2`) {
+				t.Errorf("benchmark: %v", r)
+			}
 			for _, args := range [][]string{
 				{"--network", "full"},
 			} {
