@@ -490,7 +490,7 @@ func DetectContainer(s ContainerSigns) string {
 
 // toolCheck runs name --version with a short timeout.
 func toolCheck(ctx context.Context, name string, timeout time.Duration) Check {
-	c := Check{Name: name, Status: StatusInfo, Enables: "nothing agentkernel needs (the native backend is built in); reported for comparison"}
+	c := Check{Name: name, Status: StatusInfo, Enables: toolEnables(name)}
 	p, err := exec.LookPath(name)
 	if err != nil {
 		c.Message = "not installed"
@@ -510,6 +510,23 @@ func toolCheck(ctx context.Context, name string, timeout time.Duration) Check {
 	}
 	c.Status, c.Message = StatusOK, p+": "+FirstLine(string(out))
 	return c
+}
+
+// toolEnables says what a tool gives agentkernel: the backend it
+// stands behind and what that backend cannot do, or nothing.
+func toolEnables(name string) string {
+	switch name {
+	case "docker", "podman":
+		// The backend talks to the engine's API socket, not the CLI: the
+		// CLI's presence hints that an engine is there.
+		return "-B " + name + " (through the engine's API): runs and persistent sandboxes in its containers; " +
+			"not there: network egress and published ports (loopback only), secret injection, the Landlock fence " +
+			"(unless [security] allow_degraded names it), disk_mb, snapshots; docs/backends.md"
+	case "runsc":
+		return "-B gvisor (as root): runs under gVisor's kernel; not there: persistent sandboxes, network egress, " +
+			"rootless runs, secret injection; docs/gvisor.md (agentkernel finds runsc through AGENTKERNEL_RUNSC, its cache, or PATH)"
+	}
+	return "nothing agentkernel needs (the native backend is built in); reported for comparison"
 }
 
 // FirstLine is s's first non-empty line, at most 120 bytes.
