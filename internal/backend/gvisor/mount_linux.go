@@ -124,11 +124,25 @@ func (r *run) prepare(con *console) error {
 	if err != nil {
 		return err
 	}
-	p, err := resolveProcess(r.spec, r.rootfs())
+	pspec := r.spec
+	if r.keep != "" {
+		c := *r.spec
+		c.Args = []string{idlePath}
+		pspec = &c
+	}
+	p, err := resolveProcess(pspec, r.rootfs())
 	if err != nil {
 		return err
 	}
-	if err := lookCommand(r.rootfs(), p, r.spec); err != nil {
+	if r.keep != "" {
+		// The idle init; commands come later, through runsc exec.
+		idle, err := r.idleMount()
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, idle)
+		p.args = []string{idlePath}
+	} else if err := lookCommand(r.rootfs(), p, r.spec); err != nil {
 		return err
 	}
 	if netNeeded(r.spec) {
@@ -166,6 +180,10 @@ func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 		network = "--network=sandbox"
 	}
 	args := []string{"--root", state, "--platform=systrap", network, "--overlay2=" + r.overlay(), "--log-fd=3"}
+	if r.keep != "" {
+		// Files copied in from the host are seen at once.
+		args = append(args, "--file-access=shared")
+	}
 	if d := os.Getenv(DebugLogEnv); d != "" {
 		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(d, "/")+"/")
 	}
@@ -183,7 +201,10 @@ func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 // overlay is runsc's --overlay2: the root's writes go to a file in the
 // run's directory, sized by the disk limit; a read-only root has none.
 func (r *run) overlay() string {
-	if r.spec.ReadOnlyRoot {
+	if r.spec.ReadOnlyRoot || r.keep != "" {
+		// A persistent sandbox writes through the gofer to its
+		// writable layer, where files are copied in and out and which
+		// outlives the boot.
 		return "none"
 	}
 	medium := "dir=" + r.dir
@@ -204,8 +225,13 @@ func (r *run) overlay() string {
 func (r *run) mountRoot() error {
 	layers := r.spec.Rootfs.Layers
 	upper, work := r.dir+"/upper", r.dir+"/work"
+	if r.keep != "" {
+		// A persistent sandbox's writable layer, kept from one boot
+		// to the next in its own directory.
+		upper, work = r.keep+"/upper", r.keep+"/work"
+	}
 	for _, d := range []string{upper, work} {
-		if err := os.Mkdir(d, 0o700); err != nil {
+		if err := os.Mkdir(d, 0o700); err != nil && !(r.keep != "" && errors.Is(err, os.ErrExist)) {
 			return err
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -116,7 +118,11 @@ func mountPointIn(root, name string) error {
 		return err
 	}
 	dirHow := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT}
-	dir, base := "etc", name[len("etc/"):]
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
 	dfd, err := unix.Openat2(rootFd, dir, &dirHow)
 	if errors.Is(err, unix.ENOENT) {
 		if err := unix.Mkdirat(rootFd, dir, 0o755); err != nil {

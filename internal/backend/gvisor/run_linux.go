@@ -53,6 +53,9 @@ type run struct {
 	// network beyond loopback).
 	tun *os.File
 	net netproc.Helper
+	// keep is a persistent sandbox's directory (its writable layer);
+	// "" for a run.
+	keep string
 }
 
 func (r *run) state() string  { return r.dir + "/state" }

@@ -1,0 +1,421 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// Persistent sandboxes (sandbox.Booter): the same bundle, mounts and
+// network as a run's, with these differences:
+//
+//   - The root's writable layer is the upper layer of the host-side
+//     overlay, in the sandbox's own directory (<dir>/upper), kept from
+//     one boot to the next; runsc runs without its own overlay
+//     (--overlay2=none) so that the sandbox's writes reach it through
+//     the gofer, and with --file-access=shared so that files copied in
+//     from the host are seen at once.
+//   - The sandbox's first process is the idle init (idle_linux.go),
+//     bound read-only at idlePath; commands run beside it with
+//     `runsc exec`, their stdio the caller's descriptors.
+//   - Files (cp) are served on the host-side root, opened from inside
+//     the boot's mount namespace and confined with openat2 (agent.FS).
+//   - Stats come from `runsc events --stats` (runsc's cgroup and the
+//     Sentry's own figures).
+//
+// The boot's runtime files (bundle, runsc's state, the error log) are in
+// <dir>/gvisor, made at each boot and removed at Close.
+
+// Boot starts the persistent sandbox spec describes (sandbox.Booter).
+func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File) (sandbox.Instance, error) {
+	if err := refuse(b, spec); err != nil {
+		return nil, err
+	}
+	if idleInit() == nil {
+		return nil, fmt.Errorf("the gvisor backend's persistent sandboxes exist on amd64 only so far: %w", sandbox.ErrUnsupported)
+	}
+	runsc, err := findRunsc()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := checkRunsc(ctx, runsc, dir); err != nil {
+		return nil, err
+	}
+	r := &run{b: b, spec: spec, runsc: runsc, id: "agentkernel-" + spec.ID, keep: dir}
+	if spec.ID == "" || strings.ContainsAny(spec.ID, "/ \x00") {
+		return nil, fmt.Errorf("the gvisor backend: sandbox id %q", spec.ID)
+	}
+	r.dir = filepath.Join(dir, "gvisor")
+	// What a killed supervisor left.
+	if _, err := os.Stat(r.state()); err == nil {
+		_ = exec.Command(runsc, "--root", r.state(), "delete", "--force", r.id).Run()
+	}
+	if err := os.RemoveAll(r.dir); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(r.dir, 0o700); err != nil {
+		return nil, err
+	}
+	in := &Instance{r: r, done: make(chan struct{}), log: log, started: time.Now(), rootFd: -1}
+	errLog, err := os.OpenFile(r.dir+"/runsc-error.log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	type booted struct {
+		cmd    *exec.Cmd
+		rootFd int
+		err    error
+	}
+	bootCh := make(chan booted, 1)
+	go func() {
+		// As a run's: the thread owns the boot's mount (and network)
+		// namespace and is never unlocked.
+		runtime.LockOSThread()
+		cmd, err := r.start(sandbox.Stdio{Stdout: log, Stderr: log}, errLog, nil)
+		if err != nil {
+			bootCh <- booted{err: err}
+			return
+		}
+		// The host-side root, for file operations from any thread.
+		fd, err := unix.Open(r.rootfs(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		bootCh <- booted{cmd: cmd, rootFd: fd, err: err}
+		werr := cmd.Wait()
+		errLog.Close()
+		in.end(werr)
+	}()
+	bt := <-bootCh
+	if bt.err != nil {
+		errLog.Close()
+		r.cleanup()
+		return nil, bt.err
+	}
+	in.cmd, in.rootFd = bt.cmd, bt.rootFd
+	if err := in.awaitRunning(ctx); err != nil {
+		in.Kill()
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// Instance is a booted persistent gvisor sandbox (sandbox.Instance and
+// agent.Sandbox).
+type Instance struct {
+	r       *run
+	cmd     *exec.Cmd
+	rootFd  int
+	log     *os.File
+	started time.Time
+
+	mu      sync.Mutex
+	stopped bool
+	reason  string
+	done    chan struct{}
+	closed  sync.Once
+}
+
+var (
+	_ sandbox.Instance = (*Instance)(nil)
+	_ agent.Sandbox    = (*Instance)(nil)
+)
+
+// end records how runsc ended and closes Done.
+func (in *Instance) end(err error) {
+	in.mu.Lock()
+	if !in.stopped {
+		in.reason = "runsc ended"
+		if msg := runscError(in.r.dir + "/runsc-error.log"); msg != "" {
+			in.reason = "runsc: " + msg
+		} else if err != nil {
+			in.reason = "runsc: " + err.Error()
+		}
+	}
+	in.mu.Unlock()
+	close(in.done)
+}
+
+// awaitRunning waits until runsc reports the sandbox running.
+func (in *Instance) awaitRunning(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.CommandContext(ctx, in.r.runsc, "--root", in.r.state(), "state", in.r.id).Output()
+		if err == nil {
+			var st struct {
+				Status string `json:"status"`
+			}
+			if json.Unmarshal(out, &st) == nil && st.Status == "running" {
+				return nil
+			}
+		}
+		select {
+		case <-in.done:
+			return fmt.Errorf("the gvisor sandbox did not start: %s", in.ExitReason())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the gvisor sandbox did not start within 30 s")
+		}
+	}
+}
+
+// Done is closed once the sandbox has ended.
+func (in *Instance) Done() <-chan struct{} { return in.done }
+
+// ExitReason says how it ended: "" when it was stopped.
+func (in *Instance) ExitReason() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.reason
+}
+
+// Kill ends the sandbox at once.
+func (in *Instance) Kill() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
+	in.r.signal(unix.SIGKILL)
+	_ = exec.Command(in.r.runsc, "--root", in.r.state(), "delete", "--force", in.r.id).Run()
+}
+
+// Close waits until the sandbox has ended, then removes its runtime
+// files (the writable layer stays) and its cgroup.
+func (in *Instance) Close() {
+	<-in.done
+	in.closed.Do(func() {
+		if in.rootFd >= 0 {
+			unix.Close(in.rootFd)
+		}
+		in.r.cleanup()
+	})
+}
+
+// Stop ends every process of the sandbox, SIGTERM then SIGKILL after a
+// grace period, and returns once it is gone.
+func (in *Instance) Stop() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
+	in.r.signal(unix.SIGTERM)
+	select {
+	case <-in.done:
+	case <-time.After(killGrace):
+	}
+	in.Kill()
+	<-in.done
+}
+
+// FS does file operations on the sandbox's root as the host sees it.
+func (in *Instance) FS() *agent.FS {
+	return &agent.FS{Root: in.rootFd, UID: -1, GID: -1}
+}
+
+// Stats reports the sandbox's processes, uptime and memory.
+func (in *Instance) Stats() agent.Stats {
+	st := agent.Stats{UptimeSeconds: time.Since(in.started).Seconds()}
+	out, err := exec.Command(in.r.runsc, "--root", in.r.state(), "events", "--stats", in.r.id).Output()
+	if err != nil {
+		return st
+	}
+	var ev struct {
+		Data struct {
+			CPU struct {
+				Usage struct {
+					Total uint64 `json:"total"`
+				} `json:"usage"`
+			} `json:"cpu"`
+			Memory struct {
+				Usage struct {
+					Usage uint64 `json:"usage"`
+				} `json:"usage"`
+			} `json:"memory"`
+			Pids struct {
+				Current uint64 `json:"current"`
+			} `json:"pids"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(out), &ev) == nil {
+		st.CPUSeconds = float64(ev.Data.CPU.Usage.Total) / 1e9
+		st.MemoryBytes = int64(ev.Data.Memory.Usage.Usage)
+		st.Pids = int(ev.Data.Pids.Current)
+	}
+	return st
+}
+
+// Exec starts req's command in the sandbox with `runsc exec`, stdio as
+// its descriptors 0-2, and returns once it runs (its pid in the
+// sandbox is known).
+func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
+	if req.TTY {
+		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "a terminal for a command in a gvisor sandbox (exec -t, attach) is not supported yet: run it without -t"}
+	}
+	if len(req.Args) == 0 {
+		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "no command"}
+	}
+	root := "/proc/self/fd/" + strconv.Itoa(in.rootFd)
+	user := req.User
+	if user == "" {
+		user = in.r.spec.User
+	}
+	if user == "" {
+		user = in.r.spec.Rootfs.Config.User
+	}
+	uid, gid, groups, _, err := native.ResolveUser(root, user)
+	if err != nil {
+		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
+	}
+	workdir := req.Workdir
+	if workdir == "" {
+		workdir = in.r.spec.Workdir
+	}
+	espec := &sandbox.Spec{Args: req.Args, Workdir: workdir, Env: append(append([]string{}, in.r.spec.Env...), req.Env...),
+		User: strconv.Itoa(uid) + ":" + strconv.Itoa(gid), Rootfs: in.r.spec.Rootfs, Security: in.r.spec.Security, Mounts: in.r.spec.Mounts, ReadOnlyRoot: in.r.spec.ReadOnlyRoot}
+	p, err := resolveProcess(espec, root)
+	if err != nil {
+		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
+	}
+	if err := lookCommand(root, p, espec); err != nil {
+		errno := unix.ENOENT
+		if errors.Is(err, sandbox.ErrCannotInvoke) {
+			errno = unix.EACCES
+		}
+		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: errno, Msg: err.Error()}
+	}
+	pidFile := filepath.Join(in.r.dir, "exec-"+randomHex()+".pid")
+	args := []string{"--root", in.r.state(), "exec", "--cwd", p.cwd, "--user", strconv.Itoa(uid) + ":" + strconv.Itoa(gid), "--internal-pid-file", pidFile}
+	for _, g := range groups {
+		args = append(args, "--additional-gids", strconv.Itoa(g))
+	}
+	for _, c := range p.caps {
+		args = append(args, "--cap", c)
+	}
+	for _, kv := range p.env {
+		args = append(args, "--env", kv)
+	}
+	args = append(append(args, in.r.id), p.args...)
+	cmd := exec.Command(in.r.runsc, args...)
+	files := make([]*os.File, 3)
+	for i, fd := range stdio {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range files[:i] {
+				f.Close()
+			}
+			return nil, err
+		}
+		files[i] = os.NewFile(uintptr(d), "stdio")
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting runsc exec: %w", err)
+	}
+	pr := &execProc{in: in, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		pr.status = waitStatusOf(cmd.ProcessState)
+		close(pr.done)
+	}()
+	// The command runs once runsc has written its pid in the sandbox.
+	for {
+		if b, err := os.ReadFile(pidFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			pr.pid, _ = strconv.Atoi(string(bytes.TrimSpace(b)))
+			os.Remove(pidFile)
+			break
+		}
+		select {
+		case <-pr.done:
+			os.Remove(pidFile)
+			if pr.status.ExitStatus() == runscFailed {
+				return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "runsc exec could not start " + req.Args[0]}
+			}
+			return pr, nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return pr, nil
+}
+
+// waitStatusOf is runsc exec's end as the command's wait status:
+// runsc exits 128+N when the command died of signal N.
+func waitStatusOf(ps *os.ProcessState) syscall.WaitStatus {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws
+	}
+	code := ps.ExitCode()
+	if code > 128 && code < 128+65 {
+		return syscall.WaitStatus(code - 128)
+	}
+	return syscall.WaitStatus(code << 8)
+}
+
+// execProc is a command started by Exec.
+type execProc struct {
+	in     *Instance
+	cmd    *exec.Cmd
+	pid    int
+	done   chan struct{}
+	status syscall.WaitStatus
+}
+
+func (p *execProc) Pid() int { return p.pid }
+
+func (p *execProc) Signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return unix.ESRCH
+	default:
+	}
+	return exec.Command(p.in.r.runsc, "--root", p.in.r.state(), "kill", "--pid", strconv.Itoa(p.pid), p.in.r.id, strconv.Itoa(int(sig))).Run()
+}
+
+func (p *execProc) SignalGroup(sig syscall.Signal) error {
+	// runsc exec does not make the command a process group's leader:
+	// the command itself.
+	return p.Signal(sig)
+}
+
+func (p *execProc) Wait() syscall.WaitStatus {
+	<-p.done
+	return p.status
+}
+
+// idleMount writes the idle init into the boot's runtime directory and
+// returns its read-only bind at idlePath (its mount point made in the
+// writable layer when missing).
+func (r *run) idleMount() (specs.Mount, error) {
+	src := r.dir + "/idle"
+	if err := os.WriteFile(src, idleInit(), 0o555); err != nil {
+		return specs.Mount{}, err
+	}
+	if err := mountPointIn(r.rootfs(), strings.TrimPrefix(idlePath, "/")); err != nil {
+		return specs.Mount{}, fmt.Errorf("the idle init's mount point: %w", err)
+	}
+	return specs.Mount{Destination: idlePath, Type: "bind", Source: src, Options: []string{"rbind", "ro"}}, nil
+}
