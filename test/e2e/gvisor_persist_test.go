@@ -1,0 +1,59 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGVisorPersistent: a persistent sandbox on the gvisor backend
+// (sandbox create -B gvisor): commands through exec, files both ways
+// through cp, stats, stop and start with the writable layer kept, and
+// remove leaving nothing behind.
+func TestGVisorPersistent(t *testing.T) {
+	a, ref := withGVisor(t)
+	a.must("sandbox", "create", "gv", "-B", "gvisor", "--image", ref, "--network", "none", "--start")
+	removed := false
+	defer func() {
+		if !removed {
+			a.run("sandbox", "rm", "-f", "gv")
+		}
+	}()
+	r := a.must("exec", "gv", "--", "sh", "-c", "cat /proc/version; echo made > /kept.txt; hostname")
+	if !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("not under gVisor's kernel: %v", r)
+	}
+	if r := a.run("exec", "gv", "--", "sh", "-c", "exit 7"); r.code != 7 {
+		t.Errorf("exit status: %v", r)
+	}
+	if r := a.run("exec", "gv", "--", "no-such-command"); r.code != 127 {
+		t.Errorf("a missing command: %v", r)
+	}
+	// cp, both ways.
+	src := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(src, []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.must("cp", src, "gv:/in.txt")
+	if r := a.must("exec", "gv", "--", "cat", "/in.txt"); r.stdout != "from the host\n" {
+		t.Errorf("cp in: %v", r)
+	}
+	out := filepath.Join(t.TempDir(), "kept.txt")
+	a.must("cp", "gv:/kept.txt", out)
+	if b, _ := os.ReadFile(out); string(b) != "made\n" {
+		t.Errorf("cp out: %q", b)
+	}
+	if r := a.must("stats", "gv"); !strings.Contains(r.stdout, "gv") {
+		t.Errorf("stats: %v", r)
+	}
+	a.must("sandbox", "stop", "gv")
+	a.must("sandbox", "start", "gv")
+	if r := a.must("exec", "gv", "--", "cat", "/kept.txt", "/in.txt"); r.stdout != "made\nfrom the host\n" {
+		t.Errorf("after stop and start: %v", r)
+	}
+	a.must("sandbox", "rm", "-f", "gv")
+	removed = true
+}
