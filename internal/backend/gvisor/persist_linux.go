@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -268,9 +269,6 @@ func (in *Instance) Stats() agent.Stats {
 // its descriptors 0-2, and returns once it runs (its pid in the
 // sandbox is known).
 func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
-	if req.TTY {
-		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "a terminal for a command in a gvisor sandbox (exec -t, attach) is not supported yet: run it without -t"}
-	}
 	if len(req.Args) == 0 {
 		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "no command"}
 	}
@@ -311,6 +309,15 @@ func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, e
 	for _, c := range p.caps {
 		args = append(args, "--cap", c)
 	}
+	var tty *execTTY
+	if req.TTY {
+		if envIndex(p.env, "TERM") < 0 {
+			p.env = append(p.env, "TERM=xterm")
+		}
+		if tty, err = newExecTTY(); err != nil {
+			return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
+		}
+	}
 	for _, kv := range p.env {
 		args = append(args, "--env", kv)
 	}
@@ -327,18 +334,42 @@ func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, e
 		}
 		files[i] = os.NewFile(uintptr(d), "stdio")
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if tty == nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
+	} else {
+		// runsc exec's stdio is the terminal's replica, its controlling
+		// terminal: gVisor gives it to the command as its terminal.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty.replica, tty.replica, tty.replica
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	err = cmd.Start()
-	for _, f := range files {
-		f.Close()
+	if tty != nil {
+		tty.replica.Close()
+	}
+	if tty != nil && err == nil {
+		// The terminal's master, bridged to the caller's streams,
+		// which the bridge keeps until it ends.
+		go tty.serve(files[0], files[1])
+		files[2].Close()
+	} else {
+		for _, f := range files {
+			f.Close()
+		}
 	}
 	if err != nil {
+		if tty != nil {
+			tty.close()
+		}
 		return nil, fmt.Errorf("starting runsc exec: %w", err)
 	}
 	pr := &execProc{in: in, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
+		if tty != nil {
+			// What the command wrote last reaches the caller first.
+			tty.close()
+		}
 		pr.status = waitStatusOf(cmd.ProcessState)
 		close(pr.done)
 	}()
@@ -418,4 +449,53 @@ func (r *run) idleMount() (specs.Mount, error) {
 		return specs.Mount{}, fmt.Errorf("the idle init's mount point: %w", err)
 	}
 	return specs.Mount{Destination: idlePath, Type: "bind", Source: src, Options: []string{"rbind", "ro"}}, nil
+}
+
+// execTTY is a command's terminal (exec -t): a pseudo-terminal made
+// here, its replica runsc exec's stdio and controlling terminal (which
+// gVisor hands to the command as its terminal), its master bridged to
+// the caller's streams (the caller's own terminal, if any, is the
+// client's to set raw).
+type execTTY struct {
+	master, replica *os.File
+	outDone         chan struct{}
+}
+
+func newExecTTY() (*execTTY, error) {
+	m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("a terminal: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
+		unix.Close(m)
+		return nil, fmt.Errorf("a terminal: %w", err)
+	}
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(m), unix.TIOCGPTPEER, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if errno != 0 {
+		unix.Close(m)
+		return nil, fmt.Errorf("a terminal: %w", errno)
+	}
+	return &execTTY{master: os.NewFile(uintptr(m), "pty master"), replica: os.NewFile(r, "pty replica"), outDone: make(chan struct{})}, nil
+}
+
+// serve bridges the master to in and out until the command's side
+// closes.
+func (t *execTTY) serve(in, out *os.File) {
+	defer close(t.outDone)
+	defer out.Close()
+	go func() {
+		agent.CopyToPTY(t.master, in, false)
+		in.Close()
+	}()
+	_, _ = io.Copy(out, t.master) // ends with EIO once the command's side closes
+}
+
+// close ends the bridge once the command has ended: the rest of its
+// output first (ttyDrain at most).
+func (t *execTTY) close() {
+	select {
+	case <-t.outDone:
+	case <-time.After(ttyDrain):
+	}
+	t.master.Close()
 }

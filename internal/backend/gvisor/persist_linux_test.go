@@ -57,7 +57,8 @@ func TestPersistent(t *testing.T) {
 	spec := testSpec(layer)
 	spec.ID = "persist-test"
 	spec.Resources = sandbox.Resources{MemoryMB: 256, PIDs: 64}
-	log, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	logPath := filepath.Join(t.TempDir(), "log")
+	log, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +89,15 @@ func TestPersistent(t *testing.T) {
 	}
 	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "id -u; id -g; pwd"}, User: "1234:2345", Workdir: "/tmp"}); err != nil || out != "1234\n2345\n/tmp\n" {
 		t.Fatalf("user and workdir: %q %v", out, err)
+	}
+
+	// A terminal (exec -t): the command's stdio is a terminal (its
+	// output through the terminal's line discipline), bridged to the
+	// caller's pipes.
+	out, ws, err = execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "test -t 0 && test -t 1 && echo isatty; echo $TERM"}, TTY: true})
+	if err != nil || ws.ExitStatus() != 0 || out != "isatty\r\nxterm\r\n" {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("exec -t: %q %v %v\n%s", out, ws, err, b)
 	}
 
 	// Inside → host side.
