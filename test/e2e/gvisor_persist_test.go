@@ -46,6 +46,30 @@ func TestGVisorPersistent(t *testing.T) {
 	if b, _ := os.ReadFile(out); string(b) != "made\n" {
 		t.Errorf("cp out: %q", b)
 	}
+	// Attack: links made inside never lead cp to the host's files.
+	a.must("exec", "gv", "--", "sh", "-c", "ln -s ../../../../../../../etc/passwd /up; ln -s /../../../../../tmp /uptmp; ln -s /proc/1/root /p1")
+	up := filepath.Join(t.TempDir(), "up")
+	a.must("cp", "gv:/up", up)
+	if b, _ := os.ReadFile(up); !strings.Contains(string(b), "app:x:1000") {
+		t.Errorf("cp out through a link read something else than the image's /etc/passwd: %q", b)
+	}
+	marker := "gvisor-cp-escape-" + filepath.Base(t.TempDir())
+	a.run("cp", src, "gv:/uptmp/"+marker)
+	if _, err := os.Stat("/tmp/" + marker); err == nil {
+		os.Remove("/tmp/" + marker)
+		t.Error("cp in through a link wrote to the host's /tmp")
+	}
+	if r := a.must("exec", "gv", "--", "cat", "/tmp/"+marker); r.stdout != "from the host\n" {
+		t.Errorf("cp in through a link: not inside the sandbox: %v", r)
+	}
+	if r := a.run("cp", "gv:/p1/etc/hostname", filepath.Join(t.TempDir(), "h")); r.code == 0 {
+		if b, _ := os.ReadFile(filepath.Join(filepath.Dir(up), "h")); len(b) > 0 {
+			h, _ := os.ReadFile("/etc/hostname")
+			if string(b) == string(h) {
+				t.Errorf("cp out through /proc/1/root read the host's /etc/hostname")
+			}
+		}
+	}
 	if r := a.must("stats", "gv"); !strings.Contains(r.stdout, "gv") {
 		t.Errorf("stats: %v", r)
 	}

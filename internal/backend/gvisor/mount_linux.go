@@ -142,6 +142,11 @@ func (r *run) prepare(con *console) error {
 		}
 		mounts = append(mounts, idle)
 		p.args = []string{idlePath}
+		if m, ok, err := r.keptTmp(); err != nil {
+			return err
+		} else if ok {
+			mounts = append(mounts, m)
+		}
 	} else if err := lookCommand(r.rootfs(), p, r.spec); err != nil {
 		return err
 	}

@@ -499,3 +499,34 @@ func (t *execTTY) close() {
 	}
 	t.master.Close()
 }
+
+// keptTmp is a persistent sandbox's /tmp: gVisor mounts a tmpfs of its
+// own on an empty /tmp, which files copied in from the host would never
+// reach and which a stop would empty; the root's own /tmp, bound on
+// itself, keeps it in the writable layer like the rest of the root.
+// Not where the spec mounts something at /tmp, the root is read-only
+// (its /tmp is a tmpfs) or the image's /tmp is not a plain directory
+// (a symbolic link is left to gVisor to follow inside the sandbox).
+func (r *run) keptTmp() (specs.Mount, bool, error) {
+	if r.spec.ReadOnlyRoot || mountsAt(r.spec.Mounts, "/tmp") {
+		return specs.Mount{}, false, nil
+	}
+	tmp := r.rootfs() + "/tmp"
+	st, err := os.Lstat(tmp)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir(tmp, 0o1777); err != nil {
+			return specs.Mount{}, false, err
+		}
+		if err := os.Chmod(tmp, 0o1777|os.ModeSticky); err != nil {
+			return specs.Mount{}, false, err
+		}
+		st, err = os.Lstat(tmp)
+	}
+	if err != nil {
+		return specs.Mount{}, false, err
+	}
+	if !st.IsDir() {
+		return specs.Mount{}, false, nil
+	}
+	return specs.Mount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw"}}, true, nil
+}

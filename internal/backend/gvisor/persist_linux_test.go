@@ -101,11 +101,11 @@ func TestPersistent(t *testing.T) {
 	}
 
 	// Inside → host side.
-	if out, ws, err = execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "echo from inside > /srv-in.txt"}}); err != nil || ws.ExitStatus() != 0 {
+	if out, ws, err = execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "echo from inside > /tmp/in.txt"}}); err != nil || ws.ExitStatus() != 0 {
 		t.Fatalf("write inside: %q %v %v", out, ws, err)
 	}
 	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT}
-	fd, err := unix.Openat2(in.FS().Root, "srv-in.txt", &how)
+	fd, err := unix.Openat2(in.FS().Root, "tmp/in.txt", &how)
 	if err != nil {
 		t.Fatalf("the host side does not see the sandbox's file: %v", err)
 	}
@@ -117,13 +117,13 @@ func TestPersistent(t *testing.T) {
 	}
 	// Host side → inside.
 	how = unix.OpenHow{Flags: unix.O_WRONLY | unix.O_CREAT | unix.O_CLOEXEC, Mode: 0o644, Resolve: unix.RESOLVE_IN_ROOT}
-	fd, err = unix.Openat2(in.FS().Root, "srv-host.txt", &how)
+	fd, err = unix.Openat2(in.FS().Root, "tmp/host.txt", &how)
 	if err != nil {
 		t.Fatal(err)
 	}
 	unix.Write(fd, []byte("from the host\n"))
 	unix.Close(fd)
-	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/srv-host.txt"}}); err != nil || out != "from the host\n" {
+	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/tmp/host.txt"}}); err != nil || out != "from the host\n" {
 		t.Fatalf("the sandbox does not see the host's file: %q %v", out, err)
 	}
 
@@ -166,7 +166,7 @@ func TestPersistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	in = inst.(*Instance)
-	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/srv-in.txt", "/srv-host.txt"}}); err != nil || out != "from inside\nfrom the host\n" {
+	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/tmp/in.txt", "/tmp/host.txt"}}); err != nil || out != "from inside\nfrom the host\n" {
 		t.Fatalf("after a second boot: %q %v", out, err)
 	}
 	in.Stop()
