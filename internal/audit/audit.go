@@ -40,6 +40,11 @@ const (
 	// <file>-NAME; Details: the image).
 	ActionParallelJob  = "parallel_job"
 	ActionPipelineStep = "pipeline_step"
+	// ActionSSHConnected and ActionSSHDisconnected are an SSH connection
+	// into a sandbox, once logged in and once ended (User,
+	// CertFingerprint; DurationSecs at the end).
+	ActionSSHConnected    = "ssh_connected"
+	ActionSSHDisconnected = "ssh_disconnected"
 )
 
 // Entry is one line of the audit log.
@@ -61,6 +66,13 @@ type Entry struct {
 	// Details describe the action further (a refused connection: what,
 	// why, and how many times).
 	Details string `json:"details,omitempty"`
+	// User and CertFingerprint are an SSH connection's login name and
+	// its certificate's SHA256 fingerprint (ssh_connected,
+	// ssh_disconnected); DurationSecs is how long it lasted
+	// (ssh_disconnected).
+	User            string  `json:"user,omitempty"`
+	CertFingerprint string  `json:"cert_fingerprint,omitempty"`
+	DurationSecs    float64 `json:"duration_secs,omitempty"`
 	// Recording is the file a session's terminal was recorded to
 	// (attach --record; an SSH session's recording).
 	Recording string `json:"recording,omitempty"`

@@ -77,6 +77,16 @@ type Spec struct {
 	// recorded (sandbox create -S): names, hosts and headers, never a
 	// value; its supervisor resolves them into Secrets at each start.
 	SecretBindings *SecretBindings `json:"secret_bindings,omitempty"`
+	// SSH, set on a persistent sandbox (sandbox create --ssh), makes its
+	// supervisor serve SSH on 127.0.0.1 (package sshd).
+	SSH *SSHAccess `json:"ssh,omitempty"`
+}
+
+// SSHAccess is how a persistent sandbox is reached over SSH.
+type SSHAccess struct {
+	// User is the login name and the principal of the certificates
+	// ("sandbox" when empty); commands run as the sandbox's user.
+	User string `json:"user,omitempty"`
 }
 
 // MountKind says how a host path appears inside the sandbox.

@@ -113,11 +113,20 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 		}
 		defer stop()
 	}
+	// SSH last: nothing after it can fail the start; its connections
+	// end before the instance is closed.
+	stopSSH := func() {}
+	if spec.SSH != nil {
+		if stopSSH, err = startSSH(spec, dir, inst, served); err != nil {
+			return kill(err)
+		}
+	}
 	if ready != nil {
 		fmt.Fprint(ready, "ok")
 		ready.Close()
 	}
 	<-inst.Done()
+	stopSSH()
 	// No new clients: the socket goes first, then the listener.
 	_ = os.Remove(sockPath)
 	_ = unix.Shutdown(lfd, unix.SHUT_RDWR)

@@ -298,3 +298,24 @@ func stubConnect(pidfd, family int, addr []byte, port uint16) (*os.File, error) 
 	}
 	return nil, errors.New("the stub ended without a connection")
 }
+
+// DialLoopback connects to port on the sandbox's own loopback (127.0.0.1,
+// then ::1), from inside its network namespace, entered through PID 1's
+// pidfd: what a forwarded port (ssh -L) reaches. Nothing of the host's
+// network is reachable this way.
+func (i *Instance) DialLoopback(port uint16) (*os.File, error) {
+	if i.pidfd < 0 {
+		return nil, errors.New("the sandbox has stopped")
+	}
+	var f *os.File
+	var err error
+	if i.rootless {
+		f, err = dialByStub(i.pidfd, port)
+	} else {
+		f, err = dialOnThread(i.pidfd, port)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to port %d in the sandbox: %w", port, err)
+	}
+	return f, nil
+}
