@@ -78,7 +78,7 @@ func sandboxCommands(a *App) []*cobra.Command {
 	sb.AddCommand(newSandboxCreateCmd(a), newSandboxStartCmd(a), newSandboxStopCmd(a), newSandboxRestartCmd(a),
 		newSandboxRemoveCmd(a), newSandboxListCmd(a), newSandboxInfoCmd(a), newSandboxGCCmd(a),
 		newSandboxExtendCmd(a), newSandboxSuperviseCmd(a), newSandboxExpireCmd(a))
-	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a), newSessionCmd(a), newBenchmarkCmd(a)}
+	cmds := []*cobra.Command{sb, newExecCmd(a), newAttachCmd(a), newCpCmd(a), newAuditCmd(a), newStatsCmd(a), newLogsCmd(a), newSnapshotCmd(a), newSessionCmd(a), newBenchmarkCmd(a), newSSHCmd(a)}
 	// Upstream's flat layout: `agentkernel create NAME` and friends, with
 	// docker's names: ps, rm.
 	flat := map[string][]string{"remove": {"rm"}, "list": {"ps"}}
@@ -218,6 +218,8 @@ type createOptions struct {
 	secrets     []string
 	template    string
 	backend     string
+	ssh         bool
+	sshUser     string
 }
 
 func parseLabels(kvs []string) (map[string]string, error) {
@@ -305,6 +307,8 @@ network egress, and in filtered mode HOST must also be allowed
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
 	fs.StringVar(&o.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below the project's agentkernel.toml and the flags")
 	fs.StringVarP(&o.backend, "backend", "B", "", "backend to run it on: native (the default), docker or podman (a container of that engine, loopback only: docs/backends.md)")
+	fs.BoolVar(&o.ssh, "ssh", false, "serve SSH into the sandbox on 127.0.0.1 while it runs ('agentkernel ssh connect NAME', 'ssh config NAME')")
+	fs.StringVar(&o.sshUser, "ssh-user", "", "with --ssh: the login name and certificate principal (default \"sandbox\"; commands run as the sandbox's user)")
 	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "add the vault's secret KEY to HTTPS requests to HOST without it entering the sandbox: KEY:HOST or KEY:HOST:HEADER (repeatable; see Secrets above)")
 	return cmd
 }
@@ -368,6 +372,17 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 	// vault holds each key) and recorded without their values.
 	if err := a.BindSandboxSecrets(context.Background(), o.secrets, cfg, spec); err != nil {
 		return "", nil, err
+	}
+	if o.sshUser != "" && !o.ssh {
+		return "", nil, usageError("--ssh-user needs --ssh")
+	}
+	if o.ssh {
+		if o.sshUser != "" {
+			if err := validSSHUser(o.sshUser); err != nil {
+				return "", nil, err
+			}
+		}
+		spec.SSH = &sandbox.SSHAccess{User: o.sshUser}
 	}
 	return name, &sandbox.CreateRequest{Name: name, Spec: spec, Labels: labels, Description: o.description, TTL: o.ttl, Files: files, Backend: o.backend}, nil
 }
