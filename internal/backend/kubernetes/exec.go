@@ -1,0 +1,112 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+)
+
+// ExecIO are an exec's streams; nil ones are not attached.
+type ExecIO struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	TTY            bool
+}
+
+// Exec runs args in the named sandbox's container through the API's exec
+// subresource (the kubelet runs it) and returns its exit status. The
+// arguments go to the container as they are: no shell reads them.
+func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio ExecIO) (int, error) {
+	if len(args) == 0 {
+		return 0, fmt.Errorf("exec: a command is required")
+	}
+	s, err := b.Get(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if s.Phase != corev1.PodRunning {
+		return 0, fmt.Errorf("sandbox %q is %s, not Running: exec needs a running pod", name, s.Phase)
+	}
+	req := b.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.ns).Name(s.Pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: "sandbox",
+			Command:   args,
+			Stdin:     stdio.Stdin != nil,
+			Stdout:    stdio.Stdout != nil,
+			Stderr:    stdio.Stderr != nil && !stdio.TTY,
+			TTY:       stdio.TTY,
+		}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(b.cfg, "GET", req.URL().String())
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(b.cfg, "POST", req.URL())
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	exe, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool { return true })
+	if err != nil {
+		return 0, fmt.Errorf("exec: %w", err)
+	}
+	err = exe.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, Tty: stdio.TTY})
+	var ce utilexec.CodeExitError
+	if errors.As(err, &ce) {
+		return ce.Code, nil
+	}
+	if err != nil {
+		return 0, b.apiError("exec", err)
+	}
+	return 0, nil
+}
+
+// WriteFile writes data to path in the sandbox: base64 on the stdin of
+// `base64 -d` inside, the path handed to sh as $1, never spliced into
+// the script.
+func (b *Backend) WriteFile(ctx context.Context, name, path string, data []byte) error {
+	if err := checkSandboxPath(path); err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	in := strings.NewReader(base64.StdEncoding.EncodeToString(data))
+	code, err := b.Exec(ctx, name, []string{"sh", "-c", `base64 -d > "$1"`, "sh", path}, ExecIO{Stdin: in, Stderr: &stderr})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("write %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// ReadFile reads path in the sandbox (`cat -- path`).
+func (b *Backend) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
+	if err := checkSandboxPath(path); err != nil {
+		return nil, err
+	}
+	var out, stderr bytes.Buffer
+	code, err := b.Exec(ctx, name, []string{"cat", "--", path}, ExecIO{Stdout: &out, Stderr: &stderr})
+	if err != nil {
+		return nil, err
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("read %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// checkSandboxPath accepts an absolute path without NUL.
+func checkSandboxPath(p string) error {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("path %q: give an absolute path inside the sandbox", p)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver and etcd, the API half of a Kubernetes control
+# plane, for the kubernetes backend's tests (-B kubernetes), from the Go
+# module proxy, into a cache, and prints the cache directory. Binaries
+# already in the cache are reused. .ci/run calls it before the test suite;
+# the tests find the binaries at the same cache path (or through
+# AGENTKERNEL_KUBE_DIR).
+#
+# The build runs in scripts/kube, a module of its own: k8s.io/kubernetes
+# names its staging modules (k8s.io/api, client-go, ...) by paths inside its
+# repository, so `go install k8s.io/kubernetes/cmd/kube-apiserver@v` is
+# refused; scripts/kube/go.mod replaces them by their published versions.
+# etcd is the version k8s.io/kubernetes itself requires (go.mod there).
+#
+# Both are pure Go and built with CGO_ENABLED=0: static binaries.
+#
+# With --cached it builds nothing: it prints the cache directory when both
+# binaries are there, or fails.
+#
+# Environment:
+#   AGENTKERNEL_KUBE_CACHE  the cache directory
+#                           (default /var/cache/agentkernel as root,
+#                           else ~/.cache/agentkernel)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+
+# The kubernetes version in scripts/kube/go.mod.
+version=$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/{print $2} $1=="require" && $2=="k8s.io/kubernetes"{print $3}' scripts/kube/go.mod)
+[ -n "$version" ] || { echo "kube.sh: no k8s.io/kubernetes version in scripts/kube/go.mod" >&2; exit 1; }
+if [ "$(id -u)" = 0 ]; then
+  default_cache=/var/cache/agentkernel
+else
+  default_cache=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/agentkernel
+fi
+cache=${AGENTKERNEL_KUBE_CACHE:-$default_cache}
+dir=$cache/kube-$version
+
+if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] &&
+  "$dir/kube-apiserver" --version >/dev/null 2>&1 && "$dir/etcd" --version >/dev/null 2>&1; then
+  echo "$dir"
+  exit 0
+fi
+if [ "${1:-}" = --cached ]; then
+  exit 1
+fi
+command -v go >/dev/null || { echo "kube.sh: go not found in PATH" >&2; exit 1; }
+mkdir -p "$dir"
+# Built into a private directory, then renamed into place: a build killed
+# half-way leaves nothing behind, and two builds at once do not mix.
+work=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "kube.sh: building kube-apiserver $version and etcd (10 minutes or more on a small machine)" >&2
+(cd scripts/kube && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
+  go build -trimpath -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver &&
+  CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
+  go build -trimpath -o "$work/etcd" go.etcd.io/etcd/server/v3)
+"$work/kube-apiserver" --version >/dev/null
+"$work/etcd" --version >/dev/null
+mv -f "$work/kube-apiserver" "$dir/kube-apiserver"
+mv -f "$work/etcd" "$dir/etcd"
+echo "$dir"
