@@ -17,8 +17,8 @@ const orphanGrace = 2 * time.Minute
 
 // Reaped says what one Reap deleted.
 type Reaped struct {
-	Expired  []string // sandboxes whose TTL had passed
-	Orphans  []string // NetworkPolicies left without a pod
+	Expired []string // sandboxes whose TTL had passed
+	Orphans []string // NetworkPolicies left without a pod
 
 }
 

@@ -312,4 +312,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-
