@@ -23,6 +23,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/cli"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netproc/helper"
 )
@@ -51,6 +52,11 @@ func run() int {
 	// command line's set-up (and the memory that would stay with it).
 	if len(os.Args) > 0 && os.Args[0] == cli.SuperviseArgv0 {
 		return cli.SuperviseMain(os.Args[1:])
+	}
+	// -B kubernetes is served by agentkernel-kube (client-go stays out of
+	// this binary, which every supervisor and network helper runs).
+	if fullbin.WantsKube(os.Args[1:]) {
+		return kubeHandOff()
 	}
 	if commit == "unknown" {
 		commit = runcli.Revision()

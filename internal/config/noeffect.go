@@ -11,7 +11,13 @@ var noEffect = []struct{ prefix, why string }{
 	{"network.vsock_cid", "accepted for upstream compatibility: the embedded backend has no vsock"},
 	{"build", "building images from a Dockerfile is not supported yet: use --image with a pulled image, or 'agentkernel images load' a tarball"},
 	{"daemon.agents", "per-mode pool sizes are not applied: daemon.min_warm and daemon.max_warm size every pool"},
-	{"orchestrator", "the Kubernetes and Nomad backends are not part of this build"},
+	{"orchestrator.provider", "the backend is chosen with -B kubernetes on each command"},
+	{"orchestrator.warm_pool_size", "kubernetes warm pools are AgentSandboxPool objects or 'pool fill -B kubernetes'"},
+	{"orchestrator.warm_pool_images", "kubernetes warm pools are AgentSandboxPool objects or 'pool fill -B kubernetes'"},
+	{"orchestrator.nomad_addr", "the Nomad backend is not part of this build"},
+	{"orchestrator.nomad_token", "the Nomad backend is not part of this build"},
+	{"orchestrator.nomad_driver", "the Nomad backend is not part of this build"},
+	{"orchestrator.nomad_datacenter", "the Nomad backend is not part of this build"},
 }
 
 // NoEffect reports why key (a dotted key as Values lists it) has no

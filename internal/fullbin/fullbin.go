@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Name is the file name of the binary with the whole command line.
@@ -39,4 +40,68 @@ func Path() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("this command needs %s, which is not installed beside %s (looked for %s)", Name, self, candidates[0])
+}
+
+// KubeName is the file name of the binary that serves -B kubernetes.
+const KubeName = "agentkernel-kube"
+
+// KubePath is agentkernel-kube's path: beside this binary (symlinks
+// resolved), else in ../libexec/agentkernel/.
+func KubePath() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cannot find %s: %w", KubeName, err)
+	}
+	if real, err := filepath.EvalSymlinks(self); err == nil {
+		self = real
+	}
+	dir := filepath.Dir(self)
+	candidates := []string{
+		filepath.Join(dir, KubeName),
+		filepath.Join(dir, "..", "libexec", "agentkernel", KubeName),
+	}
+	for _, c := range candidates {
+		if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("-B kubernetes needs %s, which is not installed beside %s (looked for %s): build it with 'go build ./cmd/agentkernel-kube'", KubeName, self, candidates[0])
+}
+
+// WantsKube reports whether a command line (without the program name)
+// is a sandbox command that names the kubernetes backend: -B kubernetes
+// (or k8s) in any of its spellings, with `sandbox` or one of its flat
+// forms (create, list, ls, ps, remove, rm) as the command, or the
+// backend's own commands (pool, crds, controller). agentkernel-full
+// hands such a command line to agentkernel-kube whole.
+func WantsKube(args []string) bool {
+	kube, cmd := false, ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		var v string
+		switch {
+		case a == "-B" || a == "--backend":
+			if i+1 < len(args) {
+				v = args[i+1]
+				i++
+			}
+		case strings.HasPrefix(a, "--backend="):
+			v = strings.TrimPrefix(a, "--backend=")
+		case strings.HasPrefix(a, "-B") && len(a) > 2:
+			v = strings.TrimPrefix(strings.TrimPrefix(a, "-B"), "=")
+		case cmd == "" && !strings.HasPrefix(a, "-"):
+			cmd = a
+		}
+		if v == "kubernetes" || v == "k8s" {
+			kube = true
+		}
+	}
+	switch cmd {
+	case "sandbox", "create", "list", "ls", "ps", "remove", "rm", "pool", "crds", "controller":
+		return kube
+	}
+	return false
 }

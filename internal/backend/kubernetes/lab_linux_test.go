@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/agentkernel/agentkernel/internal/testenv"
 	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
 )
 
@@ -23,45 +22,13 @@ import (
 // of its own. There is no kubelet: pods stay Pending and nothing runs in
 // them, so these tests check what the API stores and refuses, never a
 // running sandbox.
-var (
-	theLab    *kubelab.Lab
-	labErr    error
-	labMissed bool
-)
+var shared kubelab.Shared
 
-func TestMain(m *testing.M) {
-	code := func() int {
-		bin, ok := kubelab.Dir()
-		if !ok {
-			labMissed = true
-			return m.Run()
-		}
-		dir, err := os.MkdirTemp("", "kubelab-")
-		if err != nil {
-			labErr = err
-			return m.Run()
-		}
-		defer os.RemoveAll(dir)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		theLab, labErr = kubelab.Start(ctx, bin, dir)
-		if theLab != nil {
-			defer theLab.Close()
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(shared.RunTests(m)) }
 
 func lab(t testing.TB) *kubelab.Lab {
 	t.Helper()
-	if labMissed {
-		testenv.Missing(t, "%s", kubelab.MissingHint)
-	}
-	if labErr != nil {
-		t.Fatalf("kube-apiserver: %v", labErr)
-	}
-	return theLab
+	return shared.Get(t)
 }
 
 func restConfig(l *kubelab.Lab, token string) *rest.Config {

@@ -1,0 +1,32 @@
+package fullbin
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestWantsKube(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		want bool
+	}{
+		{"sandbox create x -B kubernetes --image a", true},
+		{"-B k8s sandbox list", true},
+		{"--backend=kubernetes rm x", true},
+		{"sandbox remove x --backend kubernetes", true},
+		{"-Bkubernetes ps", true},
+		{"-B=kubernetes controller", true},
+		{"crds print -B kubernetes", true},
+		{"sandbox create x", false},
+		{"sandbox create x -B gvisor", false},
+		{"run -B kubernetes echo hi", false}, // run is not served there
+		{"exec x -- -B kubernetes", false},
+		{"sandbox create x -- -B kubernetes", false},
+		{"-B", false},
+		{"", false},
+	} {
+		if got := WantsKube(strings.Fields(tc.args)); got != tc.want {
+			t.Errorf("WantsKube(%q) = %v", tc.args, got)
+		}
+	}
+}
