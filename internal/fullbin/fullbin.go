@@ -65,7 +65,7 @@ func KubePath() (string, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("-B kubernetes needs %s, which is not installed beside %s (looked for %s): build it with 'go build ./cmd/agentkernel-kube'", KubeName, self, candidates[0])
+	return "", fmt.Errorf("-B kubernetes needs %s, which is not installed beside %s (looked for %s)", KubeName, self, candidates[0])
 }
 
 // WantsKube reports whether a command line (without the program name)
