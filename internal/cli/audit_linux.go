@@ -86,7 +86,11 @@ func writeAuditTable(w io.Writer, entries []audit.Entry) error {
 			exit = "error"
 		}
 		d := time.Duration(e.DurationMS * float64(time.Millisecond)).Round(100 * time.Microsecond)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Sandbox, e.Action, exit, d, e.Who, quoteArgs(e.Command))
+		command := quoteArgs(e.Command)
+		if e.Recording != "" {
+			command += " (recorded to " + quoteArgs([]string{e.Recording}) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Sandbox, e.Action, exit, d, e.Who, command)
 	}
 	return tw.Flush()
 }

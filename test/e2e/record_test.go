@@ -120,6 +120,9 @@ func TestAttachRecord(t *testing.T) {
 	if !found {
 		t.Errorf("no audit entry with the recording %s", file)
 	}
+	if res := a.must("audit", "--sandbox", "rec"); !strings.Contains(res.stdout, "(recorded to "+file+")") {
+		t.Errorf("audit's table does not show the recording:\n%s", res.stdout)
+	}
 
 	res := a.must("replay", "--speed", "50", file)
 	if !strings.Contains(res.stdout, "rec-42") || strings.Contains(res.stdout, "Playing:") {
