@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -64,13 +66,43 @@ its entries as one JSON array.`,
 func quoteArgs(argv []string) string {
 	out := make([]string, len(argv))
 	for i, s := range argv {
-		s = strings.ReplaceAll(s, "\n", `\n`)
 		if s == "" || strings.ContainsAny(s, " \t'\"$`\\") {
 			s = "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 		}
-		out[i] = s
+		out[i] = printable(s)
 	}
 	return strings.Join(out, " ")
+}
+
+// printable is s with what a terminal would act on instead of show
+// written out as escapes: control characters (\n, \t, ESC and the rest of
+// C0 and C1, DEL), bidirectional overrides and bytes that are not UTF-8.
+// The audit log holds commands and paths that sandboxed agents chose; its
+// table must not let them move the cursor, recolour or rewrite the
+// terminal, or reorder what it shows.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // writeAuditTable writes audit entries as audit's (and logs's) table.
@@ -90,7 +122,7 @@ func writeAuditTable(w io.Writer, entries []audit.Entry) error {
 		if e.Recording != "" {
 			command += " (recorded to " + quoteArgs([]string{e.Recording}) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Sandbox, e.Action, exit, d, e.Who, command)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), printable(e.Sandbox), printable(e.Action), exit, d, printable(e.Who), command)
 	}
 	return tw.Flush()
 }
