@@ -87,10 +87,11 @@
 //
 // # Not yet
 //
-// This backend runs ephemeral sandboxes as root only. It has no
-// persistent sandboxes, warm pools, exec, files or stats, checkpoint and
-// restore, secrets, --keep of the writable layer or host image yet; a
-// sandbox's network needs a TUN device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
+// This backend runs as root only. Persistent sandboxes (Boot,
+// persist_linux.go) exist on amd64 only (the idle init is amd64 code). It
+// has no warm pools, snapshots, checkpoint and restore, secrets, --keep
+// of a run's writable layer or host image yet; a sandbox's network needs
+// a TUN device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
 // host).

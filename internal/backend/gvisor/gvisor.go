@@ -3,6 +3,8 @@ package gvisor
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // BackendName is the backend's name as users type it (-B gvisor).
@@ -32,6 +34,10 @@ type Options struct {
 	// NetHelper is the agentkernel-full binary that serves a sandbox's
 	// network (package netproc); empty: found with fullbin.Path.
 	NetHelper string
+	// OnNetworkDeny, when set, is told each distinct refusal of a
+	// persistent sandbox's network policy as it happens (a run's are in
+	// its result).
+	OnNetworkDeny func(spec *sandbox.Spec, d sandbox.NetworkDenial)
 }
 
 // Backend runs sandboxes under gVisor's runsc.

@@ -146,8 +146,10 @@ func mountPointIn(root, name string) error {
 // startNetwork hands the TUN device to a network helper. Runs on the
 // run's locked thread, in the sandbox's network namespace: the helper
 // itself is forked from another goroutine (so another thread, in
-// agentkernel's own namespaces), as native forks it. Without published
-// ports the helper starts on the sandbox's first packet (StartLazy).
+// agentkernel's own namespaces), as native forks it. A run without
+// published ports starts it on the sandbox's first packet (StartLazy); a
+// persistent sandbox's refusals reach Options.OnNetworkDeny as they
+// happen.
 func (r *run) startNetwork() error {
 	tun := r.tun
 	r.tun = nil
@@ -160,7 +162,11 @@ func (r *run) startNetwork() error {
 		}
 	}
 	cfg := netproc.Config{SandboxID: r.id, Mode: netproc.ModeTUN, Network: r.spec.Network}
-	if len(cfg.Network.Ports) == 0 {
+	var onDeny func(netproc.Denial)
+	if f := r.b.opts.OnNetworkDeny; f != nil && r.keep != "" {
+		onDeny = func(d netproc.Denial) { f(r.spec, d) }
+	}
+	if len(cfg.Network.Ports) == 0 && r.keep == "" {
 		p, err := netproc.StartLazy(exe, tun, cfg, nil)
 		if err != nil {
 			return err
@@ -174,7 +180,7 @@ func (r *run) startNetwork() error {
 	}
 	started := make(chan out, 1)
 	go func() {
-		p, err := netproc.Start(exe, tun, cfg, nil)
+		p, err := netproc.Start(exe, tun, cfg, onDeny)
 		started <- out{p, err}
 	}()
 	o := <-started
