@@ -158,6 +158,12 @@ func (r *run) prepare(con *console) error {
 		mounts = append(netMounts, mounts...)
 	}
 	s := ociSpec(r.spec, p, mounts, cgroupName(r.id))
+	if r.keep != "" && s.Linux.CgroupsPath == "" {
+		// Named by us even without limits (runsc would name it after
+		// the container), so that a boot after a killed supervisor can
+		// remove what runsc could not (Boot).
+		s.Linux.CgroupsPath = cgroupName(r.id)
+	}
 	if netNeeded(r.spec) {
 		for i := range s.Linux.Namespaces {
 			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
@@ -200,6 +206,12 @@ func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 	// Its own process group: a terminal's Ctrl-C reaches the command
 	// through the run (signal), not runsc itself.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if r.keep != "" {
+		// A persistent sandbox ends with the process that booted it (its
+		// supervisor): runsc goes when the thread that started it does,
+		// and its sandbox and gofer with it.
+		cmd.SysProcAttr.Pdeathsig = unix.SIGKILL
+	}
 	return cmd
 }
 

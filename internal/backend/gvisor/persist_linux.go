@@ -68,10 +68,12 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		return nil, fmt.Errorf("the gvisor backend: sandbox id %q", spec.ID)
 	}
 	r.dir = filepath.Join(dir, "gvisor")
-	// What a killed supervisor left.
+	// What a killed supervisor left: runsc's state and its cgroup
+	// (runsc, killed with it, removed neither).
 	if _, err := os.Stat(r.state()); err == nil {
 		_ = exec.Command(runsc, "--root", r.state(), "delete", "--force", r.id).Run()
 	}
+	removeCgroups(cgroupName(r.id))
 	if err := os.RemoveAll(r.dir); err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -174,4 +176,95 @@ func TestPersistent(t *testing.T) {
 	if left := leftovers(dataDir); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
+}
+
+// TestPersistentEndsWithBooter: a persistent sandbox ends when the
+// process that booted it is killed (sandbox.Booter's contract): no runsc
+// process of it is left. The booting process is this test binary
+// re-executed.
+func TestPersistentEndsWithBooter(t *testing.T) {
+	if dir := os.Getenv("GVISOR_TEST_BOOT_DIR"); dir != "" {
+		layer := busyboxLayer(t)
+		spec := testSpec(layer)
+		spec.ID = "orphan-test"
+		if _, err := New(Options{}).Boot(context.Background(), spec, dir, os.Stderr); err != nil {
+			t.Fatal(err)
+		}
+		os.Stdout.WriteString("READY\n")
+		time.Sleep(time.Minute)
+		return
+	}
+	needRunsc(t)
+	if idleInit() == nil {
+		t.Skip("persistent gvisor sandboxes exist on amd64 only")
+	}
+	dir := filepath.Join(t.TempDir(), "box")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestPersistentEndsWithBooter$", "-test.v")
+	cmd.Env = append(os.Environ(), "GVISOR_TEST_BOOT_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	got := ""
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(got, "READY") && time.Now().Before(deadline) {
+		n, err := out.Read(buf)
+		got += string(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(got, "READY") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the booting process did not boot: %s", got)
+	}
+	if n := runscOf(dir); n == 0 {
+		t.Fatal("control: no runsc process of the sandbox while it runs")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	var n int
+	for i := 0; i < 50; i++ {
+		if n = runscOf(dir); n == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n > 0 {
+		t.Fatalf("%d runsc processes of the sandbox outlived the process that booted it", n)
+	}
+	// The next boot removes what the killed one left (its cgroup),
+	// and its own stop leaves nothing.
+	spec := testSpec(busyboxLayer(t))
+	spec.ID = "orphan-test"
+	inst, err := New(Options{}).Boot(context.Background(), spec, dir, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.(*Instance).Stop()
+	inst.Close()
+	if cgs, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgroupName("agentkernel-orphan-test")); len(cgs) > 0 {
+		t.Errorf("cgroups left: %v", cgs)
+	}
+	if cgs, _ := filepath.Glob("/sys/fs/cgroup/*/agentkernel-orphan-test"); len(cgs) > 0 {
+		t.Errorf("cgroups left: %v", cgs)
+	}
+}
+
+// runscOf counts the processes whose command line names dir.
+func runscOf(dir string) int {
+	n := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), dir) {
+			n++
+		}
+	}
+	return n
 }

@@ -345,7 +345,7 @@ func (r *run) cleanup() {
 	if left, _ := os.ReadDir(r.state()); containerLeft(left) {
 		_ = exec.Command(r.runsc, "--root", r.state(), "delete", "--force", r.id).Run()
 	}
-	if resources(r.spec.Resources) != nil {
+	if resources(r.spec.Resources) != nil || r.keep != "" {
 		removeCgroups(cgroupName(r.id))
 	}
 	if err := os.RemoveAll(r.dir); err != nil {

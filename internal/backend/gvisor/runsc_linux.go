@@ -93,3 +93,19 @@ func tooOld(version string) (string, bool) {
 	d, _ := strconv.Atoi(m[1])
 	return "release-" + m[1], d < oldestRelease
 }
+
+// checkRunscVersion runs `runsc --version` (10 s at most), puts its
+// first line in version and fails for a runsc too old for this backend.
+func checkRunscVersion(ctx context.Context, p string, version *string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w; %s", p, err, getRunsc)
+	}
+	*version = firstLine(string(out))
+	if v, ok := tooOld(string(out)); ok {
+		return fmt.Errorf("runsc at %s is too old (%s): the gvisor backend needs the systrap platform; %s", p, v, getRunsc)
+	}
+	return nil
+}
