@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/config"
 )
@@ -311,6 +312,7 @@ func Run(ctx context.Context, o Options) *Report {
 	for _, t := range o.Tools {
 		add(toolCheck(ctx, t, o.ToolTimeout))
 	}
+	add(gvisorCheck(ctx))
 
 	// container
 	cn := Check{Name: "container", Status: StatusInfo, Enables: "(information) inside a container the sandbox nests in it: the container's own limits and seccomp profile apply too"}
@@ -553,4 +555,20 @@ func readTrim(p string) string {
 func fileExists(p string) bool {
 	_, err := os.Lstat(filepath.Clean(p))
 	return err == nil
+}
+
+// gvisorCheck says whether -B gvisor can run here, and what it does not
+// do that the native backend does: the backend is marked weaker where
+// it is, never silently so.
+func gvisorCheck(ctx context.Context) Check {
+	c := Check{Name: "gvisor", Status: StatusInfo, Enables: "-B gvisor: commands under gVisor's own kernel (runsc), network and persistent sandboxes as native's; optional"}
+	d := gvisor.Diagnose(ctx)
+	gaps := "; not supported on gvisor: " + strings.Join(gvisor.Gaps(), ", ") + " (use -B native for those)"
+	if d.Problem != "" {
+		c.Message = "-B gvisor cannot run here: " + d.Problem + gaps
+		c.Fix = "scripts/runsc.sh builds the runsc agentkernel is tested with (or set AGENTKERNEL_RUNSC); docs/gvisor.md"
+		return c
+	}
+	c.Status, c.Message = StatusOK, d.Runsc+" ("+d.Version+")"+gaps
+	return c
 }

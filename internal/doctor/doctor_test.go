@@ -191,7 +191,7 @@ func TestRunHere(t *testing.T) {
 			t.Errorf("%s: an error without a fix: %+v", c.Name, c)
 		}
 	}
-	for _, n := range []string{"kernel", "user_namespaces", "namespaces", "overlayfs", "idmapped_mounts", "cgroups", "seccomp", "landlock", "network_egress", "kvm", "sh", "no-such-runtime", "container", "backend"} {
+	for _, n := range []string{"kernel", "user_namespaces", "namespaces", "overlayfs", "idmapped_mounts", "cgroups", "seccomp", "landlock", "network_egress", "kvm", "sh", "no-such-runtime", "gvisor", "container", "backend"} {
 		if !names[n] {
 			t.Errorf("no %s check", n)
 		}
@@ -224,5 +224,27 @@ func TestRunHere(t *testing.T) {
 	}
 	if r.Isolation != "full" || !r.Healthy {
 		t.Errorf("as root: %s (%s)\n%s", r.Isolation, r.Why, text.String())
+	}
+}
+
+// TestGVisorCheck: the gvisor check says why -B gvisor cannot run (a
+// runsc that is not executable, one too old) and always lists the
+// backend's gaps.
+func TestGVisorCheck(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "runsc-plain")
+	if err := os.WriteFile(notExec, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "runsc-old")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\necho 'runsc version release-20221219.0'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ runsc, want string }{{notExec, "not an executable"}, {old, "too old"}} {
+		t.Setenv("AGENTKERNEL_RUNSC", c.runsc)
+		got := gvisorCheck(context.Background())
+		if got.Status != StatusInfo || !strings.Contains(got.Message, c.want) || !strings.Contains(got.Message, "secrets") || got.Fix == "" {
+			t.Errorf("%s: %+v", c.runsc, got)
+		}
 	}
 }

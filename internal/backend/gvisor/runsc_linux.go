@@ -63,14 +63,9 @@ func checkRunsc(ctx context.Context, p, dir string) error {
 	if b, err := os.ReadFile(okFile); err == nil && string(b) == stamp {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, p, "--version").Output()
-	if err != nil {
-		return fmt.Errorf("%s --version: %w; %s", p, err, getRunsc)
-	}
-	if v, ok := tooOld(string(out)); ok {
-		return fmt.Errorf("runsc at %s is too old (%s): the gvisor backend needs the systrap platform; %s", p, v, getRunsc)
+	var version string
+	if err := checkRunscVersion(ctx, p, &version); err != nil {
+		return err
 	}
 	tmp := okFile + ".tmp"
 	if os.WriteFile(tmp, []byte(stamp), 0o600) == nil {
@@ -94,10 +89,10 @@ func tooOld(version string) (string, bool) {
 	return "release-" + m[1], d < oldestRelease
 }
 
-// checkRunscVersion runs `runsc --version` (10 s at most), puts its
+// checkRunscVersion runs `runsc --version` (30 s at most), puts its
 // first line in version and fails for a runsc too old for this backend.
 func checkRunscVersion(ctx context.Context, p string, version *string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, p, "--version").Output()
 	if err != nil {
