@@ -3,10 +3,15 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/testenv/netlab"
 )
 
 // TestGVisorPersistent: a persistent sandbox on the gvisor backend
@@ -91,4 +96,34 @@ func TestGVisorPersistent(t *testing.T) {
 	}
 	a.must("sandbox", "rm", "-f", "gv")
 	removed = true
+}
+
+// TestGVisorPersistentNetwork: a persistent gvisor sandbox's network is
+// a run's: an allowed name reached, another refused, a published port
+// reachable from the host's loopback while it runs.
+func TestGVisorPersistentNetwork(t *testing.T) {
+	a, ref, lab := gvNetEnv(t)
+	a.must(append([]string{"sandbox", "create", "gvnet", "-B", "gvisor", "--image", ref, "--pull", "never", "-P", "18081:8000", "--start"}, filtered...)...)
+	defer a.run("sandbox", "rm", "-f", "gvnet")
+	if r := a.must("exec", "gvnet", "--", "wget", "-q", "-O", "-", "http://allowed.test/"); !strings.Contains(r.stdout, "netlab web host=allowed.test") {
+		t.Errorf("allowed name: %v", r)
+	}
+	if r := a.run("exec", "gvnet", "--", "wget", "-q", "-O", "-", "http://"+netlab.Web4(2)+"/"); r.code == 0 || lab.Reached(netlab.Web4(2)) {
+		t.Errorf("an address filtered mode does not allow was reached: %v", r)
+	}
+	a.must("exec", "-d", "gvnet", "--", "sh", "-c", "mkdir -p /srv && echo persistent > /srv/p.txt && exec httpd -f -p 8000 -h /srv")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: lab.DialContext}}
+	body := ""
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := client.Get("http://127.0.0.1:18081/p.txt"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if body = string(b); resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+	}
+	if body != "persistent\n" {
+		t.Errorf("published port: %q", body)
+	}
 }
