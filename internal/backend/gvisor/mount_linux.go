@@ -372,10 +372,16 @@ func (r *run) volumes() ([]specs.Mount, error) {
 // cow shows src (with m.Layers over it) through an overlay whose
 // writable layer is in the run's directory, and returns where.
 func (r *run) cow(i int, m sandbox.Mount, src string) (string, error) {
-	d := filepath.Join(r.dir, "cow"+strconv.Itoa(i))
+	base := r.dir
+	if r.keep != "" {
+		// A persistent sandbox's: kept from one boot to the next in its
+		// directory, where native keeps its own (<dir>/cowN/upper).
+		base = r.keep
+	}
+	d := filepath.Join(base, "cow"+strconv.Itoa(i))
 	upper, work, merged := d+"/upper", d+"/work", d+"/merged"
 	for _, p := range []string{d, upper, work, merged} {
-		if err := os.Mkdir(p, 0o700); err != nil {
+		if err := os.Mkdir(p, 0o700); err != nil && !(r.keep != "" && errors.Is(err, os.ErrExist)) {
 			return "", err
 		}
 	}

@@ -59,6 +59,13 @@ func TestPersistent(t *testing.T) {
 	spec := testSpec(layer)
 	spec.ID = "persist-test"
 	spec.Resources = sandbox.Resources{MemoryMB: 256, PIDs: 64}
+	// A copy-on-write volume: its writes kept with the sandbox, never
+	// in the host's directory.
+	proj := t.TempDir()
+	if err := os.WriteFile(filepath.Join(proj, "orig.txt"), []byte("orig\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec.Mounts = []sandbox.Mount{{Kind: sandbox.MountCopyOnWrite, Source: proj, Dest: "/workspace"}}
 	logPath := filepath.Join(t.TempDir(), "log")
 	log, err := os.Create(logPath)
 	if err != nil {
@@ -100,6 +107,13 @@ func TestPersistent(t *testing.T) {
 	if err != nil || ws.ExitStatus() != 0 || out != "isatty\r\nxterm\r\n" {
 		b, _ := os.ReadFile(logPath)
 		t.Fatalf("exec -t: %q %v %v\n%s", out, ws, err, b)
+	}
+
+	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "cat /workspace/orig.txt; echo cow > /workspace/new.txt"}}); err != nil || out != "orig\n" {
+		t.Fatalf("the copy-on-write volume: %q %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "new.txt")); err == nil {
+		t.Fatal("a write to the copy-on-write volume reached the host's directory")
 	}
 
 	// Inside → host side.
@@ -168,7 +182,7 @@ func TestPersistent(t *testing.T) {
 		t.Fatal(err)
 	}
 	in = inst.(*Instance)
-	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/tmp/in.txt", "/tmp/host.txt"}}); err != nil || out != "from inside\nfrom the host\n" {
+	if out, _, err = execOut(t, in, &agent.ExecRequest{Args: []string{"cat", "/tmp/in.txt", "/tmp/host.txt", "/workspace/new.txt"}}); err != nil || out != "from inside\nfrom the host\ncow\n" {
 		t.Fatalf("after a second boot: %q %v", out, err)
 	}
 	in.Stop()
