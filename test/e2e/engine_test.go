@@ -98,6 +98,10 @@ func TestRunEngineBackends(t *testing.T) {
 			if r.code != 0 || r.stdout != "changed\n" {
 				t.Errorf("after a restart: %v", r)
 			}
+			r = a.run("snapshot", "take", "box")
+			if r.code == 0 || !strings.Contains(r.stderr, "no snapshots yet") {
+				t.Errorf("snapshot of an engine's sandbox: %v", r)
+			}
 			r = a.run("sandbox", "rm", "-f", "box")
 			if b, _ := os.ReadFile(filepath.Join(a.dir, "src")); r.code != 0 || string(b) != "host\n" {
 				t.Errorf("rm: %v (host file %q)", r, b)
