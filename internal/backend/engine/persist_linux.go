@@ -129,6 +129,13 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		return fail(fmt.Errorf("backend %s: the container's root (a local engine is needed): %w", b.name, err))
 	}
 	i.root = fd
+	// The pid still the container's PID 1 after the open: not a process
+	// that took a pid freed meanwhile.
+	if in, err := cli.ContainerInspect(ctx, i.id, client.ContainerInspectOptions{}); err != nil || in.Container.State == nil ||
+		!in.Container.State.Running || in.Container.State.Pid != i.pid {
+		unix.Close(fd)
+		return fail(fmt.Errorf("backend %s: the container ended while it was booting (%v)", b.name, err))
+	}
 	go i.watch()
 	ok = true
 	if log != nil {
