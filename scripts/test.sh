@@ -45,11 +45,14 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' 
 if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
 
 if command -v as >/dev/null && command -v ld >/dev/null; then
-  echo "== exec stub matches its assembly source"
+  echo "== exec stub and idle program match their assembly sources"
   stubdir=$(mktemp -d)
   as --64 -o "$stubdir/s.o" internal/backend/native/stub/execstub_amd64.S
   ld -static -n -s --build-id=none -e _start -o "$stubdir/s.bin" "$stubdir/s.o"
   cmp "$stubdir/s.bin" internal/backend/native/stub/execstub_amd64.bin || { echo "stub/execstub_amd64.bin is stale: go generate ./internal/backend/native/..."; exit 1; }
+  as --64 -o "$stubdir/i.o" internal/backend/engine/idle/idle_amd64.S
+  ld -static -n -s --build-id=none -e _start -o "$stubdir/i.bin" "$stubdir/i.o"
+  cmp "$stubdir/i.bin" internal/backend/engine/idle/idle_amd64.bin || { echo "engine/idle/idle_amd64.bin is stale: go generate ./internal/backend/engine/idle"; exit 1; }
   rm -rf "$stubdir"
 fi
 
