@@ -285,7 +285,7 @@ func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 		}
 		fds[n] = d
 	}
-	p := &process{i: i, fds: fds, tty: req.TTY, ended: make(chan struct{})}
+	p := &process{i: i, fds: fds, tty: req.TTY, pidfd: -1, ended: make(chan struct{})}
 	opts := client.ExecCreateOptions{Cmd: req.Args, Env: req.Env, WorkingDir: req.Workdir, User: req.User, TTY: req.TTY,
 		AttachStdin: true, AttachStdout: true, AttachStderr: true}
 	if req.TTY {
@@ -352,6 +352,7 @@ type process struct {
 	tty     bool
 	hostPid int
 	nsPid   int
+	mu      sync.Mutex // guards pidfd, closed when the command has ended
 	pidfd   int
 	ended   chan struct{}
 	status  syscall.WaitStatus
@@ -413,9 +414,12 @@ func (p *process) pump() {
 	p.status = syscall.WaitStatus(code << 8)
 	_ = out.Close()
 	_ = errw.Close()
-	if p.pidfd > 0 {
+	p.mu.Lock()
+	if p.pidfd >= 0 {
 		unix.Close(p.pidfd)
+		p.pidfd = -1
 	}
+	p.mu.Unlock()
 }
 
 // copyIn copies the caller's stdin into the exec until its end, or until
@@ -470,7 +474,14 @@ func (p *process) followSize(stop <-chan struct{}) {
 func (p *process) Pid() int { return p.nsPid }
 
 func (p *process) Signal(sig syscall.Signal) error {
-	if p.pidfd <= 0 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pidfd < 0 {
+		select {
+		case <-p.ended:
+			return unix.ESRCH
+		default:
+		}
 		return errors.New("the command's process is not known")
 	}
 	return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
