@@ -321,9 +321,10 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 	if spec.Rootfs.Host {
 		return nil, fmt.Errorf("sandbox %q runs the host's own tools (read-only): it has no writable layer to snapshot: %w", src, sandbox.ErrUnsupported)
 	}
-	if spec.Backend != "" && spec.Backend != "native" {
-		// Its root's writable layer is the engine's (or the backend's
-		// own), not a directory this package knows.
+	if spec.Backend == "docker" || spec.Backend == "podman" {
+		// Its root's writable layer is the engine's, not a directory this
+		// package knows (native and gvisor keep theirs in the sandbox's
+		// directory, which is what a snapshot takes).
 		return nil, fmt.Errorf("sandbox %q runs on backend %s, which has no snapshots yet (sandboxes on native do): %w", src, spec.Backend, sandbox.ErrUnsupported)
 	}
 	dir := m.Dir(src)
