@@ -446,9 +446,7 @@ with --in-cluster under a service account with the role in docs/kubernetes.md.`,
 				}
 			}
 			if once {
-				ctx, cancel := context.WithCancel(cmd.Context())
-				cancel()
-				b.RunController(ctx, interval, report)
+				report(b.Pass(cmd.Context()))
 				return last
 			}
 			b.RunController(cmd.Context(), interval, report)

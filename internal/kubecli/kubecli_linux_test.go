@@ -13,9 +13,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	kube "github.com/agentkernel/agentkernel/internal/backend/kubernetes"
 	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
 )
 
@@ -139,11 +142,29 @@ func TestWrongToken(t *testing.T) {
 }
 
 func TestControllerOnce(t *testing.T) {
-	cfg, _ := setup(t, shared.Get(t).AdminToken)
+	cfg, ns := setup(t, shared.Get(t).AdminToken)
 	if _, errs, code := run(t, "controller", "--once", "--install-crds", "--config", cfg); code != 0 {
 		t.Fatalf("controller: %d %s", code, errs)
 	}
-	out, _, code := run(t, "crds", "print")
+	l := shared.Get(t)
+	dc, err := dynamic.NewForConfig(&rest.Config{Host: l.URL, BearerToken: l.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: l.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentkernel.io/v1alpha1", "kind": "AgentSandbox",
+		"metadata": map[string]any{"name": "crd1"}, "spec": map[string]any{"image": "alpine", "securityProfile": "restrictive"}}}
+	if _, err := dc.Resource(kube.SandboxResource).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := run(t, "controller", "--once", "--config", cfg)
+	if code != 0 || out != "created crd1\n" {
+		t.Fatalf("controller pass: %d %q %q", code, out, errs)
+	}
+	out, _, _ = run(t, "sandbox", "list", "--config", cfg)
+	if !strings.Contains(out, "crd1") || !strings.Contains(out, "restrictive") {
+		t.Errorf("list after reconcile: %q", out)
+	}
+	out, _, code = run(t, "crds", "print")
 	if code != 0 || !json.Valid([]byte(out)) || !strings.Contains(out, "agentsandboxes.agentkernel.io") {
 		t.Errorf("crds print: %d %.100s", code, out)
 	}

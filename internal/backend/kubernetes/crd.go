@@ -346,6 +346,16 @@ func (b *Backend) setStatus(ctx context.Context, gvr schema.GroupVersionResource
 	_, _ = b.dyn.Resource(gvr).Namespace(b.ns).UpdateStatus(ctx, u, metav1.UpdateOptions{})
 }
 
+// Pass is one pass of the controller: Reconcile, then Reap.
+func (b *Backend) Pass(ctx context.Context) (Reconciled, Reaped, error) {
+	rc, err := b.Reconcile(ctx)
+	if err != nil {
+		return rc, Reaped{}, err
+	}
+	rp, err := b.Reap(ctx)
+	return rc, rp, err
+}
+
 // RunController reconciles and reaps every interval until ctx ends:
 // what `agentkernel-kube controller` runs in the cluster. report (may be
 // nil) hears of each pass.
@@ -353,11 +363,7 @@ func (b *Backend) RunController(ctx context.Context, interval time.Duration, rep
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		rc, err := b.Reconcile(ctx)
-		var rp Reaped
-		if err == nil {
-			rp, err = b.Reap(ctx)
-		}
+		rc, rp, err := b.Pass(ctx)
 		if report != nil {
 			report(rc, rp, err)
 		}
