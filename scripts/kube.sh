@@ -51,8 +51,13 @@ mkdir -p "$dir"
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "kube.sh: building kube-apiserver $version and etcd (10 minutes or more on a small machine)" >&2
+# The version the API server reports (/version, --version), which its
+# own build scripts stamp in the same way.
+minor=${version#v1.}
+minor=${minor%%.*}
+ldflags="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 (cd scripts/kube && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-  go build -trimpath -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver &&
+  go build -trimpath -ldflags "$ldflags" -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver &&
   CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
   go build -trimpath -o "$work/etcd" go.etcd.io/etcd/server/v3)
 "$work/kube-apiserver" --version >/dev/null
