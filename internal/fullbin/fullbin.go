@@ -92,6 +92,8 @@ func WantsKube(args []string) bool {
 			v = strings.TrimPrefix(a, "--backend=")
 		case strings.HasPrefix(a, "-B") && len(a) > 2:
 			v = strings.TrimPrefix(strings.TrimPrefix(a, "-B"), "=")
+		case a == "-c" || a == "--config" || a == "--data-dir" || a == "--log-level":
+			i++ // the global flags that take a value: skip it
 		case cmd == "" && !strings.HasPrefix(a, "-"):
 			cmd = a
 		}

@@ -17,6 +17,9 @@ func TestWantsKube(t *testing.T) {
 		{"-Bkubernetes ps", true},
 		{"-B=kubernetes controller", true},
 		{"crds print -B kubernetes", true},
+		{"--data-dir /d sandbox create x -B kubernetes", true},
+		{"-c cfg.toml --log-level debug -q ps -B k8s", true},
+		{"--data-dir sandbox run -B kubernetes", false}, // "sandbox" is the data directory
 		{"sandbox create x", false},
 		{"sandbox create x -B gvisor", false},
 		{"run -B kubernetes echo hi", false}, // run is not served there

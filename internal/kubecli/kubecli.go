@@ -37,6 +37,7 @@ type app struct {
 	backendName    string
 	opts           kubernetes.Options
 	maxSandboxes   int64
+	quiet          bool
 }
 
 // Main runs one command line (args without the program name) and
@@ -88,7 +89,15 @@ backend needs.`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.backendName, "backend", "B", "kubernetes", "backend (only kubernetes here)")
-	pf.StringVar(&a.configPath, "config", "", "configuration file to read [orchestrator] from (default: your user configuration)")
+	pf.StringVarP(&a.configPath, "config", "c", "", "configuration file to read [orchestrator] from (default: your user configuration)")
+	// agentkernel's other global flags, accepted so that a command line
+	// agentkernel-full hands over parses here too.
+	var dataDir, logLevel string
+	pf.StringVar(&dataDir, "data-dir", "", "agentkernel's data directory (not used by this backend)")
+	pf.StringVar(&logLevel, "log-level", "warn", "log verbosity (not used by this backend)")
+	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only results and errors")
+	_ = pf.MarkHidden("data-dir")
+	_ = pf.MarkHidden("log-level")
 	pf.StringVar(&a.opts.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: [orchestrator] kubeconfig, $KUBECONFIG, ~/.kube/config)")
 	pf.StringVar(&a.opts.Context, "context", "", "kubeconfig context")
 	pf.StringVarP(&a.opts.Namespace, "namespace", "n", "", "namespace (default: [orchestrator] namespace, the context's, default)")
@@ -216,7 +225,9 @@ NAME is a DNS label (lower-case letters, digits, '-'), at most 51 characters.`,
 				how = " (from pool " + pool + ")"
 			}
 			fmt.Fprintf(a.stdout, "%s\n", s.Name)
-			fmt.Fprintf(a.stderr, "sandbox %s: pod %s in namespace %s%s\n", s.Name, s.Pod, b.Namespace(), how)
+			if !a.quiet {
+				fmt.Fprintf(a.stderr, "sandbox %s: pod %s in namespace %s%s\n", s.Name, s.Pod, b.Namespace(), how)
+			}
 			if !s.UserNamespace && !a.opts.NoUserNamespace {
 				fmt.Fprintf(a.stderr, "warning: the cluster dropped hostUsers: false: the pod has no user namespace (its nodes or API server lack user namespace support)\n")
 			}
