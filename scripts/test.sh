@@ -91,6 +91,7 @@ fi
 # .ci/run does (cached), before it. Without them those tests are left
 # out, and this says so.
 kube_out=()
+kube_skip=
 if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_KUBE_DIR:-}" ]; then
   if AGENTKERNEL_KUBE_DIR=$(./scripts/kube.sh --cached); then
     export AGENTKERNEL_KUBE_DIR
@@ -99,19 +100,27 @@ if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_KUBE_DIR:-}" ]; then
     echo "== NOTE: no kube-apiserver: the kubernetes backend's tests are LEFT OUT of this run"
     echo "   (./scripts/kube.sh builds it and etcd once, 10 to 20 minutes on 2 cores; .ci/run does, and runs them)"
     kube_out=('/internal/backend/kubernetes$' '/internal/kubecli$')
+    kube_skip='^TestKubernetes'
   fi
 fi
 
 echo "== go test"
 pkgs=$(go list ./...)
+skip=()
 if [ ${#gvisor_out[@]} -gt 0 ]; then
   pkgs=$(grep -v '/internal/backend/gvisor$' <<<"$pkgs")
+  skip+=('^TestGVisor')
 fi
 for re in "${kube_out[@]}"; do
   pkgs=$(grep -v "$re" <<<"$pkgs")
 done
+if [ -n "$kube_skip" ]; then skip+=("$kube_skip"); fi
+skip_args=()
+if [ ${#skip[@]} -gt 0 ]; then
+  skip_args=(-skip "$(IFS='|'; echo "${skip[*]}")")
+fi
 # shellcheck disable=SC2086
-go test -count=1 -timeout 15m "${gvisor_out[@]}" $pkgs
+go test -count=1 -timeout 15m "${skip_args[@]}" $pkgs
 
 # fuzz_one PKG TARGET: fuzz one target for $FUZZTIME. A time-bounded run of
 # Go's fuzzing coordinator (up to Go 1.26) can end with a bare "context

@@ -1,0 +1,91 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
+	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
+)
+
+// TestKubernetesHandOff: `agentkernel ... -B kubernetes` goes from the
+// agentkernel binary to agentkernel-full to agentkernel-kube (two
+// execve's) and reaches a real kube-apiserver (no kubelet: the pod stays
+// Pending).
+func TestKubernetesHandOff(t *testing.T) {
+	bin, ok := kubelab.Dir()
+	if !ok {
+		testenv.Missing(t, "%s", kubelab.MissingHint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	l, err := kubelab.Start(ctx, bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	build := exec.Command("go", "build", "-o", filepath.Dir(binary)+"/", "github.com/agentkernel/agentkernel/cmd/agentkernel-kube")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building agentkernel-kube: %v\n%s", err, out)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: l.URL, BearerToken: l.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: l.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "e2e"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := l.Kubeconfig("e2e.kubeconfig", l.AdminToken, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAK(t)
+	cfg := filepath.Join(a.home, "kube.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[orchestrator]\nkubeconfig = %q\n", kc)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := a.run("sandbox", "create", "web", "-B", "kubernetes", "-c", cfg, "--image", "alpine:3.20", "-p", "restrictive")
+	if r.code != 0 || r.stdout != "web\n" || !strings.Contains(r.stderr, "pod agentkernel-web in namespace e2e") {
+		t.Fatalf("create: %s", r)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, "agentkernel-web", metav1.GetOptions{})
+	if err != nil || pod.Labels["agentkernel.io/sandbox"] != "web" {
+		t.Fatalf("pod: %v %v", pod, err)
+	}
+	if r := a.run("ps", "-B", "k8s", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "web") {
+		t.Errorf("ps: %s", r)
+	}
+	if r := a.run("sandbox", "create", "Web", "-B", "kubernetes", "-c", cfg, "--image", "x"); r.code != 125 || !strings.Contains(r.stderr, "not a DNS label") {
+		t.Errorf("bad name: %s", r)
+	}
+	if r := a.run("rm", "web", "--backend=kubernetes", "-c", cfg); r.code != 0 {
+		t.Errorf("rm: %s", r)
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 0 {
+		t.Errorf("pods left: %v %v", pods, err)
+	}
+	// Without -B kubernetes the same command line stays with the native
+	// backend's sandboxes.
+	if r := a.run("sandbox", "list"); strings.Contains(r.stdout, "web") {
+		t.Errorf("native list shows the pod: %s", r)
+	}
+}
