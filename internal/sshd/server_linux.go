@@ -371,6 +371,9 @@ func (s *Server) session(sc *ssh.ServerConn, who string, ch ssh.Channel, reqs <-
 				go func() {
 					defer finish()
 					run()
+					// As sshd does: exit-status, EOF, then close; the
+					// client waits for the close.
+					ch.Close()
 				}()
 				continue
 			}

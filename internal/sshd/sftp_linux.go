@@ -24,8 +24,9 @@ func (ss *session) sftp() {
 	if err != nil && !errors.Is(err, io.EOF) {
 		ss.s.logf("ssh: sftp: %v", err)
 	}
-	srv.Close()
+	// The exit status before the close (Close closes the channel).
 	ss.exit(0)
+	srv.Close()
 }
 
 type sftpFS struct{ fs *agent.FS }

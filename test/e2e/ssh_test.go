@@ -186,7 +186,7 @@ func TestSSHOpenSSHClients(t *testing.T) {
 
 	// The audit log: connections and their commands.
 	var es []sshAuditEntry
-	if err := json.Unmarshal([]byte(a.must("audit", "--json", "sshbox").stdout), &es); err != nil {
+	if err := json.Unmarshal([]byte(a.must("audit", "--json", "--sandbox", "sshbox").stdout), &es); err != nil {
 		t.Fatal(err)
 	}
 	var conn, disc, execs int
@@ -308,7 +308,9 @@ func TestSSHAttacks(t *testing.T) {
 	os.WriteFile(kp, pem.EncodeToMemory(blk), 0o600)
 	old, _ := sshd.SignUserCert(ca, client.PublicKey(), "sandbox", now.Add(-2*time.Hour), now.Add(-time.Hour))
 	os.WriteFile(kp+"-cert.pub", ssh.MarshalAuthorizedKey(old), 0o600)
-	if r := openssh(t, "", "ssh", "-F", cfg, "-o", "IdentityFile="+kp, "-o", "CertificateFile="+kp+"-cert.pub", "-o", "BatchMode=yes", host, "true"); r.code != 255 {
+	if r := openssh(t, "", "ssh", "-F", "/dev/null", "-i", kp, "-o", "CertificateFile="+kp+"-cert.pub", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+		"-o", "UserKnownHostsFile="+filepath.Join(sdir, "known_hosts"), "-o", "HostKeyAlias="+host, "-o", "StrictHostKeyChecking=yes",
+		"-p", strconv.Itoa(port), "sandbox@127.0.0.1", "true"); r.code != 255 || !strings.Contains(r.stderr, "Permission denied") {
 		t.Errorf("OpenSSH with an expired certificate: %v", r)
 	}
 
@@ -381,14 +383,18 @@ func TestSSHAttacks(t *testing.T) {
 	up := filepath.Join(work, "up")
 	os.WriteFile(up, []byte("from sftp\n"), 0o644)
 	hostTarget := filepath.Join(work, "written-by-sftp")
-	batch("put "+up+" /tmp/uplink"+hostTarget, "put "+up+" /../.."+hostTarget, "-rename /tmp/uplink"+hostTarget+" /tmp/uplink"+hostTarget+".2")
+	// The same directories in the sandbox: the link resolves there.
+	a.must("exec", "sshatk", "--", "mkdir", "-p", work)
+	if r := batch("put "+up+" /tmp/uplink"+hostTarget, "put "+up+" /../.."+hostTarget, "rename /tmp/uplink"+hostTarget+" /tmp/uplink"+hostTarget+".2"); r.code != 0 {
+		t.Errorf("sftp through the links, in the sandbox: %v", r)
+	}
 	if _, err := os.Lstat(hostTarget); err == nil {
 		t.Errorf("sftp wrote the host's %s", hostTarget)
 	}
 	if _, err := os.Lstat(hostTarget + ".2"); err == nil {
 		t.Errorf("sftp renamed onto the host's %s", hostTarget+".2")
 	}
-	if r := a.must("exec", "sshatk", "--", "cat", hostTarget); r.stdout != "from sftp\n" {
+	if r := a.must("exec", "sshatk", "--", "cat", hostTarget+".2"); r.stdout != "from sftp\n" {
 		t.Errorf("the write through the link, in the sandbox: %v", r)
 	}
 
