@@ -6,14 +6,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
+	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/sshd"
 	"github.com/agentkernel/agentkernel/internal/supervisor"
@@ -57,6 +65,7 @@ func newSSHCmd(a *App) *cobra.Command {
 
 func newSSHConnectCmd(a *App) *cobra.Command {
 	var print bool
+	var record string
 	cmd := &cobra.Command{
 		Use:   "connect NAME [-- COMMAND...]",
 		Short: "Open a shell (or run COMMAND) in the sandbox over SSH",
@@ -66,19 +75,33 @@ this connection (and removed after it), and the sandbox's host key is
 pinned. The exit code is the command's (255: ssh itself failed).
 
 --print, or when ssh is not installed, prints the ssh command line instead,
-with a key and certificate that stay valid for 30 minutes.`,
+with a key and certificate that stay valid for 30 minutes.
+
+--record FILE.cast records the session's terminal as asciicast v2 (ssh then
+runs in a terminal of its own; COMMAND gets a terminal too); a directory
+names where the file goes (<sandbox>-<time>.cast). 'agentkernel replay
+FILE.cast' plays it back; the connection's ssh_disconnected audit entry
+names the file.`,
 		Example: `  agentkernel ssh connect dev
   agentkernel ssh connect dev -- make test
-  agentkernel ssh connect dev --print`,
+  agentkernel ssh connect dev --print
+  agentkernel ssh connect dev --record session.cast`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() > 1 || (cmd.ArgsLenAtDash() < 0 && len(args) > 1) {
 				return usageError("give the command after --: agentkernel ssh connect NAME -- COMMAND...")
 			}
-			return a.sshConnect(cmd.Context(), args[0], args[1:], print)
+			if cmd.Flags().Changed("record") && record == "" {
+				return usageError("--record needs a file: --record FILE.cast")
+			}
+			if print && record != "" {
+				return usageError("--print and --record: choose one (--record runs ssh)")
+			}
+			return a.sshConnect(cmd.Context(), args[0], args[1:], print, record)
 		},
 	}
 	cmd.Flags().BoolVar(&print, "print", false, "print the ssh command line instead of running it")
+	cmd.Flags().StringVar(&record, "record", "", "record the terminal to FILE.cast (asciicast v2; a directory: a new file in it)")
 	return cmd
 }
 
@@ -166,7 +189,7 @@ func (t *sshTarget) sshArgs(key string) []string {
 	}
 }
 
-func (a *App) sshConnect(ctx context.Context, name string, command []string, print bool) error {
+func (a *App) sshConnect(ctx context.Context, name string, command []string, print bool, record string) error {
 	t, err := a.sshTarget(ctx, name)
 	if err != nil {
 		return err
@@ -208,9 +231,17 @@ func (a *App) sshConnect(ctx context.Context, name string, command []string, pri
 		}
 		args = append(args, "--", strings.Join(quoted, " "))
 	}
+	if record != "" {
+		return a.sshRecorded(name, sshBin, args, command, record)
+	}
 	c := exec.Command(sshBin, args...)
 	c.Stdin, c.Stdout, c.Stderr = a.Stdin, a.Stdout, a.Stderr
 	err = c.Run()
+	return sshExit(err)
+}
+
+// sshExit passes ssh's exit code on.
+func sshExit(err error) error {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -220,6 +251,82 @@ func (a *App) sshConnect(ctx context.Context, name string, command []string, pri
 	}
 	return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("running ssh: %w", err)}
 }
+
+// sshRecorded runs ssh (args) in a terminal of its own and records what
+// it shows to record (asciicast v2, runcli's recorder): the caller's
+// terminal is raw meanwhile, its size followed. The recording's file is
+// sent to the server for the connection's audit entry.
+func (a *App) sshRecorded(name, sshBin string, args, command []string, record string) error {
+	cols, rows := 80, 24
+	in, inFile := a.Stdin.(*os.File)
+	isTerm := inFile && term.IsTerminal(int(in.Fd()))
+	if isTerm {
+		if ws, err := pty.GetsizeFull(in); err == nil && ws.Cols > 0 && ws.Rows > 0 {
+			cols, rows = int(ws.Cols), int(ws.Rows)
+		}
+	}
+	what := "ssh " + sshd.HostAlias(name)
+	if len(command) > 0 {
+		what = strings.Join(command, " ")
+	}
+	rec, err := a.Recorder.Start(runcli.RecordRequest{Sandbox: name, File: record, Cols: cols, Rows: rows, Command: what})
+	if err != nil {
+		return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "--record takes a .cast file that does not exist yet, or a directory"}
+	}
+	// The options go before the destination, which is args' last word
+	// before any command.
+	dest := len(args) - 1
+	if len(command) > 0 {
+		dest = len(args) - 3
+	}
+	full := append(append([]string{}, args[:dest]...), "-t", "-o", "SetEnv="+sshd.RecordingEnv+"="+rec.File())
+	full = append(full, args[dest:]...)
+	c := exec.Command(sshBin, full...)
+	master, err := pty.StartWithSize(c, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	if err != nil {
+		rec.Close()
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("running ssh: %w", err)}
+	}
+	defer master.Close()
+	if isTerm {
+		if st, err := term.MakeRaw(int(in.Fd())); err == nil {
+			defer term.Restore(int(in.Fd()), st)
+		}
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, unix.SIGWINCH)
+		defer signal.Stop(winch)
+		go func() {
+			for range winch {
+				if ws, err := pty.GetsizeFull(in); err == nil {
+					_ = pty.Setsize(master, ws)
+					_ = rec.Resize(int(ws.Cols), int(ws.Rows))
+				}
+			}
+		}()
+	}
+	if a.Stdin != nil {
+		go agent.CopyToPTY(master, a.Stdin, isTerm)
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(io.MultiWriter(a.Stdout, castOutput{rec}), master)
+	}()
+	err = c.Wait()
+	<-copied
+	if cerr := rec.Close(); cerr != nil {
+		a.Warnf("the recording %s is incomplete: %v", rec.File(), cerr)
+	} else {
+		a.Infof("recorded to %s (agentkernel replay %s)", rec.File(), rec.File())
+	}
+	return sshExit(err)
+}
+
+// castOutput passes a terminal's output to a recording; a failure to
+// record never stops the session (Close reports it).
+type castOutput struct{ r runcli.TerminalRecording }
+
+func (w castOutput) Write(p []byte) (int, error) { _ = w.r.Output(p); return len(p), nil }
 
 func (a *App) sshConfig(ctx context.Context, name string) error {
 	t, err := a.sshTarget(ctx, name)

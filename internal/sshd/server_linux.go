@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -194,10 +195,15 @@ func (s *Server) serveConn(c net.Conn) {
 	fp := sc.Permissions.Extensions["fingerprint"]
 	who := fmt.Sprintf("ssh %s@%s cert %s", sc.User(), c.RemoteAddr(), fp)
 	s.audit(audit.Entry{Action: audit.ActionSSHConnected, Who: who, User: sc.User(), CertFingerprint: fp})
+	var recording atomic.Pointer[string]
 	defer func() {
 		d := time.Since(start)
-		s.audit(audit.Entry{Action: audit.ActionSSHDisconnected, Who: who, User: sc.User(), CertFingerprint: fp,
-			DurationMS: float64(d.Microseconds()) / 1000, DurationSecs: d.Seconds()})
+		e := audit.Entry{Action: audit.ActionSSHDisconnected, Who: who, User: sc.User(), CertFingerprint: fp,
+			DurationMS: float64(d.Microseconds()) / 1000, DurationSecs: d.Seconds()}
+		if r := recording.Load(); r != nil {
+			e.Recording = *r
+		}
+		s.audit(e)
 	}()
 	// Global requests (tcpip-forward for -R, keepalives) are all
 	// answered no.
@@ -213,7 +219,7 @@ func (s *Server) serveConn(c net.Conn) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.session(sc, who, ch, creqs)
+				s.session(sc, who, ch, creqs, &recording)
 			}()
 		case "direct-tcpip":
 			wg.Add(1)
@@ -304,6 +310,9 @@ type session struct {
 	sigs   chan os.Signal
 	// started is set once a shell, exec or subsystem runs.
 	started bool
+	// recording is the connection's recording file, as the client
+	// ('agentkernel ssh connect --record') said (RecordingEnv).
+	recording *atomic.Pointer[string]
 
 	// client is the running command's agent connection: closing it
 	// kills the command (the channel was closed under it).
@@ -333,8 +342,8 @@ func (ss *session) hangUp() {
 
 // session serves one session channel: its requests until the command
 // (or subsystem) it starts has ended.
-func (s *Server) session(sc *ssh.ServerConn, who string, ch ssh.Channel, reqs <-chan *ssh.Request) {
-	ss := &session{s: s, sc: sc, who: who, ch: ch, sigs: make(chan os.Signal, 8)}
+func (s *Server) session(sc *ssh.ServerConn, who string, ch ssh.Channel, reqs <-chan *ssh.Request, recording *atomic.Pointer[string]) {
+	ss := &session{s: s, sc: sc, who: who, ch: ch, sigs: make(chan os.Signal, 8), recording: recording}
 	done := make(chan struct{})
 	defer func() {
 		<-done
@@ -430,12 +439,26 @@ func (ss *session) windowChange(b []byte) bool {
 	return true
 }
 
+// RecordingEnv is the variable by which 'agentkernel ssh connect
+// --record' names its recording file, for the connection's
+// ssh_disconnected audit entry; it never reaches the command.
+const RecordingEnv = "AGENTKERNEL_RECORDING"
+
 // setEnv accepts the locale variables OpenSSH's clients send by default
-// (SendEnv LANG LC_*); nothing else is taken from the client.
+// (SendEnv LANG LC_*); nothing else is taken from the client but
+// RecordingEnv, which is kept for the audit log.
 func (ss *session) setEnv(b []byte) bool {
 	var p struct{ Name, Value string }
 	if ssh.Unmarshal(b, &p) != nil {
 		return false
+	}
+	if p.Name == RecordingEnv {
+		if len(p.Value) > 4096 || strings.IndexFunc(p.Value, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			return false
+		}
+		v := p.Value
+		ss.recording.Store(&v)
+		return true
 	}
 	if p.Name != "LANG" && !strings.HasPrefix(p.Name, "LC_") || strings.ContainsAny(p.Name, "=\x00") || strings.ContainsRune(p.Value, 0) || len(ss.env) >= 32 {
 		return false

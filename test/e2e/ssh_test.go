@@ -84,6 +84,7 @@ type sshAuditEntry struct {
 	User            string   `json:"user"`
 	CertFingerprint string   `json:"cert_fingerprint"`
 	DurationSecs    float64  `json:"duration_secs"`
+	Recording       string   `json:"recording"`
 }
 
 // TestSSHOpenSSHClients: a sandbox created with --ssh is reached by
@@ -184,12 +185,30 @@ func TestSSHOpenSSHClients(t *testing.T) {
 	fwd.Process.Kill()
 	fwd.Wait()
 
+	// --record: the session's terminal as asciicast v2, named in the
+	// connection's audit entry.
+	cast := filepath.Join(work, "session.cast")
+	if r := a.run("ssh", "connect", "sshbox", "--record", cast, "--", "sh", "-c", "echo recorded-line; tty"); r.code != 0 || !strings.Contains(r.stdout, "recorded-line") {
+		t.Fatalf("ssh connect --record: %v", r)
+	}
+	cb, err := os.ReadFile(cast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(cb)), "\n")
+	if len(lines) < 2 || !strings.Contains(lines[0], `"version":2`) || !strings.Contains(string(cb), "recorded-line") || !strings.Contains(string(cb), "/dev/pts/") {
+		t.Errorf("the recording:\n%s", cb)
+	}
+	if r := a.run("replay", "--speed", "100", cast); r.code != 0 || !strings.Contains(r.stdout, "recorded-line") {
+		t.Errorf("replay of the recording: %v", r)
+	}
+
 	// The audit log: connections and their commands.
 	var es []sshAuditEntry
 	if err := json.Unmarshal([]byte(a.must("audit", "--json", "--sandbox", "sshbox").stdout), &es); err != nil {
 		t.Fatal(err)
 	}
-	var conn, disc, execs int
+	var conn, disc, execs, recorded int
 	for _, e := range es {
 		switch e.Action {
 		case "ssh_connected":
@@ -199,11 +218,17 @@ func TestSSHOpenSSHClients(t *testing.T) {
 			}
 		case "ssh_disconnected":
 			disc++
+			if e.Recording == cast {
+				recorded++
+			}
 		case "exec":
 			if strings.HasPrefix(e.Who, "ssh sandbox@") {
 				execs++
 			}
 		}
+	}
+	if recorded != 1 {
+		t.Errorf("no ssh_disconnected entry names the recording %s", cast)
 	}
 	if conn < 8 || disc < 7 || execs < 5 {
 		t.Errorf("audit: %d ssh_connected, %d ssh_disconnected, %d exec over ssh:\n%+v", conn, disc, execs, es)
