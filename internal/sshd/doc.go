@@ -15,8 +15,9 @@
 // key through a known_hosts file the CLI writes (HostKeyAlias
 // agentkernel-NAME, StrictHostKeyChecking yes).
 //
-// What a connection may do (server_linux.go): a session's shell or exec
-// request is an exec in the sandbox through the supervisor's own agent
+// What a connection may do (server_linux.go): a session's shell (the user's shell
+// from the sandbox's /etc/passwd, run as an interactive shell, not a
+// login shell) or exec request is an exec in the sandbox through the supervisor's own agent
 // socket, as the sandbox's user (the sandbox's command rules and the
 // audit log apply as for 'agentkernel exec'); pty-req gives it a
 // terminal (the sandbox's own pty, bridged), window-change resizes it,

@@ -508,7 +508,7 @@ func (ss *session) prepare(kind string, payload []byte) (func(), bool) {
 		}
 		return func() { ss.run([]string{ss.s.o.Shell, "-c", p.Command}, p.Command) }, true
 	default:
-		return func() { ss.run([]string{ss.s.o.Shell, "-l"}, "") }, true
+		return func() { ss.run([]string{ss.s.o.Shell}, "") }, true
 	}
 }
 
