@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"golang.org/x/crypto/ssh"
 
 	"github.com/agentkernel/agentkernel/internal/sshd"
@@ -129,6 +130,39 @@ func TestSSHOpenSSHClients(t *testing.T) {
 	// A login shell reading its commands from stdin.
 	if r := openssh(t, "echo from-shell\nexit 3\n", "ssh", "-F", cfg, "-T", host); r.code != 3 || !strings.Contains(r.stdout, "from-shell") {
 		t.Fatalf("ssh shell: %v", r)
+	}
+
+	// An interactive shell under a real terminal: its prompt, the
+	// window's size, a resize followed, and its end.
+	c := exec.Command("ssh", "-F", cfg, "-tt", host)
+	tty, err := pty.StartWithSize(c, &pty.Winsize{Cols: 101, Rows: 33})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	expect := func(want string) {
+		t.Helper()
+		var seen []byte
+		buf := make([]byte, 4096)
+		tty.SetReadDeadline(time.Now().Add(15 * time.Second))
+		for !bytes.Contains(seen, []byte(want)) {
+			k, err := tty.Read(buf)
+			seen = append(seen, buf[:k]...)
+			if err != nil {
+				t.Fatalf("waiting for %q: %v; the terminal showed %q", want, err, seen)
+			}
+		}
+	}
+	expect("# ")
+	tty.Write([]byte("stty size\n"))
+	expect("33 101")
+	pty.Setsize(tty, &pty.Winsize{Cols: 120, Rows: 40})
+	time.Sleep(300 * time.Millisecond)
+	tty.Write([]byte("stty size\n"))
+	expect("40 120")
+	tty.Write([]byte("exit 4\n"))
+	if err := c.Wait(); c.ProcessState == nil || c.ProcessState.ExitCode() != 4 {
+		t.Errorf("the interactive shell's end: %v", err)
 	}
 
 	// sftp: put, get, mkdir, rename, ls.
