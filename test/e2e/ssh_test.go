@@ -495,3 +495,21 @@ func TestSSHAttacks(t *testing.T) {
 		t.Errorf("after a restart, with the pinned host key: %v", r)
 	}
 }
+
+// TestSSHCommandRules: a sandbox's [security.commands] apply to commands
+// started over SSH, as to exec: refused with 126, and audited.
+func TestSSHCommandRules(t *testing.T) {
+	sshClients(t)
+	a, ref := withRegistry(t)
+	os.WriteFile(filepath.Join(a.dir, "agentkernel.toml"), []byte("[security.commands]\nblock = [\"printf\"]\n"), 0o644)
+	cfg := sshSandbox(t, a, ref, "sshrules")
+	if r := a.run("ssh", "connect", "sshrules", "--", "printf", "ran"); r.code != 126 || strings.Contains(r.stdout, "ran") || !strings.Contains(r.stderr, "printf") {
+		t.Errorf("a blocked command over ssh connect: %v", r)
+	}
+	if r := openssh(t, "", "ssh", "-F", cfg, "agentkernel-sshrules", "printf ran"); r.code != 126 || strings.Contains(r.stdout, "ran") {
+		t.Errorf("a blocked command over ssh: %v", r)
+	}
+	if r := openssh(t, "", "ssh", "-F", cfg, "agentkernel-sshrules", "echo allowed"); r.code != 0 || r.stdout != "allowed\n" {
+		t.Errorf("an allowed command over ssh: %v", r)
+	}
+}
