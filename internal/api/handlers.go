@@ -148,6 +148,10 @@ type runRequest struct {
 	// TimeoutMS stops the command after this many milliseconds (exit
 	// code 124).
 	TimeoutMS *int64 `json:"timeout_ms"`
+	// Backend runs the command on another of the server's backends
+	// (docker, podman, gvisor); "" is the server's own. Such a run never
+	// takes a warm sandbox: the pools are the server's backend's.
+	Backend string `json:"backend"`
 }
 
 // maxSecrets bounds a request's secret bindings.
@@ -205,7 +209,23 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 	} else if d > 0 {
 		spec.Resources.Timeout = d
 	}
+	if spec.Backend, err = s.backend(q.Backend); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// backend is a request's "backend", checked against the backends this
+// server has (400 otherwise): "" for the server's own.
+func (s *Server) backend(name string) (string, error) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" || name == strings.ToLower(s.opts.Backend) {
+		return "", nil
+	}
+	if _, err := s.opts.Manager.Backend(name); err != nil {
+		return "", badRequest("backend: %s", err.Error())
+	}
+	return name, nil
 }
 
 // profileName lower-cases a profile and maps upstream's "custom" (which
@@ -247,7 +267,7 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	if err := spec.Commands.Check(spec.Args); err != nil {
 		return sandbox.Result{}, err
 	}
-	if fast {
+	if fast && spec.Backend == "" {
 		sb, why, done := s.pools.take(spec)
 		s.metrics.poolRun(why)
 		if sb != nil {
@@ -259,7 +279,7 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 			return res, err
 		}
 	}
-	res, err := s.opts.Manager.Run(ctx, "", spec, stdio)
+	res, err := s.opts.Manager.Run(ctx, spec.Backend, spec, stdio)
 	s.metrics.networkDenials(res.NetworkDenials)
 	s.metrics.secrets(res)
 	return res, err
@@ -428,9 +448,17 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		// KEY:HOST:HEADER; no inline value), kept by the sandbox across
 		// restarts and restores.
 		Secrets []string `json:"secrets"`
+		// Backend is the backend the sandbox runs on (docker, podman,
+		// gvisor); "" is the server's own.
+		Backend string `json:"backend"`
 	}
 	if err := decode(w, r, &q, false); err != nil {
 		s.fail(w, "", err)
+		return
+	}
+	backend, err := s.backend(q.Backend)
+	if err != nil {
+		s.fail(w, q.Name, err)
 		return
 	}
 	if len(q.Secrets) > maxSecrets {
@@ -459,7 +487,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info, _, err := s.opts.Manager.Create(r.Context(), sandbox.CreateRequest{Name: q.Name, Spec: spec, Labels: q.Labels,
-		Description: q.Description, Start: true})
+		Description: q.Description, Start: true, Backend: backend})
 	if err != nil {
 		s.fail(w, q.Name, err)
 		return

@@ -45,6 +45,7 @@ type runInput struct {
 	Profile           string            `json:"profile,omitempty" jsonschema:"security profile (default moderate)"`
 	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true turns egress on as the profile and compatibility mode give it (filtered by the mode's allow list; cloud metadata and host addresses refused unless [network] allow_cidrs of the configuration names them)"`
 	CompatibilityMode string            `json:"compatibility_mode,omitempty" jsonschema:"agent compatibility mode (default native)"`
+	Backend           string            `json:"backend,omitempty" jsonschema:"backend to run on: native (the default), or docker, podman, gvisor where this server has them"`
 }
 
 type nameInput struct {
@@ -52,8 +53,9 @@ type nameInput struct {
 }
 
 type createInput struct {
-	Name  string `json:"name" jsonschema:"sandbox name: 1-63 letters, digits, '-' and '_'"`
-	Image string `json:"image,omitempty" jsonschema:"OCI image (default: detected from the project files, else alpine:3.20)"`
+	Name    string `json:"name" jsonschema:"sandbox name: 1-63 letters, digits, '-' and '_'"`
+	Image   string `json:"image,omitempty" jsonschema:"OCI image (default: detected from the project files, else alpine:3.20)"`
+	Backend string `json:"backend,omitempty" jsonschema:"backend the sandbox runs on: native (the default), or docker, podman, gvisor where this server has them"`
 }
 
 type execInput struct {
@@ -174,6 +176,11 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	if in.TimeoutMS < 0 {
 		return errorResult("timeout_ms must not be negative"), nil, nil
 	}
+	if in.Backend != "" {
+		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {
+			return errorResult("backend: " + err.Error()), nil, nil
+		}
+	}
 	dir := t.opts.Dir
 	if in.Cwd != "" {
 		var err error
@@ -258,7 +265,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
-	res, err := t.opts.Manager.Run(ctx, "", spec, sandbox.Stdio{Stdout: w, Stderr: w})
+	res, err := t.opts.Manager.Run(ctx, in.Backend, spec, sandbox.Stdio{Stdout: w, Stderr: w})
 	finish()
 	// What the network policy refused and what the memory limit
 	// killed, where the agent reads it.
@@ -327,6 +334,11 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	if err := sandbox.ValidateName(in.Name); err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
+	if in.Backend != "" {
+		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {
+			return errorResult("backend: " + err.Error()), nil, nil
+		}
+	}
 	dir := t.opts.Dir
 	cfg, err := t.config()
 	if err != nil {
@@ -354,7 +366,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 			return errorResult(err.Error()), nil, nil
 		}
 	}
-	info, _, err := t.opts.Manager.Create(ctx, sandbox.CreateRequest{Name: in.Name, Spec: spec, Start: true})
+	info, _, err := t.opts.Manager.Create(ctx, sandbox.CreateRequest{Name: in.Name, Spec: spec, Start: true, Backend: in.Backend})
 	if err != nil {
 		return sandboxError(in.Name, err), nil, nil
 	}

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/agentkernel/agentkernel/internal/image"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// namedBackend is a second backend that says which backend ran the
+// command.
+type namedBackend struct{ name string }
+
+func (b *namedBackend) Name() string { return b.name }
+
+func (b *namedBackend) Run(_ context.Context, _ *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	io.WriteString(stdio.Stdout, "ran on "+b.name)
+	return sandbox.Result{}, nil
+}
+
+// TestRunBackend: a request's "backend" picks one of the server's
+// backends, skipping the warm pools (which are the server's own
+// backend's); the server's own name is the default; an unknown one is a
+// 400 that names the ones there are, for /run and /sandboxes alike, and
+// nothing runs.
+func TestRunBackend(t *testing.T) {
+	main, other := &namedBackend{"main"}, &namedBackend{"other"}
+	s := New(Options{
+		Manager: sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{main, other}, Default: "main"}),
+		Backend: "main",
+		Resolve: func(_ context.Context, q RunSpec) (*sandbox.Spec, error) {
+			return &sandbox.Spec{Args: q.Args, Rootfs: image.Rootfs{Host: true}}, nil
+		},
+		InsecureNoAuth: true,
+	})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	defer s.pools.close()
+	post := func(path, body string) (int, string) {
+		req, _ := http.NewRequest("POST", ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, c := range []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{"command":["true"],"fast":false}`, 200, "ran on main"},
+		{`{"command":["true"],"fast":false,"backend":"other"}`, 200, "ran on other"},
+		{`{"command":["true"],"backend":"OTHER"}`, 200, "ran on other"},
+		{`{"command":["true"],"fast":false,"backend":"main"}`, 200, "ran on main"},
+		{`{"command":["true"],"fast":false,"backend":null}`, 200, "ran on main"},
+		{`{"command":["true"],"backend":"nope"}`, 400, `unknown backend \"nope\"; available: main, other`},
+	} {
+		code, body := post("/run", c.body)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("POST /run %s: %d %s, want %d with %s", c.body, code, body, c.code, c.want)
+		}
+	}
+	if code, body := post("/batch/run", `{"commands":[{"command":["true"],"backend":"other"},{"command":["true"],"backend":"nope"}]}`); code != 200 ||
+		!strings.Contains(body, "ran on other") || !strings.Contains(body, `unknown backend \"nope\"`) {
+		t.Errorf("POST /batch/run: %d %s", code, body)
+	}
+	if code, body := post("/sandboxes", `{"name":"box","backend":"nope"}`); code != 400 || !strings.Contains(body, `unknown backend \"nope\"`) {
+		t.Errorf("POST /sandboxes with an unknown backend: %d %s", code, body)
+	}
+}
