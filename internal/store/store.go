@@ -112,11 +112,30 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	if err := s.migrate(ctx); err != nil {
+	// Processes that open a new database at once can meet SQLITE_BUSY
+	// outside busy_timeout's reach (the first connection's switch to WAL):
+	// tried again for a while.
+	err = s.migrate(ctx)
+	for try := 0; busy(err) && try < 50 && ctx.Err() == nil; try++ {
+		time.Sleep(time.Duration(10+try*5) * time.Millisecond)
+		err = s.migrate(ctx)
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state database %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// busy says whether err is SQLite's SQLITE_BUSY (5) or SQLITE_LOCKED (6),
+// which a later try may not meet.
+func busy(err error) bool {
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		code := c.Code() & 0xff // the primary code of an extended one
+		return code == 5 || code == 6
+	}
+	return false
 }
 
 // Close closes the database.

@@ -432,7 +432,15 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 	}
 	defer unlock()
 	if sb.Status == store.StatusRunning {
-		return m.info(sb), nil
+		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
+			c.Close()
+			return m.info(sb), nil
+		}
+		// Running on record, but its supervisor no longer answers: a stop
+		// whose caller was killed is still ending it (the socket goes
+		// first). It is let end, then started afresh, rather than said
+		// to run.
+		m.awaitSupervisorEnd(sb)
 	}
 	if err := m.thawSpec(sb); err != nil {
 		return nil, err
@@ -493,13 +501,7 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 				return nil, err
 			}
 		}
-		// Wait for the process itself, then make sure.
-		for i := 0; i < 200 && alive(sb); i++ {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if alive(sb) {
-			_ = unix.Kill(sb.SupervisorPID, unix.SIGKILL)
-		}
+		m.awaitSupervisorEnd(sb)
 	}
 	m.removeCgroups(SpecID(sb))
 	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
@@ -514,6 +516,20 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 		return nil, storeErr(name, err)
 	}
 	return m.info(sb), nil
+}
+
+// awaitSupervisorEnd waits up to 2 s for sb's supervisor, which was told
+// to stop, to end, then makes sure with SIGKILL.
+func (m *Manager) awaitSupervisorEnd(sb *store.Sandbox) {
+	for i := 0; i < 200 && alive(sb); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(sb) {
+		_ = unix.Kill(sb.SupervisorPID, unix.SIGKILL)
+		for i := 0; i < 100 && alive(sb); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 // Remove stops (with force) and deletes the sandbox and its files.

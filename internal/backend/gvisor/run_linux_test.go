@@ -142,9 +142,24 @@ func TestRunStatus(t *testing.T) {
 	}
 }
 
-// leftovers lists what runs under dataDir hold: runsc processes naming
-// it, mounts of it in any mount namespace, run directories, cgroups.
+// leftovers lists what runs under dataDir still hold once their
+// processes have had time to end (up to 10 s: a mount namespace goes
+// with the last of its processes and threads, which the kernel reaps
+// after the call that ended them has returned, later on a loaded machine).
 func leftovers(dataDir string) []string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := leftoversNow(dataDir)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// leftoversNow lists what runs under dataDir hold: runsc processes naming
+// it, mounts of it in any mount namespace, run directories, cgroups.
+func leftoversNow(dataDir string) []string {
 	var left []string
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	seen := map[string]bool{}
