@@ -525,6 +525,30 @@ here with --image.`,
 				return &ExitError{Code: ExitAgentkernel, Err: err}
 			}
 			a.Infof("prewarming: image %s, profile %s%s", spec.Image, spec.Profile, map[bool]string{true: ", mode " + ov.Mode, false: ""}[ov.Mode != ""])
+			// The first warm sandbox is waited for (30 s at most), so that
+			// the runs that follow start from the pool.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				st := daemonStatus{PoolRuns: map[string]int64{}}
+				if readDaemonStatus(p, &st) != nil {
+					break
+				}
+				ready := int64(0)
+				for _, ps := range st.Pools {
+					if ps.Image == spec.Image && ps.Profile == spec.Profile && ps.Mode == ov.Mode {
+						ready = ps.Ready
+					}
+				}
+				if ready > 0 {
+					a.Infof("%d ready", ready)
+					break
+				}
+				if time.Now().After(deadline) || cmdContext(cmd).Err() != nil {
+					a.Infof("none ready yet: the pool is still filling ('agentkernel daemon status' shows it)")
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
 			return nil
 		},
 	}

@@ -331,8 +331,6 @@ func TestGVisorRun(t *testing.T) {
 			flags []string
 			want  string
 		}{
-			{[]string{"--keep"}, "ephemeral"},
-			{[]string{"--name", "box"}, "ephemeral"},
 			{[]string{"--image", "host", "--network", "none"}, "host image"},
 		} {
 			r := a.gv(ref, c.flags, "true")
