@@ -77,3 +77,43 @@ func TestRunBackend(t *testing.T) {
 		t.Errorf("POST /sandboxes with an unknown backend: %d %s", code, body)
 	}
 }
+
+// TestDefaultBackend: a server whose default backend (Options.Backend,
+// serve's [sandbox] backend) is not native runs requests that name no
+// backend there, /run and /sandboxes alike; one that names native still
+// gets native.
+func TestDefaultBackend(t *testing.T) {
+	native, other := &namedBackend{"native"}, &namedBackend{"other"}
+	s := New(Options{
+		Manager: sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{native, other}, Default: "native"}),
+		Backend: "other",
+		Resolve: func(_ context.Context, q RunSpec) (*sandbox.Spec, error) {
+			return &sandbox.Spec{Args: q.Args, Rootfs: image.Rootfs{Host: true}}, nil
+		},
+		InsecureNoAuth: true,
+	})
+	ts := httptest.NewServer(s)
+	defer ts.Close()
+	defer s.pools.close()
+	for _, c := range []struct{ body, want string }{
+		{`{"command":["true"],"fast":false}`, "ran on other"},
+		{`{"command":["true"]}`, "ran on other"},
+		{`{"command":["true"],"fast":false,"backend":"native"}`, "ran on native"},
+		{`{"command":["true"],"fast":false,"backend":"Other"}`, "ran on other"},
+	} {
+		req, _ := http.NewRequest("POST", ts.URL+"/run", strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), c.want) {
+			t.Errorf("POST /run %s: %d %s, want 200 with %s", c.body, resp.StatusCode, b, c.want)
+		}
+	}
+	if got, err := s.backend(""); err != nil || got != "other" {
+		t.Errorf("backend(\"\") = %q, %v; want other", got, err)
+	}
+}

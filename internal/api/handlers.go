@@ -216,10 +216,14 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 }
 
 // backend is a request's "backend", checked against the backends this
-// server has (400 otherwise): "" for the server's own.
+// server has (400 otherwise); none named is the server's default
+// (Options.Backend). Native answers "" (the Manager's own).
 func (s *Server) backend(name string) (string, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
-	if name == "" || name == strings.ToLower(s.opts.Backend) {
+	if name == "" {
+		name = strings.ToLower(s.opts.Backend)
+	}
+	if name == "" || name == "native" {
 		return "", nil
 	}
 	if _, err := s.opts.Manager.Backend(name); err != nil {

@@ -70,7 +70,10 @@ type Options struct {
 	AllowedOrigins []string
 	// AllowSudoExec lets exec requests ask for sudo (root).
 	AllowSudoExec bool
-	// Version and Backend are reported by /status and /stats.
+	// Version and Backend are reported by /status and /stats. Backend
+	// is also the backend of requests that name none (serve's [sandbox]
+	// backend; default native); "native" is the Manager's own, whose warm
+	// pools fast runs take.
 	Version string
 	Backend string
 	// Logger receives the access log (one line per request) and errors.

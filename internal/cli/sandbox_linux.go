@@ -306,7 +306,7 @@ network egress, and in filtered mode HOST must also be allowed
 	fs.BoolVar(&o.branch, "branch", false, "name it <project>-<git-branch> and reuse it if it exists")
 	fs.StringVar(&o.dir, "dir", "", "project directory (default: the current directory)")
 	fs.StringVar(&o.template, "template", "", "start from a template: a built-in or local name ('agentkernel template list') or a TOML file; above your user config, below the project's agentkernel.toml and the flags")
-	fs.StringVarP(&o.backend, "backend", "B", "", "backend to run it on: native (the default), docker or podman (a container of that engine, loopback only: docs/backends.md)")
+	fs.StringVarP(&o.backend, "backend", "B", "", "backend to run it on: native (the default), docker or podman (a container of that engine, loopback only: docs/backends.md); default: [sandbox] backend of the configuration")
 	fs.BoolVar(&o.ssh, "ssh", false, "serve SSH into the sandbox on 127.0.0.1 while it runs ('agentkernel ssh connect NAME', 'ssh config NAME')")
 	fs.StringVar(&o.sshUser, "ssh-user", "", "with --ssh: the login name and certificate principal (default \"sandbox\"; commands run as the sandbox's user)")
 	fs.StringArrayVarP(&o.secrets, "secret", "S", nil, "add the vault's secret KEY to HTTPS requests to HOST without it entering the sandbox: KEY:HOST or KEY:HOST:HEADER (repeatable; see Secrets above)")
@@ -364,6 +364,9 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 	}
 	if err := a.CheckEgress(spec, cfg, &o.overrides); err != nil {
 		return "", nil, err
+	}
+	if o.backend == "" {
+		o.backend = cfg.Sandbox.Backend // [sandbox] backend, when -B names none
 	}
 	if err := a.CheckBackendEgress(o.backend, spec, cfg, &o.overrides); err != nil {
 		return "", nil, err

@@ -333,8 +333,18 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		accessLog = slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	home, _ := os.UserHomeDir()
+	// [sandbox] backend is the default of requests that name none.
+	defBackend := cfg.Sandbox.Backend
+	if defBackend == "" {
+		defBackend = "native"
+	}
+	if _, err := m.Backend(defBackend); err != nil {
+		closeAll()
+		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("[sandbox] backend %q: %w", defBackend, err), Hint: "'agentkernel doctor' says which backends work here; or remove the key"}
+	}
 	mcpServer := mcp.NewServer(mcp.Options{
 		Manager:    m,
+		Backend:    defBackend,
 		LoadConfig: func(string) (*config.Config, error) { return cfg, nil },
 		Dir:        cwd,
 		// The server's own configuration, never a requested cwd's.
@@ -355,7 +365,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		AllowedOrigins: origins,
 		AllowSudoExec:  apiCfg.AllowSudoExec,
 		Version:        a.Version.Version,
-		Backend:        "native",
+		Backend:        defBackend,
 		Logger:         accessLog,
 		MCP:            mcp.Handler(mcpServer, a.Logger),
 		Doctor:         a.apiDoctor(cfg.Security.AllowDegraded),

@@ -46,6 +46,9 @@ type Sandbox struct {
 	Runtime string `toml:"runtime"`
 	// BaseImage names the image; it wins over Runtime.
 	BaseImage string `toml:"base_image"`
+	// Backend is the backend runs and sandboxes get when -B names none
+	// (BackendNames; "" is native). Lower-cased at load.
+	Backend string `toml:"backend"`
 }
 
 // Agent is [agent].

@@ -298,6 +298,8 @@ func TestBadValues(t *testing.T) {
 		{"[agent]\npreferred = \"copilot\"\n", 2, "agent.preferred", "unknown agent"},
 		{"[sandbox]\nname = \"a--b\"\n", 2, "sandbox.name", "consecutive"},
 		{"[sandbox]\nruntime = \"cobol\"\n", 2, "sandbox.runtime", "unknown runtime"},
+		{"[sandbox]\n\nbackend = \"firecracker\"\n", 3, "sandbox.backend", "unknown backend \"firecracker\": use native, gvisor, docker, podman"},
+		{"[sandbox]\nbackend = \"../native\"\n", 2, "sandbox.backend", "unknown backend"},
 		{"[sandbox]\nbase_image = \"x; rm -rf /\"\n", 2, "sandbox.base_image", "invalid character"},
 		{"[network]\nports = [\"99999\"]\n", 2, "network.ports", "not a port number"},
 		{"[network]\nports = [\"80/sctp\"]\n", 2, "network.ports", "must be tcp"},
@@ -336,6 +338,26 @@ func TestBadValues(t *testing.T) {
 				t.Errorf("got %q (line %d key %s), want line %d key %s containing %q", err, e.Line, e.Key, tt.line, tt.key, tt.msg)
 			}
 		})
+	}
+}
+
+func TestSandboxBackend(t *testing.T) {
+	c, _, err := Parse([]byte("[sandbox]\nbackend = \"GVisor\"\n"), "p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sandbox.Backend != "gvisor" {
+		t.Errorf("backend = %q, want gvisor (lower-cased)", c.Sandbox.Backend)
+	}
+	if s := c.Source("sandbox.backend"); s.Path != "p.toml" || s.Line != 2 {
+		t.Errorf("source = %+v, want p.toml:2", s)
+	}
+	d, _, err := Parse(nil, "empty.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Sandbox.Backend != "" {
+		t.Errorf("default backend = %q, want \"\" (native)", d.Sandbox.Backend)
 	}
 }
 
@@ -461,6 +483,7 @@ func TestFullSchemaAndSources(t *testing.T) {
 	doc := `[sandbox]
 name = "demo"
 base_image = "python:3.12-alpine"
+backend = "docker"
 [agent]
 preferred = "gemini"
 compatibility_mode = "gemini"

@@ -21,6 +21,11 @@ const (
 	ModeGemini = "gemini"
 )
 
+// BackendNames lists what [sandbox] backend accepts: the backends a run
+// or a sandbox may be put on when -B/--backend names none. Native is the
+// built-in one; the others need agentkernel-full (docs/backends.md).
+func BackendNames() []string { return []string{"native", "gvisor", "docker", "podman"} }
+
 // The protections [security] allow_degraded may name: a run goes on
 // without one of them, with a warning, only where the user allowed it.
 // Seccomp, namespaces and the dropped capabilities are never degraded: a

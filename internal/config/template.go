@@ -27,6 +27,9 @@ name = "{{.Name}}"
 # files and the Procfile (see 'agentkernel detect --table').
 # base_image = "python:3.12-alpine"
 # runtime = "python"        # python, node, go, rust, ruby, java, c, dotnet, base
+# The backend when -B names none: native (the default), gvisor, docker or
+# podman (docs/backends.md).
+# backend = "native"
 
 [agent]
 preferred = "{{.Agent}}"

@@ -53,6 +53,13 @@ func (c *Config) validate() error {
 		}
 	}
 
+	if b := c.Sandbox.Backend; b != "" {
+		c.Sandbox.Backend = strings.ToLower(b)
+		if !slices.Contains(BackendNames(), c.Sandbox.Backend) {
+			return fail("sandbox.backend", "unknown backend %q: use %s", b, strings.Join(BackendNames(), ", "))
+		}
+	}
+
 	// [agent]
 	if p := strings.ToLower(c.Agent.Preferred); p != "" {
 		if !slices.Contains(AgentNames(), p) {

@@ -46,3 +46,21 @@ func TestRunBackendArgument(t *testing.T) {
 		t.Errorf("a refused backend ran %d commands", got-n)
 	}
 }
+
+// TestDefaultBackendOption: a server whose Options.Backend names another
+// backend (serve's [sandbox] backend) runs sandbox_run calls that name
+// none there; a call naming the Manager's own still runs there.
+func TestDefaultBackendOption(t *testing.T) {
+	f := newConfineFixture(t)
+	def, other := &recorder{}, &otherRecorder{}
+	opts := f.options()
+	opts.Manager = sandbox.NewManager(sandbox.ManagerOptions{Images: hostImages{}, Backends: []sandbox.Backend{def, other}, Default: "recorder"})
+	opts.Backend = "other"
+	cs := sdkSession(t, NewServer(opts))
+	if text, isErr := callText(t, cs, "sandbox_run", map[string]any{"command": []string{"true"}, "image": "host"}); isErr || other.last() == nil || def.last() != nil {
+		t.Fatalf("no backend: %q (isError %v), other ran %v, recorder ran %v", text, isErr, other.last() != nil, def.last() != nil)
+	}
+	if text, isErr := callText(t, cs, "sandbox_run", map[string]any{"command": []string{"true"}, "image": "host", "backend": "recorder"}); isErr || def.last() == nil {
+		t.Fatalf("backend recorder: %q (isError %v)", text, isErr)
+	}
+}

@@ -29,6 +29,9 @@ type Options struct {
 	// (without the persistent-sandbox mechanism wired in, the persistent
 	// tools answer isError).
 	Manager *sandbox.Manager
+	// Backend is the backend sandbox_run and sandbox_create use when the
+	// call names none ("" or "native": native); one of Manager's.
+	Backend string
 	// LoadConfig loads the server's configuration: NewServer calls it
 	// once, with Dir (agentkernel.toml there or --config, the user's
 	// file, the defaults), and that configuration governs every tool

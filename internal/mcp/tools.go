@@ -176,6 +176,9 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	if in.TimeoutMS < 0 {
 		return errorResult("timeout_ms must not be negative"), nil, nil
 	}
+	if in.Backend == "" {
+		in.Backend = t.opts.Backend // the server's default ([sandbox] backend)
+	}
 	if in.Backend != "" {
 		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {
 			return errorResult("backend: " + err.Error()), nil, nil
@@ -333,6 +336,9 @@ func (t *tools) config() (*config.Config, error) {
 func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createInput) (*sdk.CallToolResult, any, error) {
 	if err := sandbox.ValidateName(in.Name); err != nil {
 		return errorResult(err.Error()), nil, nil
+	}
+	if in.Backend == "" {
+		in.Backend = t.opts.Backend // the server's default ([sandbox] backend)
 	}
 	if in.Backend != "" {
 		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {

@@ -109,7 +109,7 @@ type RunOptions struct {
 func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.SetInterspersed(false)
 	BindSpecFlags(fs, &o.overrides)
-	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), gvisor (gVisor's runsc; root only), docker or podman (containers of that engine, through its API); the others are loopback only, and gvisor runs ephemeral sandboxes only: docs/backends.md")
+	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), gvisor (gVisor's runsc; root only), docker or podman (containers of that engine, through its API); the others are loopback only, and gvisor runs ephemeral sandboxes only: docs/backends.md; default: [sandbox] backend of the configuration")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
 	fs.StringVar(&o.receipt, "receipt", "", "write a signed execution receipt of the run to `FILE` (never through the daemon; 'agentkernel receipt verify FILE' checks it)")
@@ -136,6 +136,9 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 		if err := a.UseTemplate(o.habits.template); err != nil {
 			return err
 		}
+	}
+	if !set["backend"] {
+		o.backend = a.ConfigBackend()
 	}
 	if err := a.checkSecretRun(o); err != nil {
 		return err
@@ -254,6 +257,22 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 // current directory: configuration, detection, policy, the egress check.
 func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
 	return a.resolveRunSpec(ov, args, false, "")
+}
+
+// ConfigBackend is [sandbox] backend of the configuration for a command
+// run in the current directory: the backend a run or a sandbox gets when
+// -B/--backend names none ("" for native). A configuration that does not
+// load answers "": the command's own load reports the error, once.
+func (a *App) ConfigBackend() string {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	c, _, err := config.Load(a.loadOptions(cwd))
+	if err != nil {
+		return ""
+	}
+	return c.Sandbox.Backend
 }
 
 // ResolveRunSpecFor is ResolveRunSpec for a sandbox on backend (-B):
