@@ -20,6 +20,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 	if prestart.IsRun(args) {
 		a.OpenImages = a.runImages
 		a.MoreBackends = a.moreBackends
+		a.PickAuto = a.pickAuto
 		a.RunPersistent = a.runPersistent
 		a.ResolveSecrets = a.resolveSecrets
 		a.SecretValues = a.secretValues
@@ -43,6 +44,7 @@ func NewRootCommandFor(a *App, args []string) *cobra.Command {
 func newRoot(a *App) *cobra.Command {
 	a.OpenImages = a.runImages
 	a.MoreBackends = a.moreBackends
+	a.PickAuto = a.pickAuto
 	a.RunPersistent = a.runPersistent
 	a.ResolveSecrets = a.resolveSecrets
 	a.SecretValues = a.secretValues

@@ -66,6 +66,10 @@ type App struct {
 	// with -B (agentkernel-full's). Nil: a run that names another backend
 	// answers ErrNeedsFull.
 	MoreBackends func() []sandbox.Backend
+	// PickAuto is -B auto's ladder (agentkernel-full's): the strongest
+	// backend that works here for spec, and why. Nil: a run that names
+	// auto answers ErrNeedsFull.
+	PickAuto func(ctx context.Context, spec *sandbox.Spec) (backend, why string)
 
 	// RunPersistent runs a run that keeps its sandbox as a persistent
 	// one (--name, -d, --branch): agentkernel-full's, over the state

@@ -218,6 +218,20 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 	if err := a.bindSecrets(ctx, o, spec); err != nil {
 		return err
 	}
+	if strings.EqualFold(o.backend, AutoBackend) {
+		if a.PickAuto == nil {
+			return ErrNeedsFull
+		}
+		b, why := a.PickAuto(ctx, spec)
+		if o.dryRun {
+			a.Infof("agentkernel: -B auto: backend %s (%s)", b, why)
+		} else {
+			if a.Logger != nil {
+				a.Logger.Info("-B auto", "backend", b, "why", why)
+			}
+		}
+		o.backend = b
+	}
 	if o.dryRun {
 		if n := a.FallbackNote(spec.Image, spec.ImageRule); n != "" {
 			a.Warnf("%s", n)
@@ -258,6 +272,10 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 func (a *App) ResolveRunSpec(ov *policy.Overrides, args []string) (*sandbox.Spec, error) {
 	return a.resolveRunSpec(ov, args, false, "")
 }
+
+// AutoBackend is the backend name -B and [sandbox] backend take for the
+// strongest backend that works here for the run (App.PickAuto).
+const AutoBackend = "auto"
 
 // ConfigBackend is [sandbox] backend of the configuration for a command
 // run in the current directory: the backend a run or a sandbox gets when

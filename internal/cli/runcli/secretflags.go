@@ -241,7 +241,7 @@ func (a *App) checkSecretRun(o *RunOptions) error {
 		if o.overrides.Keep {
 			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep is not supported yet")}
 		}
-		if b := strings.ToLower(o.backend); b != "" && b != "native" {
+		if b := strings.ToLower(o.backend); b != "" && b != "native" && b != AutoBackend {
 			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("%s is not supported by backend %s", flag, o.backend)}
 		}
 	}
@@ -277,7 +277,7 @@ func (a *App) takeConfigSecrets(o *RunOptions) error {
 		why = "a persistent sandbox (--keep, --name, -d, --branch)"
 	case o.overrides.Keep:
 		why = "--keep"
-	case o.backend != "" && !strings.EqualFold(o.backend, "native"):
+	case o.backend != "" && !strings.EqualFold(o.backend, "native") && !strings.EqualFold(o.backend, AutoBackend):
 		why = "backend " + o.backend
 	}
 	if why != "" {
