@@ -55,6 +55,8 @@ func newDoctorCmd(a *App) *cobra.Command {
 				}
 			} else {
 				r.WriteText(a.Stdout)
+				b, why := a.pickAuto(cmdContext(cmd), nil)
+				fmt.Fprintf(a.Stdout, "-B auto: %s (%s; a run that gvisor cannot take goes to native)\n", b, why)
 			}
 			if !r.Healthy {
 				return &ExitError{Code: 1}

@@ -46,6 +46,14 @@ func TestConfigBackend(t *testing.T) {
 		t.Errorf("backend = GVISOR: %v, want ErrNeedsFull", err)
 	}
 
+	write("[sandbox]\nbackend = \"auto\"\n")
+	if _, _, _, err := runLine(t, false, "run", "--dry-run", "-i", "alpine:3.20", "true"); !errors.Is(err, ErrNeedsFull) {
+		t.Errorf("backend = auto without PickAuto: %v, want ErrNeedsFull", err)
+	}
+	if _, got, _, err := runLine(t, true, "run", "--name", "box", "-i", "alpine:3.20", "true"); err != nil || got == nil || got.Backend != "native" {
+		t.Errorf("persistent run with backend = auto: %+v (err %v), want native", got, err)
+	}
+
 	write("[sandbox]\nname = \"x\"\nbackend = \"chroot\"\n")
 	_, _, _, err = runLine(t, false, "run", "--dry-run", "-i", "alpine:3.20", "true")
 	var ee *ExitError

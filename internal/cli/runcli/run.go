@@ -109,7 +109,7 @@ type RunOptions struct {
 func BindRunFlags(fs *pflag.FlagSet, o *RunOptions) {
 	fs.SetInterspersed(false)
 	BindSpecFlags(fs, &o.overrides)
-	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), gvisor (gVisor's runsc; root only), docker or podman (containers of that engine, through its API); the others are loopback only, and gvisor runs ephemeral sandboxes only: docs/backends.md; default: [sandbox] backend of the configuration")
+	fs.StringVarP(&o.backend, "backend", "B", "", "sandbox backend: native (the default), gvisor (gVisor's runsc; root only), docker or podman (containers of that engine, through its API), auto (gvisor where it works here and takes the run, else native); the others are loopback only, and gvisor runs ephemeral sandboxes only: docs/backends.md; default: [sandbox] backend of the configuration")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print the resolved sandbox spec as JSON and exit")
 	fs.BoolVar(&o.noDaemon, "no-daemon", false, "build the sandbox here even when a daemon with warm sandboxes is running")
 	fs.StringVar(&o.receipt, "receipt", "", "write a signed execution receipt of the run to `FILE` (never through the daemon; 'agentkernel receipt verify FILE' checks it)")
