@@ -55,7 +55,7 @@ func TestBenchmarkNative(t *testing.T) {
 		t.Errorf("table: %v", r)
 	}
 	// Nothing measurable: the report, then exit 125.
-	r = a.run("benchmark", "--backends", "gvisor", "--iterations", "1", "--image", ref, "--json")
+	r = a.run("benchmark", "--backends", "firecracker", "--iterations", "1", "--image", ref, "--json")
 	if r.code != 125 || !strings.Contains(r.stdout, `"backends": []`) {
 		t.Errorf("nothing measured: %v", r)
 	}
