@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,10 +90,9 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		err    error
 	}
 	bootCh := make(chan booted, 1)
-	go func() {
+	goLocked(func() {
 		// As a run's: the thread owns the boot's mount (and network)
 		// namespace and is never unlocked.
-		runtime.LockOSThread()
 		cmd, err := r.start(sandbox.Stdio{Stdout: log, Stderr: log}, errLog, nil)
 		if err != nil {
 			bootCh <- booted{err: err}
@@ -106,7 +104,7 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		werr := cmd.Wait()
 		errLog.Close()
 		in.end(werr)
-	}()
+	})
 	bt := <-bootCh
 	if bt.err != nil {
 		errLog.Close()

@@ -167,18 +167,17 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 	}
 	startCh := make(chan started, 1)
 	waitCh := make(chan error, 1)
-	go func() {
+	goLocked(func() {
 		// The thread unshares a mount namespace for the run and starts
 		// runsc from it. It is never unlocked: it ends with this
 		// goroutine, and the namespace (with every mount of the run)
 		// with the last of runsc's processes.
-		runtime.LockOSThread()
 		cmd, err := r.start(stdio, errLog, con)
 		startCh <- started{cmd, err}
 		if err == nil {
 			waitCh <- cmd.Wait()
 		}
-	}()
+	})
 	st := <-startCh
 	if st.err != nil {
 		if con != nil {
@@ -362,6 +361,29 @@ func containerLeft(entries []os.DirEntry) bool {
 		}
 	}
 	return false
+}
+
+// goLocked runs f in a new goroutine locked for good to a thread that is
+// not the process's main thread, which then ends with f. The runtime
+// never ends the main thread: a mount or network namespace it unshared
+// would stay (in /proc/PID/mountinfo, with every mount of the run) until
+// the process exits. On the main thread the goroutine holds it while
+// another one, which then cannot be given it, runs f.
+func goLocked(f func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			done := make(chan struct{})
+			goLocked(func() {
+				defer close(done)
+				f()
+			})
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
+		f()
+	}()
 }
 
 // cgroupName is the sandbox's cgroup, relative to agentkernel's own:
