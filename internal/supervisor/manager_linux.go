@@ -438,9 +438,14 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		}
 		// Running on record, but its supervisor no longer answers: a stop
 		// whose caller was killed is still ending it (the socket goes
-		// first). It is let end, then started afresh, rather than said
-		// to run.
+		// first). It is let end, with what it ran (its cgroups), then
+		// started afresh, rather than said to run.
 		m.awaitSupervisorEnd(sb)
+		m.removeCgroups(SpecID(sb))
+		lock := filepath.Join(m.Dir(name), supervisorLockFile)
+		for i := 0; i < 300 && locked(lock); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	if err := m.thawSpec(sb); err != nil {
 		return nil, err
