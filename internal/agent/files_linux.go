@@ -116,7 +116,12 @@ func reopen(fd int, flags int) (*os.File, error) {
 }
 
 // Open opens the regular file rel for reading.
-func (f *FS) Open(p string) (*os.File, error) {
+func (f *FS) Open(p string) (*os.File, error) { return f.openRegular(p, unix.O_RDONLY) }
+
+// openRegular opens the existing regular file p with flags (no creation,
+// no truncation), following links inside the root; a directory is
+// EISDIR, anything else not a regular file is refused.
+func (f *FS) openRegular(p string, flags int) (*os.File, error) {
 	rel, err := f.Clean(p)
 	if err != nil {
 		return nil, err
@@ -133,7 +138,7 @@ func (f *FS) Open(p string) (*os.File, error) {
 	default:
 		return nil, fmt.Errorf("%s: not a regular file: %w", p, ErrRefused)
 	}
-	return reopen(fd, unix.O_RDONLY)
+	return reopen(fd, flags)
 }
 
 // Create creates or truncates the regular file p, creating its parents.

@@ -113,21 +113,7 @@ func (f *FS) Lstat(p string) (Entry, error) {
 
 // OpenWrite opens the existing regular file p for writing in place (no
 // truncation), following links inside the root.
-func (f *FS) OpenWrite(p string) (*os.File, error) {
-	rel, err := f.Clean(p)
-	if err != nil {
-		return nil, err
-	}
-	fd, st, err := f.lookup(rel)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s: not a regular file: %w", p, ErrRefused)
-	}
-	return reopen(fd, unix.O_WRONLY)
-}
+func (f *FS) OpenWrite(p string) (*os.File, error) { return f.openRegular(p, unix.O_WRONLY) }
 
 // SetAttr changes what is set of p's permission bits (mode >= 0), size
 // (size >= 0, regular files only) and times (non-zero), following links
