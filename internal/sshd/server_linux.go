@@ -27,6 +27,11 @@ import (
 // handshakeTimeout bounds a connection's key exchange and login.
 const handshakeTimeout = 20 * time.Second
 
+// maxConns bounds the connections served at once: the port is on the
+// host's loopback, where any local user can connect, and each connection
+// costs a goroutine and a handshake until it authenticates or times out.
+const maxConns = 64
+
 // Options are what a Server needs of its sandbox.
 type Options struct {
 	// Sandbox is the sandbox's name (audit entries).
@@ -142,7 +147,7 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || len(s.conns) >= maxConns {
 		return false
 	}
 	s.conns[c] = struct{}{}
