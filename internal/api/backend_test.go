@@ -117,3 +117,53 @@ func TestDefaultBackend(t *testing.T) {
 		t.Errorf("backend(\"\") = %q, %v; want other", got, err)
 	}
 }
+
+// TestAutoBackend: "auto", as a request's backend or as the server's
+// default, is decided per request with its own spec by the Manager's
+// ladder: here the ladder sends commands starting with "strong" to the
+// other backend and the rest to native.
+func TestAutoBackend(t *testing.T) {
+	native, other := &namedBackend{"native"}, &namedBackend{"other"}
+	ladder := func(_ context.Context, s *sandbox.Spec) (string, string) {
+		if len(s.Args) > 0 && s.Args[0] == "strong" {
+			return "other", "test ladder"
+		}
+		return "native", "test ladder"
+	}
+	for _, def := range []string{"auto", "native"} {
+		s := New(Options{
+			Manager: sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{native, other}, Default: "native", PickAuto: ladder}),
+			Backend: def,
+			Resolve: func(_ context.Context, q RunSpec) (*sandbox.Spec, error) {
+				return &sandbox.Spec{Args: q.Args, Rootfs: image.Rootfs{Host: true}}, nil
+			},
+			InsecureNoAuth: true,
+		})
+		ts := httptest.NewServer(s)
+		cases := []struct{ body, want string }{
+			{`{"command":["strong"],"fast":false,"backend":"auto"}`, "ran on other"},
+			{`{"command":["weak"],"backend":"AUTO"}`, "ran on native"},
+		}
+		if def == "auto" {
+			cases = append(cases,
+				struct{ body, want string }{`{"command":["strong"],"fast":false}`, "ran on other"},
+				struct{ body, want string }{`{"command":["weak"]}`, "ran on native"},
+				struct{ body, want string }{`{"command":["strong"],"backend":"native"}`, "ran on native"})
+		}
+		for _, c := range cases {
+			req, _ := http.NewRequest("POST", ts.URL+"/run", strings.NewReader(c.body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(b), c.want) {
+				t.Errorf("default %s: POST /run %s: %d %s, want 200 with %s", def, c.body, resp.StatusCode, b, c.want)
+			}
+		}
+		ts.Close()
+		s.pools.close()
+	}
+}

@@ -226,7 +226,7 @@ func (s *Server) backend(name string) (string, error) {
 	if name == "" || name == "native" {
 		return "", nil
 	}
-	if _, err := s.opts.Manager.Backend(name); err != nil {
+	if err := s.opts.Manager.Known(name); err != nil {
 		return "", badRequest("backend: %s", err.Error())
 	}
 	return name, nil
@@ -270,6 +270,14 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	// A refused command must not use up (and discard) a warm sandbox.
 	if err := spec.Commands.Check(spec.Args); err != nil {
 		return sandbox.Result{}, err
+	}
+	// "auto" is decided per run, before the pools: a run auto gives
+	// native takes a warm sandbox like any other.
+	if b := s.opts.Manager.Pick(ctx, spec.Backend, spec); b != spec.Backend {
+		spec.Backend = b
+		if strings.EqualFold(b, "native") {
+			spec.Backend = ""
+		}
 	}
 	if fast && spec.Backend == "" {
 		sb, why, done := s.pools.take(spec)

@@ -55,8 +55,7 @@ func newDoctorCmd(a *App) *cobra.Command {
 				}
 			} else {
 				r.WriteText(a.Stdout)
-				b, why := a.pickAuto(cmdContext(cmd), nil)
-				fmt.Fprintf(a.Stdout, "-B auto: %s (%s; a run that gvisor cannot take goes to native)\n", b, why)
+				fmt.Fprintf(a.Stdout, "-B auto: %s (%s; a run that gvisor cannot take goes to native)\n", r.Auto.Backend, r.Auto.Why)
 			}
 			if !r.Healthy {
 				return &ExitError{Code: 1}
@@ -75,7 +74,10 @@ func (a *App) doctorReport(cmd *cobra.Command) (*doctor.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return doctor.Run(cmdContext(cmd), doctor.Options{DataDir: a.DataDir, AllowDegraded: c.Security.AllowDegraded}), nil
+	r := doctor.Run(cmdContext(cmd), doctor.Options{DataDir: a.DataDir, AllowDegraded: c.Security.AllowDegraded})
+	b, why := a.pickAuto(cmdContext(cmd), nil)
+	r.Auto = &doctor.AutoChoice{Backend: b, Why: why}
+	return r, nil
 }
 
 func newStatusCmd(a *App) *cobra.Command {

@@ -155,6 +155,8 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 		HostStats:  sv,
 		Audit:      log,
 		Who:        runcli.Who(face),
+		PickAuto:   a.pickAuto,
+		Info:       a.Infof,
 	})
 	return m, func() { sv.Close() }, nil
 }
@@ -367,10 +369,6 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 	}
 	if o.backend == "" {
 		o.backend = cfg.Sandbox.Backend // [sandbox] backend, when -B names none
-	}
-	if strings.EqualFold(o.backend, runcli.AutoBackend) {
-		a.Infof("agentkernel: backend auto: native (auto picks among backends for plain runs only so far; name one with -B for a persistent sandbox)")
-		o.backend = "native"
 	}
 	if err := a.CheckBackendEgress(o.backend, spec, cfg, &o.overrides); err != nil {
 		return "", nil, err

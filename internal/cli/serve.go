@@ -338,11 +338,8 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if defBackend == "" {
 		defBackend = "native"
 	}
-	if defBackend == "auto" { // runcli.AutoBackend
-		a.Infof("agentkernel: backend auto: requests that name no backend run on native (auto picks for the CLI's plain runs only so far)")
-		defBackend = "native"
-	}
-	if _, err := m.Backend(defBackend); err != nil {
+	// "auto" stays a name: the Manager picks for each request's spec.
+	if err := m.Known(defBackend); err != nil {
 		closeAll()
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("[sandbox] backend %q: %w", defBackend, err), Hint: "'agentkernel doctor' says which backends work here; or remove the key"}
 	}

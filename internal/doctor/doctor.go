@@ -68,6 +68,16 @@ type Report struct {
 	Refused  []string `json:"refused,omitempty"`
 	// Why says how Isolation was decided.
 	Why string `json:"why"`
+	// Auto is what the backend name "auto" picks here for a run that
+	// every backend could take (filled by the command line, which has
+	// the backends).
+	Auto *AutoChoice `json:"auto,omitempty"`
+}
+
+// AutoChoice is the backend "auto" picks, and why.
+type AutoChoice struct {
+	Backend string `json:"backend"`
+	Why     string `json:"why"`
 }
 
 // Options say whose runs the report is about.

@@ -45,7 +45,7 @@ type runInput struct {
 	Profile           string            `json:"profile,omitempty" jsonschema:"security profile (default moderate)"`
 	Network           *bool             `json:"network,omitempty" jsonschema:"network egress: false forces loopback only; true turns egress on as the profile and compatibility mode give it (filtered by the mode's allow list; cloud metadata and host addresses refused unless [network] allow_cidrs of the configuration names them)"`
 	CompatibilityMode string            `json:"compatibility_mode,omitempty" jsonschema:"agent compatibility mode (default native)"`
-	Backend           string            `json:"backend,omitempty" jsonschema:"backend to run on: native (the default), or docker, podman, gvisor where this server has them"`
+	Backend           string            `json:"backend,omitempty" jsonschema:"backend to run on: native (the default), or docker, podman, gvisor where this server has them, or auto (the strongest that works here for this run)"`
 }
 
 type nameInput struct {
@@ -55,7 +55,7 @@ type nameInput struct {
 type createInput struct {
 	Name    string `json:"name" jsonschema:"sandbox name: 1-63 letters, digits, '-' and '_'"`
 	Image   string `json:"image,omitempty" jsonschema:"OCI image (default: detected from the project files, else alpine:3.20)"`
-	Backend string `json:"backend,omitempty" jsonschema:"backend the sandbox runs on: native (the default), or docker, podman, gvisor where this server has them"`
+	Backend string `json:"backend,omitempty" jsonschema:"backend the sandbox runs on: native (the default), or docker, podman, gvisor where this server has them, or auto (picked when it is made)"`
 }
 
 type execInput struct {
@@ -180,7 +180,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 		in.Backend = t.opts.Backend // the server's default ([sandbox] backend)
 	}
 	if in.Backend != "" {
-		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {
+		if err := t.opts.Manager.Known(in.Backend); err != nil {
 			return errorResult("backend: " + err.Error()), nil, nil
 		}
 	}
@@ -341,7 +341,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 		in.Backend = t.opts.Backend // the server's default ([sandbox] backend)
 	}
 	if in.Backend != "" {
-		if _, err := t.opts.Manager.Backend(in.Backend); err != nil {
+		if err := t.opts.Manager.Known(in.Backend); err != nil {
 			return errorResult("backend: " + err.Error()), nil, nil
 		}
 	}

@@ -137,7 +137,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	// terminal of its own (each exec brings one).
 	spec.Resources.Timeout = 0
 	spec.TTY, spec.Interactive, spec.Keep = false, false, false
-	backend, err := m.persistentBackend(req.Backend, spec)
+	backend, err := m.persistentBackend(m.Pick(ctx, req.Backend, spec), spec)
 	if err != nil {
 		return nil, false, err
 	}

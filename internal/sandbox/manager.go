@@ -45,7 +45,18 @@ type ManagerOptions struct {
 	// exec; Who names the caller in its entries ("uid=0(root) via cli").
 	Audit *audit.Log
 	Who   string
+
+	// PickAuto is the ladder behind the backend name "auto": the
+	// strongest of the Manager's backends that works here for spec, and
+	// why. Nil: "auto" is the default backend.
+	PickAuto func(ctx context.Context, spec *Spec) (backend, why string)
+	// Info prints a line shown at --log-level info (auto's choice).
+	Info func(format string, args ...any)
 }
+
+// AutoBackend is the backend name that asks the Manager to pick the
+// strongest backend that works for each sandbox (ManagerOptions.PickAuto).
+const AutoBackend = "auto"
 
 // Manager is the one service the faces call. It picks the backend,
 // prepares the root filesystem and runs ephemeral sandboxes (Run), and it
@@ -69,7 +80,42 @@ func NewManager(opts ManagerOptions) *Manager {
 	if m.opts.Warn == nil {
 		m.opts.Warn = func(string, ...any) {}
 	}
+	if m.opts.Info == nil {
+		m.opts.Info = func(string, ...any) {}
+	}
 	return m
+}
+
+// Known checks a backend name a request gives ("" for the default):
+// one of the Manager's backends, or "auto".
+func (m *Manager) Known(name string) error {
+	if strings.EqualFold(strings.TrimSpace(name), AutoBackend) {
+		return nil
+	}
+	_, err := m.Backend(name)
+	return err
+}
+
+// Pick resolves the backend name "auto" for spec to the backend the
+// ladder picks (and says which, and why, at info level); other names come
+// back unchanged.
+func (m *Manager) Pick(ctx context.Context, name string, spec *Spec) string {
+	if !strings.EqualFold(strings.TrimSpace(name), AutoBackend) {
+		return name
+	}
+	def := m.opts.Default
+	if def == "" {
+		def = "native"
+	}
+	if m.opts.PickAuto == nil {
+		return def
+	}
+	b, why := m.opts.PickAuto(ctx, spec)
+	if _, err := m.Backend(b); err != nil {
+		return def
+	}
+	m.opts.Info("agentkernel: backend auto: %s (%s)", b, why)
+	return b
 }
 
 // Backend returns the backend called name ("" for the default).
@@ -137,7 +183,7 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 	if err := spec.Commands.Check(spec.Args); err != nil {
 		return Result{}, err
 	}
-	b, err := m.Backend(backend)
+	b, err := m.Backend(m.Pick(ctx, backend, spec))
 	if err != nil {
 		return Result{}, err
 	}
@@ -186,7 +232,7 @@ func (m *Manager) AuditDenials(spec *Spec, ds []NetworkDenial, start time.Time) 
 // The prepared sandbox's Run refuses (and discards the sandbox for) a
 // command that spec.Commands does not allow.
 func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prepared, error) {
-	b, err := m.Backend(backend)
+	b, err := m.Backend(m.Pick(ctx, backend, spec))
 	if err != nil {
 		return nil, err
 	}

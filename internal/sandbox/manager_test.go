@@ -150,3 +150,55 @@ func TestManagerChecksFirst(t *testing.T) {
 		t.Fatalf("want the refusal before the image: %v, image calls %v, ran %v", err, imgs.calls, be.got != nil)
 	}
 }
+
+// namedBackend is a recordingBackend under another name.
+type namedBackend struct {
+	recordingBackend
+	name string
+}
+
+func (n *namedBackend) Name() string { return n.name }
+
+// TestManagerAuto: "auto" is a known name; each run asks the ladder with
+// its own spec and runs where it says; a ladder naming a backend the
+// Manager lacks, or none at all, leaves the default; the choice is said.
+func TestManagerAuto(t *testing.T) {
+	imgs := &testImages{cached: map[string]image.Rootfs{"alpine": {Ref: "alpine", Layers: []string{"/l"}}}}
+	native, gv := &recordingBackend{}, &namedBackend{name: "gvisor"}
+	var asked []*Spec
+	pick := "gvisor"
+	var said []string
+	m := NewManager(ManagerOptions{Images: imgs, Backends: []Backend{native, gv}, Default: "native",
+		PickAuto: func(_ context.Context, s *Spec) (string, string) { asked = append(asked, s); return pick, "because" },
+		Info:     func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) }})
+	for _, n := range []string{"auto", "AUTO", " auto "} {
+		if err := m.Known(n); err != nil {
+			t.Errorf("Known(%q): %v", n, err)
+		}
+	}
+	if err := m.Known("autox"); err == nil {
+		t.Error("Known(autox) accepted")
+	}
+	spec := &Spec{Image: "alpine", Pull: "never"}
+	if _, err := m.Run(context.Background(), "auto", spec, Stdio{}); err != nil {
+		t.Fatal(err)
+	}
+	if gv.got != spec || native.got != nil || len(asked) != 1 || asked[0] != spec {
+		t.Errorf("auto → gvisor: gvisor ran %v, native ran %v, ladder asked %d times", gv.got != nil, native.got != nil, len(asked))
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "gvisor (because)") {
+		t.Errorf("the choice said: %q", said)
+	}
+	pick = "firecracker"
+	gv.got = nil
+	if _, err := m.Run(context.Background(), "auto", &Spec{Image: "alpine", Pull: "never"}, Stdio{}); err != nil || native.got == nil || gv.got != nil {
+		t.Errorf("a ladder naming a missing backend: err %v, native ran %v, want the default", err, native.got != nil)
+	}
+	if got := m.Pick(context.Background(), "docker", spec); got != "docker" {
+		t.Errorf("Pick leaves other names: %q", got)
+	}
+	bare := NewManager(ManagerOptions{Backends: []Backend{native}, Default: "native"})
+	if got := bare.Pick(context.Background(), "auto", spec); got != "native" {
+		t.Errorf("no ladder: %q, want the default", got)
+	}
+}

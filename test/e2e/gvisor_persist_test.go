@@ -151,3 +151,50 @@ func TestGVisorSnapshotStopped(t *testing.T) {
 		t.Errorf("the restored sandbox: %v", r)
 	}
 }
+
+// TestGVisorAuto: the backend name "auto" picks for each sandbox where
+// runsc works and we are root: a persistent sandbox created with -B auto
+// runs under gVisor's kernel (and says so at info level), and a server
+// whose [sandbox] backend is auto runs an API request there too, while a
+// request naming native still gets native.
+func TestGVisorAuto(t *testing.T) {
+	a, ref := withGVisor(t)
+	r := a.must("--log-level", "info", "sandbox", "create", "ga", "-B", "auto", "--image", ref, "--network", "none", "--start")
+	defer a.run("sandbox", "rm", "-f", "ga")
+	if !strings.Contains(r.stderr, "backend auto: gvisor") {
+		t.Errorf("the choice is not said: %v", r)
+	}
+	if r := a.must("exec", "ga", "--", "cat", "/proc/version"); !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("-B auto sandbox not under gVisor: %v", r)
+	}
+	if r := a.must("sandbox", "list"); !strings.Contains(r.stdout, "gvisor") {
+		t.Errorf("sandbox list does not say gvisor: %v", r)
+	}
+	a.must("sandbox", "rm", "-f", "ga")
+
+	// A receipt records the backend that ran, not "auto".
+	rcpt := filepath.Join(t.TempDir(), "run.receipt.json")
+	a.must("run", "-B", "auto", "--receipt", rcpt, "--image", ref, "--", "true")
+	if b, err := os.ReadFile(rcpt); err != nil || !strings.Contains(string(b), "gvisor") || strings.Contains(string(b), `"auto"`) {
+		t.Errorf("receipt of a -B auto run: %s (%v), want backend gvisor", b, err)
+	}
+
+	cfg := filepath.Join(t.TempDir(), "server.toml")
+	if err := os.WriteFile(cfg, []byte("[sandbox]\nbackend = \"auto\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, a, "listening on ", "--config", cfg, "serve", "--port", "0", "--api-key", apiKey)
+	s.url = strings.TrimSpace(s.url)
+	for _, c := range []struct{ backend, want, not string }{
+		{"", "gvisor", ""},
+		{`,"backend":"auto"`, "gvisor", ""},
+		{`,"backend":"native"`, "Linux version", "gvisor"},
+	} {
+		body := `{"command":["cat","/proc/version"],"image":"` + ref + `","fast":false` + c.backend + `}`
+		resp := s.raw("POST", "/run", body)
+		out := string(resp.body)
+		if resp.status != 200 || !strings.Contains(out, c.want) || (c.not != "" && strings.Contains(out, c.not)) {
+			t.Errorf("POST /run %s: %d %s, want %s", body, resp.status, out, c.want)
+		}
+	}
+}

@@ -187,6 +187,9 @@ func (a *App) runWithReceipt(ctx context.Context, o *RunOptions, args []string) 
 	} else {
 		runErr = a.runRun(ctx, o, args)
 	}
+	if !strings.EqualFold(o.backend, AutoBackend) {
+		rec.Backend = o.backend // what auto picked, when it did
+	}
 	s := o.resolved
 	if s == nil {
 		// Nothing ran: the run failed before its sandbox was asked for.
@@ -462,8 +465,10 @@ func (a *App) Manager() (*sandbox.Manager, error) {
 		Warn:     a.Warnf,
 		// Runs write to the audit log only what their network policy
 		// refused.
-		Audit: audit.New(a.DataDir),
-		Who:   Who("cli"),
+		Audit:    audit.New(a.DataDir),
+		Who:      Who("cli"),
+		PickAuto: a.PickAuto,
+		Info:     a.Infof,
 	}), nil
 }
 

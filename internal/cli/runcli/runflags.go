@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -221,12 +220,6 @@ func (a *App) runPersistent(ctx context.Context, o *RunOptions, args []string) e
 		ctx = context.Background()
 	}
 	h := &o.habits
-	if strings.EqualFold(o.backend, AutoBackend) {
-		// The ladder picks for ephemeral runs; a persistent sandbox
-		// gets the default, said so.
-		a.Infof("agentkernel: -B auto: backend native (auto picks among backends for plain runs only so far; name one with -B for a persistent sandbox)")
-		o.backend = "native"
-	}
 	return a.RunPersistent(ctx, PersistentRun{Name: h.name, Branch: h.branch, Detach: h.detach, Keep: h.keep, TTL: h.ttl, Overrides: &o.overrides, Args: args,
 		Output: o.tee, Resolved: func(s *sandbox.Spec) { o.resolved = s }, Backend: o.backend})
 }
