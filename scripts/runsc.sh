@@ -44,8 +44,18 @@ if [ "${1:-}" = --cached ]; then
 fi
 command -v go >/dev/null || { echo "runsc.sh: go not found in PATH" >&2; exit 1; }
 mkdir -p "$dir"
+# One build at a time per cache directory: a second waits for the first,
+# then finds its runsc. Under the lock, what a build killed outright
+# (SIGKILL, no trap) left is removed.
+exec 9>"$dir/.lock"
+flock 9
+if [ -x "$bin" ] && "$bin" --version >/dev/null 2>&1; then
+  echo "$bin"
+  exit 0
+fi
+rm -rf "$dir"/.build.*
 # Built into a private directory, then renamed into place: a build killed
-# half-way leaves no runsc behind, and two builds at once do not mix.
+# half-way leaves no runsc behind.
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "runsc.sh: building gvisor.dev/gvisor/runsc@$version (several minutes)" >&2
