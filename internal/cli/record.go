@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,9 +52,32 @@ type castRecording struct {
 	path string
 	once sync.Once
 	err  error
+	some atomic.Bool
 }
 
 func (c *castRecording) File() string { return c.path }
+
+// Output, Input and Resize note that something was recorded.
+func (c *castRecording) Output(p []byte) error {
+	if len(p) > 0 {
+		c.some.Store(true)
+	}
+	return c.Writer.Output(p)
+}
+
+func (c *castRecording) Input(p []byte) error {
+	if len(p) > 0 {
+		c.some.Store(true)
+	}
+	return c.Writer.Input(p)
+}
+
+func (c *castRecording) Resize(cols, rows int) error {
+	c.some.Store(true)
+	return c.Writer.Resize(cols, rows)
+}
+
+func (c *castRecording) Empty() bool { return !c.some.Load() }
 
 func (c *castRecording) Close() error {
 	c.once.Do(func() {
@@ -62,6 +86,10 @@ func (c *castRecording) Close() error {
 			err = c.f.Sync()
 		}
 		c.err = errors.Join(err, c.f.Close())
+		if c.Empty() {
+			// A header alone is no recording: the session never began.
+			c.err = errors.Join(c.err, os.Remove(c.path))
+		}
 	})
 	return c.err
 }

@@ -164,6 +164,16 @@ func TestAttachRecordFile(t *testing.T) {
 	if now, _ := os.ReadFile(file); string(now) != string(data) {
 		t.Error("the existing recording was changed")
 	}
+	// A session that never begins (its shell refused by the sandbox)
+	// leaves no recording of a header alone.
+	never := filepath.Join(a.dir, "never.cast")
+	c, _, _ = ptyRun(t, a, 24, 80, "attach", "recf", "--shell", "/no/such/shell", "--record", never)
+	if code := exitCode(t, c); code == 0 {
+		t.Errorf("attach with a missing shell exited 0")
+	}
+	if b, err := os.ReadFile(never); err == nil {
+		t.Errorf("a session that never began left a recording: %q", b)
+	}
 
 	for _, bad := range []struct{ content, msg string }{
 		{"#!/bin/sh\necho hi\n", "is not an asciicast v2 recording: line 1: "},

@@ -547,6 +547,8 @@ func (a *App) RunAttach(ctx context.Context, m *sandbox.Manager, name string, o 
 	// The terminal is itself again: say where the recording is.
 	if err := rec.Close(); err != nil {
 		a.Warnf("the recording %s is incomplete: %v", rec.File(), err)
+	} else if rec.Empty() {
+		a.Infof("nothing to record: the session did not begin (no file written)")
 	} else {
 		a.Infof("recorded to %s (agentkernel replay %s)", rec.File(), rec.File())
 	}

@@ -27,8 +27,11 @@ type TerminalRecording interface {
 	Output(p []byte) error
 	Input(p []byte) error
 	Resize(cols, rows int) error
-	// Close ends the recording.
+	// Close ends the recording. A recording of nothing (no output,
+	// input or resize: the session never began) is removed.
 	Close() error
+	// Empty reports whether nothing was recorded.
+	Empty() bool
 	// File is where the recording is written.
 	File() string
 }
