@@ -55,6 +55,11 @@ func run() int {
 		// handed to agentkernel-full prints its own.
 		HoldWarnings: true,
 	}
+	if fullbin.WantsKube(os.Args[1:]) {
+		// -B kubernetes: agentkernel-kube's flags, which this binary
+		// does not parse (agentkernel-full hands the line on).
+		return handOff()
+	}
 	if !prestart.IsRun(os.Args) {
 		// exec, attach and cp into a running sandbox, and stats of
 		// running ones, are this binary's too; the rest, and whatever

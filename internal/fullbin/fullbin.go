@@ -71,8 +71,8 @@ func KubePath() (string, error) {
 // WantsKube reports whether a command line (without the program name)
 // is a sandbox command that names the kubernetes backend: -B kubernetes
 // (or k8s) in any of its spellings, with `sandbox` or one of its flat
-// forms (create, list, ls, ps, remove, rm) as the command, or the
-// backend's own commands (pool, crds, controller). agentkernel-full
+// forms (create, list, ls, ps, remove, rm, exec), run or cp as the
+// command, or the backend's own commands (pool, crds, controller). agentkernel-full
 // hands such a command line to agentkernel-kube whole.
 func WantsKube(args []string) bool {
 	kube, cmd := false, ""
@@ -102,7 +102,7 @@ func WantsKube(args []string) bool {
 		}
 	}
 	switch cmd {
-	case "sandbox", "create", "list", "ls", "ps", "remove", "rm", "pool", "crds", "controller":
+	case "sandbox", "create", "list", "ls", "ps", "remove", "rm", "exec", "run", "cp", "pool", "crds", "controller":
 		return kube
 	}
 	return false

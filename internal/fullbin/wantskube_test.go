@@ -19,10 +19,15 @@ func TestWantsKube(t *testing.T) {
 		{"crds print -B kubernetes", true},
 		{"--data-dir /d sandbox create x -B kubernetes", true},
 		{"-c cfg.toml --log-level debug -q ps -B k8s", true},
-		{"--data-dir sandbox run -B kubernetes", false}, // "sandbox" is the data directory
+		{"--data-dir sandbox attach -B kubernetes", false}, // "sandbox" is the data directory
 		{"sandbox create x", false},
 		{"sandbox create x -B gvisor", false},
-		{"run -B kubernetes echo hi", false}, // run is not served there
+		{"run -B kubernetes echo hi", true},
+		{"run -B k8s -- sh -c x", true},
+		{"cp -B kubernetes a dev:/b", true},
+		{"exec -B kubernetes dev -- id", true},
+		{"run -- echo -B kubernetes", false},
+		{"run -B docker echo hi", false},
 		{"exec x -- -B kubernetes", false},
 		{"sandbox create x -- -B kubernetes", false},
 		{"-B", false},

@@ -127,9 +127,9 @@ backend needs.`,
 			return b.InstallCRDs(cmd.Context())
 		},
 	})
-	root.AddCommand(sb, pool, crds, a.controllerCmd())
-	// The flat forms agentkernel also takes: create, list, remove, rm, ps.
-	for _, c := range []*cobra.Command{a.createCmd(), a.listCmd(), a.removeCmd()} {
+	root.AddCommand(sb, pool, crds, a.controllerCmd(), a.runCmd(), a.cpCmd())
+	// The flat forms agentkernel also takes: create, list, remove, rm, ps, exec.
+	for _, c := range []*cobra.Command{a.createCmd(), a.listCmd(), a.removeCmd(), a.execCmd()} {
 		c.Hidden = true
 		root.AddCommand(c)
 	}

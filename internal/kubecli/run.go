@@ -1,0 +1,205 @@
+package kubecli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentkernel/agentkernel/internal/backend/kubernetes"
+	"github.com/agentkernel/agentkernel/internal/detect"
+)
+
+// removeTimeout bounds the removal of a run's sandbox after its command,
+// which happens even when the run was interrupted.
+const removeTimeout = 30 * time.Second
+
+// maxCopy is the largest file cp moves (it goes through the exec API in
+// memory).
+const maxCopy = 64 << 20
+
+func (a *app) runCmd() *cobra.Command {
+	var (
+		image, profile, network, pool string
+		memory                        int64
+		cpus                          float64
+		env                           []string
+		interactive                   bool
+		startTimeout                  time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run one command in a new pod, then remove it",
+		Long: `Run one command in a sandbox made for it on the cluster: a NetworkPolicy and a
+pod (or a waiting pod of --pool), the command run in it through the cluster's
+exec API once the pod runs, then both removed, also when the run is
+interrupted. The exit status is the command's.
+
+Without --image, the image is picked from the command and the project's
+files as 'agentkernel run' picks it (python → python:3.12-alpine, go.mod →
+golang:1.23-alpine, ...); the cluster pulls it.
+
+A pod that no node starts within --start-timeout ends the run with status
+125 and what the pod's status says (unschedulable, image pull errors).`,
+		Example: `  agentkernel run -B kubernetes -- python3 -c 'print(1)'
+  agentkernel run -B kubernetes --image alpine:3.20 --network none -- sh -c 'id; cat /etc/os-release'
+  echo data | agentkernel run -B kubernetes -i --image alpine:3.20 -- wc -c`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cpus < 0 {
+				return fmt.Errorf("--cpus must not be negative")
+			}
+			if startTimeout <= 0 {
+				return fmt.Errorf("--start-timeout must be positive")
+			}
+			p, err := kubernetes.LookupProfile(profile)
+			if err != nil {
+				return err
+			}
+			if image == "" {
+				image = detect.Image(detect.Input{Args: args}).Image
+			}
+			name, err := runName()
+			if err != nil {
+				return err
+			}
+			r := &kubernetes.Request{Name: name, Image: image, Profile: p, MemoryMB: memory, CPUPercent: int64(cpus*100 + 0.5), Env: env,
+				// A run whose removal never happened (the machine died)
+				// is reaped after a day.
+				TTL: 24 * time.Hour}
+			if r.Network, r.AllowCIDRs, err = kubernetes.ParseNetwork(network); err != nil {
+				return err
+			}
+			if err := r.Check(); err != nil {
+				return err
+			}
+			b, err := kubernetes.New(a.opts)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if pool != "" {
+				_, _, err = b.CreateFromPool(ctx, &kubernetes.Pool{Name: pool, Image: image, Profile: p}, r)
+			} else {
+				_, err = b.Create(ctx, r)
+			}
+			if err != nil {
+				return err
+			}
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+				defer cancel()
+				if err := b.Remove(rctx, name); err != nil && !errors.Is(err, kubernetes.ErrNotFound) {
+					fmt.Fprintf(a.stderr, "agentkernel: removing the run's sandbox %s: %v (agentkernel sandbox rm -B kubernetes %s)\n", name, err, name)
+				}
+			}()
+			if _, err := b.WaitRunning(ctx, name, startTimeout); err != nil {
+				return err
+			}
+			io := kubernetes.ExecIO{Stdout: a.stdout, Stderr: a.stderr}
+			if interactive {
+				io.Stdin = os.Stdin
+			}
+			code, err := b.Exec(ctx, name, args, io)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&image, "image", "", "image reference (default: picked from the command and the project)")
+	f.StringVarP(&profile, "profile", "p", "moderate", "security profile: restrictive, moderate or permissive")
+	f.StringVar(&network, "network", "", "none, full, or address ranges (CIDRs) the sandbox may reach (default: the profile's)")
+	f.Int64Var(&memory, "memory", 0, "memory limit in MiB (default: the profile's)")
+	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores (default: the profile's)")
+	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the sandbox's environment (repeatable)")
+	f.StringVar(&pool, "pool", "", "adopt a waiting pod of this warm pool when it fits")
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	f.DurationVar(&startTimeout, "start-timeout", 2*time.Minute, "how long the pod may take to start")
+	return c
+}
+
+// runName is a fresh sandbox name for a run.
+func runName() (string, error) {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "run-" + hex.EncodeToString(b[:]), nil
+}
+
+func (a *app) cpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox (NAME:PATH on one side)",
+		Long: `Copy one regular file between this machine and a sandbox's pod, through the
+cluster's exec API: NAME:/path/in/sandbox on one side, a local path on the
+other. A local directory as DST receives the file under its own name; an
+existing local file is replaced. Files up to 64 MiB.`,
+		Example: `  agentkernel cp -B kubernetes ./main.py dev:/tmp/main.py
+  agentkernel cp -B kubernetes dev:/tmp/out.txt ./out.txt`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srcName, srcPath, srcIn := splitRemote(args[0])
+			dstName, dstPath, dstIn := splitRemote(args[1])
+			if srcIn == dstIn {
+				return fmt.Errorf("cp: exactly one of SRC and DST is NAME:PATH in a sandbox")
+			}
+			b, err := kubernetes.New(a.opts)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if dstIn {
+				st, err := os.Stat(args[0])
+				if err != nil {
+					return fmt.Errorf("cp: %w", err)
+				}
+				if !st.Mode().IsRegular() {
+					return fmt.Errorf("cp: %s is not a regular file", args[0])
+				}
+				if st.Size() > maxCopy {
+					return fmt.Errorf("cp: %s is %d bytes, more than the %d this backend copies", args[0], st.Size(), maxCopy)
+				}
+				data, err := os.ReadFile(args[0])
+				if err != nil {
+					return fmt.Errorf("cp: %w", err)
+				}
+				if strings.HasSuffix(dstPath, "/") {
+					dstPath += filepath.Base(args[0])
+				}
+				return b.WriteFile(ctx, dstName, dstPath, data)
+			}
+			data, err := b.ReadFile(ctx, srcName, srcPath)
+			if err != nil {
+				return err
+			}
+			dst := args[1]
+			if st, err := os.Stat(dst); err == nil && st.IsDir() {
+				dst = filepath.Join(dst, filepath.Base(srcPath))
+			}
+			return os.WriteFile(dst, data, 0o644)
+		},
+	}
+}
+
+// splitRemote splits NAME:PATH; a word with a slash before its colon, or
+// none, is a local path.
+func splitRemote(s string) (name, path string, remote bool) {
+	n, p, ok := strings.Cut(s, ":")
+	if !ok || n == "" || strings.Contains(n, "/") {
+		return "", s, false
+	}
+	return n, p, true
+}
