@@ -419,9 +419,11 @@ func (a *app) controllerCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "controller",
 		Short: "Reconcile AgentSandbox and AgentSandboxPool objects, and reap expired sandboxes",
-		Long: `Run the reconciler: every --interval, each AgentSandboxPool is filled, each
-AgentSandbox gets its pod, NetworkPolicy and status, expired ones lose their
-sandbox, and sandboxes whose TTL passed are removed. Inside the cluster run it
+		Long: `Run the reconciler: each AgentSandboxPool is filled, each AgentSandbox gets its
+pod, NetworkPolicy and status, expired ones lose their sandbox, and sandboxes
+whose TTL passed are removed. A pass runs as soon as one of those objects or
+the backend's pods changes (the controller watches them), and every
+--interval whatever happened. Inside the cluster run it
 with --in-cluster under a service account with the role in docs/kubernetes.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -467,7 +469,7 @@ with --in-cluster under a service account with the role in docs/kubernetes.md.`,
 			return last
 		},
 	}
-	c.Flags().DurationVar(&interval, "interval", 10*time.Second, "time between passes")
+	c.Flags().DurationVar(&interval, "interval", 30*time.Second, "time between passes when nothing changes (TTLs, missed events)")
 	c.Flags().BoolVar(&once, "once", false, "one pass, then exit")
 	c.Flags().BoolVar(&install, "install-crds", false, "install or update the CRDs first")
 	return c

@@ -52,6 +52,9 @@ type Backend struct {
 	client kubernetes.Interface
 	dyn    dynamic.Interface
 	cfg    *rest.Config
+	// watchTimeout is how long the controller asks each watch to last
+	// before the server ends it and it is opened again.
+	watchTimeout time.Duration
 }
 
 // RestConfig reads the client configuration Options name.
@@ -130,7 +133,7 @@ func NewForConfig(cfg *rest.Config, o Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Backend{opts: o, ns: o.Namespace, client: cs, dyn: dc, cfg: cfg}, nil
+	return &Backend{opts: o, ns: o.Namespace, client: cs, dyn: dc, cfg: cfg, watchTimeout: 5 * time.Minute}, nil
 }
 
 // Namespace is where the backend's objects are.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // CRDs are the CustomResourceDefinitions of AgentSandbox and
@@ -356,21 +357,86 @@ func (b *Backend) Pass(ctx context.Context) (Reconciled, Reaped, error) {
 	return rc, rp, err
 }
 
-// RunController reconciles and reaps every interval until ctx ends:
-// what `agentkernel-kube controller` runs in the cluster. report (may be
-// nil) hears of each pass.
+// RunController reconciles and reaps until ctx ends: what
+// `agentkernel-kube controller` runs in the cluster. A pass runs as soon
+// as an AgentSandbox, an AgentSandboxPool or one of the backend's pods
+// changes (watches on the three, restarted when the server ends them),
+// and every interval whatever happened (TTLs pass without an event; a
+// missed event is made up for). report (may be nil) hears of each pass.
 func (b *Backend) RunController(ctx context.Context, interval time.Duration, report func(Reconciled, Reaped, error)) {
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, w := range []func(context.Context, metav1.ListOptions) (watch.Interface, error){
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return b.dyn.Resource(SandboxResource).Namespace(b.ns).Watch(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return b.dyn.Resource(PoolResource).Namespace(b.ns).Watch(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = managedSelector()
+			return b.client.CoreV1().Pods(b.ns).Watch(ctx, o)
+		},
+	} {
+		go b.watchLoop(ctx, w, poke)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		rc, rp, err := b.Pass(ctx)
-		if report != nil {
+		if report != nil && ctx.Err() == nil {
 			report(rc, rp, err)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-kick:
+			// Changes come in bursts (a pass's own creations among
+			// them): one pass for the burst.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(controllerSettle):
+			}
+		}
+	}
+}
+
+// controllerSettle is how long the controller lets a burst of changes
+// settle before its pass.
+const controllerSettle = 100 * time.Millisecond
+
+// watchLoop keeps one watch open until ctx ends, calling poke on every
+// event and each time the watch is (re)opened, since events may have
+// been missed meanwhile. A watch the server ends (its timeout, a
+// restart) or that fails to open is opened again after a pause.
+func (b *Backend) watchLoop(ctx context.Context, open func(context.Context, metav1.ListOptions) (watch.Interface, error), poke func()) {
+	pause := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		secs := int64(b.watchTimeout / time.Second)
+		w, err := open(ctx, metav1.ListOptions{TimeoutSeconds: &secs, AllowWatchBookmarks: false})
+		if err == nil {
+			poke()
+			pause = 200 * time.Millisecond
+			for range w.ResultChan() {
+				poke()
+			}
+			w.Stop()
+		} else {
+			pause = min(pause*2, 10*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pause):
 		}
 	}
 }
