@@ -199,8 +199,12 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 	if len(q.Secrets) > maxSecrets {
 		return nil, badRequest("secrets: %d bindings, more than %d", len(q.Secrets), maxSecrets)
 	}
+	backend, err := s.backend(q.Backend)
+	if err != nil {
+		return nil, err
+	}
 	spec, err := s.opts.Resolve(r.Context(), RunSpec{Args: q.Command, Image: q.Image, Profile: profileName(q.Profile),
-		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Secrets: q.Secrets})
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Secrets: q.Secrets, Backend: backend})
 	if err != nil {
 		return nil, badRequest("%s", err.Error())
 	}
@@ -209,9 +213,7 @@ func (s *Server) spec(r *http.Request, q runRequest) (*sandbox.Spec, error) {
 	} else if d > 0 {
 		spec.Resources.Timeout = d
 	}
-	if spec.Backend, err = s.backend(q.Backend); err != nil {
-		return nil, err
-	}
+	spec.Backend = backend
 	return spec, nil
 }
 
@@ -493,7 +495,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	spec, err := s.opts.Resolve(r.Context(), RunSpec{Name: q.Name, Image: q.Image, Profile: p, VCPUs: q.VCPUs, MemoryMB: q.MemoryMB,
-		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Ports: q.Ports, Secrets: q.Secrets})
+		Network: q.Network.set, AllowDomains: q.AllowDomains, BlockDomains: q.BlockDomains, Ports: q.Ports, Secrets: q.Secrets, Backend: backend})
 	if err != nil {
 		s.fail(w, q.Name, badRequest("%s", err.Error()))
 		return

@@ -38,6 +38,10 @@ type RunSpec struct {
 	AllowDomains []string
 	BlockDomains []string
 	Ports        []string
+	// Backend is the backend the spec is for ("" native): a backend
+	// whose sandboxes have loopback only (sandbox.LoopbackOnly) keeps a
+	// profile's default egress to loopback, as the CLI does.
+	Backend string
 	// Secrets are secret bindings in the forms of 'run -S' (KEY:HOST,
 	// KEY:HOST:HEADER, KEY=VALUE:HOST; a persistent sandbox, Name set,
 	// takes no inline value). The resolver must never put a value in an

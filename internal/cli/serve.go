@@ -433,6 +433,12 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		} else if w != "" {
 			a.Logger.Warn(w)
 		}
+		// A backend with loopback only takes a profile's default egress
+		// as loopback and refuses an explicit request, as run does.
+		o.Set = map[string]bool{"network": r.Network != "", "allow-domain": len(r.AllowDomains) > 0, "block-domain": len(r.BlockDomains) > 0}
+		if err := a.CheckBackendEgress(r.Backend, spec, cfg, &o); err != nil {
+			return nil, err
+		}
 		// The same parsing, checks and vault lookup as 'run -S' and
 		// 'sandbox create -S', with the [secrets] bindings of the server's
 		// own configuration (never a project file's).
