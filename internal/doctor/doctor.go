@@ -25,6 +25,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/contract"
 )
 
 // Status is one check's verdict, as the HTTP API's GET /doctor names
@@ -72,12 +73,37 @@ type Report struct {
 	// every backend could take (filled by the command line, which has
 	// the backends).
 	Auto *AutoChoice `json:"auto,omitempty"`
+	// Contract lists, per backend, the checks of the contract every
+	// backend is held to (the attack battery, the file and cp tests, the
+	// HTTP API contract) that it is known not to pass as native does,
+	// with why (internal/contract; docs/backend-differences.md): no
+	// backend is silently weaker.
+	Contract []BackendContract `json:"contract"`
 }
 
 // AutoChoice is the backend "auto" picks, and why.
 type AutoChoice struct {
 	Backend string `json:"backend"`
 	Why     string `json:"why"`
+}
+
+// BackendContract is one backend's known differences from the contract.
+type BackendContract struct {
+	Backend     string                `json:"backend"`
+	Differences []contract.Difference `json:"differences"`
+}
+
+// contractReport is every backend's differences, native first.
+func contractReport() []BackendContract {
+	var out []BackendContract
+	for _, b := range contract.Backends() {
+		d := contract.For(b)
+		if d == nil {
+			d = []contract.Difference{}
+		}
+		out = append(out, BackendContract{Backend: b, Differences: d})
+	}
+	return out
 }
 
 // Options say whose runs the report is about.
@@ -103,7 +129,7 @@ func Run(ctx context.Context, o Options) *Report {
 		o.ToolTimeout = 3 * time.Second
 	}
 	rootless := os.Geteuid() != 0
-	r := &Report{Backend: "native", Rootless: rootless}
+	r := &Report{Backend: "native", Rootless: rootless, Contract: contractReport()}
 	// Inside a container the fixes are the container's options.
 	ctr := DetectContainer(ContainerSigns{
 		DockerEnv:    fileExists("/.dockerenv"),
@@ -401,7 +427,22 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "\nrun will use: backend %s, %s, isolation %s\nwhy: %s\n", r.Backend, map[bool]string{true: "rootless", false: "as root"}[r.Rootless], r.Isolation, r.Why)
-	fmt.Fprintln(w, "fallback ladder: a missing namespace, overlayfs, idmapped mount or seccomp always refuses the run; missing cgroups or Landlock refuse it too unless [security] allow_degraded (your user config or --config) names \"cgroups\" or \"landlock\", then the run goes on with one warning")
+	fmt.Fprintln(w, "\nbackends: what each is known not to pass of the checks every backend runs (attack battery, file and cp tests, HTTP API contract; docs/backend-differences.md)")
+	for _, bc := range r.Contract {
+		if len(bc.Differences) == 0 {
+			fmt.Fprintf(w, "  %-8s passes every check as native does\n", bc.Backend)
+			continue
+		}
+		fmt.Fprintf(w, "  %-8s %d known differences:\n", bc.Backend, len(bc.Differences))
+		for _, d := range bc.Differences {
+			where := ""
+			if d.Profiles != nil {
+				where = " (" + strings.Join(d.Profiles, ", ") + ")"
+			}
+			fmt.Fprintf(w, "    %s %s%s: %s: %s\n", d.Suite, d.Check, where, d.Want, d.Why)
+		}
+	}
+	fmt.Fprintln(w, "\nfallback ladder: a missing namespace, overlayfs, idmapped mount or seccomp always refuses the run; missing cgroups or Landlock refuse it too unless [security] allow_degraded (your user config or --config) names \"cgroups\" or \"landlock\", then the run goes on with one warning")
 }
 
 // ParseKernelVersion reads "6.1.0-18-amd64" as 6, 1.

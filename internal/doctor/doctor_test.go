@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/contract"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
@@ -245,6 +246,58 @@ func TestGVisorCheck(t *testing.T) {
 		got := gvisorCheck(context.Background())
 		if got.Status != StatusInfo || !strings.Contains(got.Message, c.want) || !strings.Contains(got.Message, "secrets") || got.Fix == "" {
 			t.Errorf("%s: %+v", c.runsc, got)
+		}
+	}
+}
+
+// TestContractShown: the report lists every backend with each of its
+// known differences from internal/contract, in the JSON and the text,
+// so that no backend is silently weaker.
+func TestContractShown(t *testing.T) {
+	r := &Report{Backend: "native", Contract: contractReport()}
+	r.finish(nil)
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shape struct {
+		Contract []struct {
+			Backend     string `json:"backend"`
+			Differences []struct {
+				Suite, Check, Want, Why string
+			} `json:"differences"`
+		} `json:"contract"`
+	}
+	if err := json.Unmarshal(b, &shape); err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	got := map[string]int{}
+	for _, bc := range shape.Contract {
+		got[bc.Backend] = len(bc.Differences)
+		if bc.Differences == nil {
+			t.Errorf("%s: differences is null, not a list", bc.Backend)
+		}
+		for _, d := range bc.Differences {
+			if d.Why == "" || d.Want == "" || d.Check == "" {
+				t.Errorf("%s: a difference without its check, result or reason: %+v", bc.Backend, d)
+			}
+			if !strings.Contains(text.String(), d.Check) || !strings.Contains(text.String(), d.Why) {
+				t.Errorf("%s: %s is not in the text report", bc.Backend, d.Check)
+			}
+		}
+	}
+	for _, be := range contract.Backends() {
+		n, ok := got[be]
+		if !ok {
+			t.Errorf("backend %s missing from the report's contract", be)
+		}
+		if n != len(contract.For(be)) {
+			t.Errorf("%s: %d differences shown, %d known", be, n, len(contract.For(be)))
+		}
+		if !strings.Contains(text.String(), "  "+be+" ") {
+			t.Errorf("backend %s missing from the text:\n%s", be, text.String())
 		}
 	}
 }

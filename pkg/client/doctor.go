@@ -24,6 +24,28 @@ type DoctorReport struct {
 	Isolation string        `json:"isolation,omitempty"` // full, degraded or refused
 	Degraded  []string      `json:"degraded,omitempty"`
 	Refused   []string      `json:"refused,omitempty"`
+	// Contract lists, per backend, the checks every backend is held to
+	// that it is known not to pass as native does, with why.
+	Contract []BackendContract `json:"contract,omitempty"`
+}
+
+// BackendContract is one backend's known differences from the checks
+// every backend runs (the attack battery, the file and cp tests, the
+// HTTP API contract).
+type BackendContract struct {
+	Backend     string               `json:"backend"`
+	Differences []ContractDifference `json:"differences"`
+}
+
+// ContractDifference is one check a backend does not pass as native
+// does.
+type ContractDifference struct {
+	Backend  string   `json:"backend"`
+	Suite    string   `json:"suite"` // attack, files or api
+	Check    string   `json:"check"`
+	Profiles []string `json:"profiles,omitempty"` // absent: every profile
+	Want     string   `json:"want"`
+	Why      string   `json:"why"`
 }
 
 // Doctor is GET /doctor: the server host's capabilities and the
