@@ -179,6 +179,9 @@ func (b *Backend) check(spec *sandbox.Spec, warn bool) error {
 	case spec.Resources.DiskMB > 0:
 		return b.unsupported("no limit on the writable layer (disk_mb)")
 	}
+	if err := checkArgSize(spec.Args, spec.Env); err != nil {
+		return fmt.Errorf("backend %s: %w", b.name, err)
+	}
 	for _, m := range spec.Mounts {
 		switch {
 		case m.Kind == sandbox.MountCopyOnWrite && !m.ReadOnly && !cowSource(m.Source):
@@ -690,3 +693,33 @@ func (b *Backend) startError(spec *sandbox.Spec, err error) error {
 // LoopbackOnly: the sandboxes have loopback only, no network egress yet
 // (sandbox.LoopbackOnly).
 func (b *Backend) LoopbackOnly() bool { return true }
+
+// Bounds on what execve takes, whatever the container's stack limit:
+// one string at most MAX_ARG_STRLEN (32 pages), all of them with their
+// pointers at most a quarter of the largest stack the kernel counts
+// (6 MiB).
+const (
+	maxArgStrlen = 32 * 4096
+	maxArgTotal  = 6 << 20
+)
+
+// checkArgSize refuses (sandbox.ErrCannotInvoke, exit 126) an argv and
+// environment that no execve in the container could take, before the
+// engine is handed them: the engine would carry megabytes through its
+// API and containerd only to fail there, slowly.
+func checkArgSize(args, env []string) error {
+	var total int
+	for _, list := range [][]string{args, env} {
+		for _, s := range list {
+			if len(s)+1 > maxArgStrlen {
+				return fmt.Errorf("one argument or variable is %d bytes, over the kernel's %d (E2BIG): %w", len(s), maxArgStrlen, sandbox.ErrCannotInvoke)
+			}
+			total += len(s) + 1 + 8
+		}
+		total += 8
+	}
+	if total > maxArgTotal {
+		return fmt.Errorf("%d bytes of arguments and environment, over the %d any execve takes (E2BIG): %w", total, maxArgTotal, sandbox.ErrCannotInvoke)
+	}
+	return nil
+}
