@@ -5,6 +5,14 @@ package contract
 // check passes on its backend fails the suite that runs it, so the list
 // shrinks as backends improve.
 func differences() []Difference {
+	const (
+		pid1Alone     = "the command is the sandbox's PID 1 (no init of agentkernel's above it), so there is no other process whose status the probe could read: it cannot tell (caps_dangerous and nnp_seccomp_status check the command's own)"
+		pid1Mem       = "the command is PID 1 itself: /proc/1/mem is its own memory, never another process's"
+		rawSocket     = "permissive keeps the engine's default capabilities, CAP_NET_RAW included, held by the container's root: the socket opens, on the container's own network namespace, which has loopback only (network none)"
+		rootfulChown  = "a rootful engine without userns-remap runs the container's root as host root: a chown in permissive's read-write project gives host files to host ids 1000, 1001 and 65534 (podman rootless or userns-remap maps them)"
+		rootfulSetuid = "as workspace_chown: the container's root is host root, so set-user-ID-root files reach permissive's host project"
+		engineDisk    = "the writable layer is in the engine's storage on the host's disk, with no limit (the engines refuse [resources] disk_mb); native's in-memory upper layer counts against the memory limit"
+	)
 	all := []string(nil)
 	pm := []string{"permissive", "moderate"}
 	mr := []string{"moderate", "restrictive"}
@@ -23,8 +31,8 @@ func differences() []Difference {
 		a(GVisor, "userns_regain_caps", perm, "allowed", "the user namespace and its tmpfs are the Sentry's, inside the sandbox; the host never sees them"),
 		a(GVisor, "ptrace_sibling", mr, "allowed", "ptrace is the Sentry's (no agentkernel seccomp filter inside gVisor): a process can trace only others of its own sandbox"),
 		a(GVisor, "ptrace_traceme", mr, "allowed", "as ptrace_sibling: the Sentry's ptrace, within the sandbox"),
-		a(GVisor, "ptrace_init", all, "allowed", "/proc/1/mem is the sandbox's own init, served by the Sentry: never a host process"),
-		a(GVisor, "pid1_privileges", all, "error", "the Sentry's /proc gives the probe no /proc/<pid>/status with the fields it reads, so it cannot tell (caps_dangerous checks the capabilities)"),
+		a(GVisor, "ptrace_init", all, "allowed", pid1Mem),
+		a(GVisor, "pid1_privileges", all, "error", pid1Alone),
 		a(GVisor, "proc_masked_paths", all, "allowed", "/proc/sysrq-trigger is the Sentry's, writable and inert; the host's /proc is never shown"),
 		a(GVisor, "proc_sys_write", pm, "allowed", "/proc/sys/net/ipv4/ip_forward is the Sentry's own network stack's, not the host's"),
 		a(GVisor, "dmesg", all, "allowed", "syslog(2) reads the Sentry's own short kernel log, not the host's"),
@@ -35,7 +43,16 @@ func differences() []Difference {
 		a(GVisor, "check:no set-id file or file capability reaches a host workspace", all, Fails, "as workspace_setuid: permissive's project gets set-user-ID-root files"),
 		a(GVisor, "check:no file in a host workspace belongs to another host user", all, Fails, "as workspace_chown: files given to host ids 1000, 1001 and 65534"),
 
-		// docker and podman: containers of the engine.
+		// docker and podman: containers of the engine, rootful here.
+		a(Docker, "pid1_privileges", all, "error", pid1Alone),
+		a(Docker, "ptrace_init", all, "allowed", pid1Mem),
+		a(Docker, "raw_socket", perm, "allowed", rawSocket),
+		a(Docker, "packet_socket", perm, "allowed", rawSocket),
+		a(Docker, "workspace_chown", perm, "allowed", rootfulChown),
+		a(Docker, "workspace_setuid", perm, "allowed", rootfulSetuid),
+		a(Docker, "disk_fill", pm, "allowed", engineDisk),
+		a(Docker, "check:no set-id file or file capability reaches a host workspace", all, Fails, "as workspace_setuid: permissive's project gets set-user-ID-root files"),
+		a(Docker, "check:no file in a host workspace belongs to another host user", all, Fails, "as workspace_chown: files given to host ids 1000, 1001 and 65534"),
 		{Backend: Docker, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,
 			Why: "start makes a new container: only the copy-on-write /workspace keeps its writable layer from one start to the next, the rest of the container's goes at stop (docs/backends.md)"},
 		{Backend: Podman, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/agentkernel/agentkernel/internal/contract"
 )
 
 // exception is a documented case where a probe is expected to end other
@@ -70,7 +72,16 @@ var exceptions = []exception{
 
 // expected returns what probe should end as in profile and mode, and why
 // when it is an exception.
+//
+// mode is a backend's name for the batteries through the other backends
+// (TestAttackBackends, as root): that backend's differences from
+// internal/contract come first, then native's table for root.
 func expected(probe, profile, mode string) (want, why string) {
+	if isOtherBackend(mode) {
+		if d, ok := contract.Lookup(mode, contract.SuiteAttack, probe, profile); ok {
+			return d.Want, mode + ": " + d.Why
+		}
+	}
 	for _, e := range exceptions {
 		if e.Probe != probe {
 			continue
@@ -78,12 +89,29 @@ func expected(probe, profile, mode string) (want, why string) {
 		if e.Profiles != nil && !slices.Contains(e.Profiles, profile) {
 			continue
 		}
-		if e.Modes != nil && !slices.Contains(e.Modes, mode) {
+		if e.Modes != nil && !slices.Contains(e.Modes, mode) && !(isOtherBackend(mode) && slices.Contains(e.Modes, "root")) {
 			continue
 		}
 		return e.Want, e.Why
 	}
 	return "blocked", ""
+}
+
+// isOtherBackend: mode is the battery of a backend other than native.
+func isOtherBackend(mode string) bool {
+	return mode != contract.Native && slices.Contains(contract.Backends(), mode)
+}
+
+// checkExpected says whether host check name is to fail on the battery
+// of mode (a difference of that backend), and why.
+func checkExpected(mode, name string) (fails bool, why string) {
+	if !isOtherBackend(mode) {
+		return false, ""
+	}
+	if d, ok := contract.Lookup(mode, contract.SuiteAttack, "check:"+name, ""); ok && d.Want == contract.Fails {
+		return true, d.Why
+	}
+	return false, ""
 }
 
 // probeInfo is what the battery knows of a probe besides its code.

@@ -63,6 +63,9 @@ type fixtures struct {
 	otherUpper  string // host path where that secret can be reached from the host
 	otherPID    int
 
+	// other is the backend under test when it is not native.
+	other *backendUnderTest
+
 	closers []func()
 }
 

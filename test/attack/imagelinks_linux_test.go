@@ -62,6 +62,9 @@ func imageSymlinkChecks(t *testing.T, r *runner) []hostCheck {
 		spec := r.spec(c.profile, "evil-image")
 		spec.Args = []string{"/bin/true"}
 		spec.Rootfs.Layers = append(append([]string{}, f.layers...), layer)
+		if r.other != nil {
+			r.other.adjust(r, spec)
+		}
 		if c.workdir != "" {
 			spec.Workdir = c.workdir
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentkernel/agentkernel/internal/contract"
 )
 
 // probeDirs lists the probes: every directory under probes/ but
@@ -46,6 +48,11 @@ func TestProbeTable(t *testing.T) {
 	for _, e := range exceptions {
 		if !seen[e.Probe] {
 			t.Errorf("exception for %s, which is not in probes/", e.Probe)
+		}
+	}
+	for _, d := range contract.Differences() {
+		if d.Suite == contract.SuiteAttack && !strings.HasPrefix(d.Check, "check:") && !seen[d.Check] {
+			t.Errorf("internal/contract: a %s row for %s, which is not in probes/", d.Backend, d.Check)
 		}
 	}
 }

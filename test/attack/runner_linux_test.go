@@ -72,10 +72,13 @@ type modeResults struct {
 	Took     time.Duration       `json:"took"`
 }
 
-// runner runs probes in sandboxes through the native backend.
+// runner runs probes in sandboxes through one backend: native unless
+// the battery is another backend's (backends_linux_test.go).
 type runner struct {
 	f       *fixtures
-	backend *native.Backend
+	backend sandbox.Backend
+	// other is the backend under test when it is not native.
+	other *backendUnderTest
 	// prepared runs each probe the way a warm pool does (Prepare, then
 	// Run with the command and its stdio), where the spec allows it.
 	prepared bool
@@ -259,10 +262,11 @@ func judgeChown(ws string, rootless bool) (result, detail string) {
 // one (falling back to a direct run where a pool would: a terminal, a
 // kept layer, an environment too large for the stub).
 func (r *runner) runSpec(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
-	if !r.prepared || spec.TTY || spec.Keep {
+	pr, ok := r.backend.(sandbox.Preparer)
+	if !r.prepared || !ok || spec.TTY || spec.Keep {
 		return r.backend.Run(ctx, spec, stdio)
 	}
-	p, err := r.backend.Prepare(ctx, spec)
+	p, err := pr.Prepare(ctx, spec)
 	if errors.Is(err, sandbox.ErrUnsupported) {
 		return r.backend.Run(ctx, spec, stdio)
 	}
@@ -278,7 +282,11 @@ func (r *runner) runSpec(ctx context.Context, spec *sandbox.Spec, stdio sandbox.
 }
 
 func newRunner(f *fixtures) *runner {
-	r := &runner{f: f, warnings: map[string]bool{}}
+	r := &runner{f: f, warnings: map[string]bool{}, other: f.other}
+	if r.other != nil {
+		r.backend = r.other.new(r)
+		return r
+	}
 	r.backend = native.New(native.Options{
 		DataDir:   f.dataDir,
 		NetHelper: netHelper,
@@ -359,6 +367,9 @@ func (r *runner) spec(profile, probe string) *sandbox.Spec {
 		panic(fmt.Sprintf("policy.Resolve(%s): %v", profile, err))
 	}
 	spec.Rootfs = image.Rootfs{Ref: "attack-probes:test", Layers: r.f.layers}
+	if r.other != nil {
+		r.other.adjust(r, spec)
+	}
 	// An outer bound: no probe needs a minute.
 	spec.Resources.Timeout = time.Minute
 	return spec
@@ -634,8 +645,16 @@ func lastLines(s string, n int) string {
 // every profile, and then the host checks.
 func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *modeResults {
 	t.Helper()
+	return batteryOn(t, mode, probesBin, ctrls, nil)
+}
+
+// batteryOn is battery through other, a backend other than native (its
+// name is the battery's mode; it runs as root), or native when nil.
+func batteryOn(t *testing.T, mode, probesBin string, ctrls map[string]*outcome, other *backendUnderTest) *modeResults {
+	t.Helper()
 	start := time.Now()
 	f := newFixtures(t, mode, probesBin)
+	f.other = other
 	r := newRunner(f)
 	r.prepared = mode == modePool
 	f.startOtherSandbox(t, r)
@@ -670,7 +689,13 @@ func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *m
 
 	// An outer bound on the probes: on a loaded machine the battery can
 	// take minutes, and a run started after the bound is killed at once.
-	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
+	// The other backends start a sandbox more slowly (an engine's API, a
+	// runsc): twice the bound.
+	bound := 240 * time.Second
+	if other != nil {
+		bound *= 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 
 	type job struct{ profile, probe string }
@@ -745,9 +770,12 @@ func battery(t *testing.T, mode, probesBin string, ctrls map[string]*outcome) *m
 	r.mu.Unlock()
 	if mode != modeEgress {
 		// Filesystem checks: the egress battery runs only the network
-		// probes, and the other batteries make these.
+		// probes, and the other batteries make these. The host image
+		// is native's alone (the other backends refuse it).
 		res.Checks = append(res.Checks, imageSymlinkChecks(t, r)...)
-		res.Checks = append(res.Checks, hostImageChecks(t, r, ctrls)...)
+		if other == nil {
+			res.Checks = append(res.Checks, hostImageChecks(t, r, ctrls)...)
+		}
 	}
 	// Processes of a sandbox whose Run returned may take a moment to be
 	// reaped by the kernel; anything still there after 5 s was left behind.
