@@ -34,3 +34,29 @@ func TestCheckArgSize(t *testing.T) {
 		}
 	}
 }
+
+// TestPodmanUserCaps: podman would put the profile's capabilities in a
+// non-root user's effective and ambient sets, so such a user gets none
+// there; root keeps them, and docker (bounding set only) is unchanged.
+func TestPodmanUserCaps(t *testing.T) {
+	caps := []string{"CAP_CHOWN", "CAP_SETUID"}
+	for _, c := range []struct {
+		engine, user, imageUser string
+		want                    int
+	}{
+		{"podman", "1000:1000", "", 0},
+		{"podman", "user", "", 0},
+		{"podman", "", "app", 0},
+		{"podman", "", "", 2},
+		{"podman", "root", "app", 2},
+		{"podman", "0:1000", "", 2},
+		{"docker", "1000:1000", "", 2},
+	} {
+		b := newBackend(c.engine, Options{Host: "unix:///nonexistent"})
+		spec := &sandbox.Spec{User: c.user, Security: sandbox.Security{Capabilities: caps}}
+		spec.Rootfs.Config.User = c.imageUser
+		if got := b.createOptions(spec, "x", nil, false, nil).HostConfig.CapAdd; len(got) != c.want {
+			t.Errorf("%s user %q (image %q): CapAdd %v, want %d", c.engine, c.user, c.imageUser, got, c.want)
+		}
+	}
+}

@@ -291,7 +291,12 @@ func (b *Backend) createOptions(spec *sandbox.Spec, ref string, secOpts []string
 		cfg.Cmd = append([]string{}, spec.Args[1:]...)
 	}
 	caps := spec.Security.Capabilities
-	if caps == nil {
+	if caps == nil || (b.name == "podman" && !rootUser(spec.User, spec.Rootfs.Config.User)) {
+		// Podman gives a user other than root the added capabilities in
+		// its effective, permitted and ambient sets too (docker: in the
+		// bounding set only), so that a command run as uid 1000 could
+		// setuid(0). With no_new_privs (every profile) such a user can
+		// never gain them otherwise: it gets none.
 		caps = []string{}
 	}
 	hc := &container.HostConfig{
@@ -722,4 +727,14 @@ func checkArgSize(args, env []string) error {
 		return fmt.Errorf("%d bytes of arguments and environment, over the %d any execve takes (E2BIG): %w", total, maxArgTotal, sandbox.ErrCannotInvoke)
 	}
 	return nil
+}
+
+// rootUser: the container's user is root, user (a spec's "user[:group]")
+// or, when it is "", the image's.
+func rootUser(user, imageUser string) bool {
+	if user == "" {
+		user = imageUser
+	}
+	name, _, _ := strings.Cut(user, ":")
+	return name == "" || name == "0" || name == "root"
 }
