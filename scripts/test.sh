@@ -82,6 +82,8 @@ if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_RUNSC:-}" ]; then
     echo "== NOTE: no runsc: the gvisor backend's tests are LEFT OUT of this run"
     echo "   (./scripts/runsc.sh builds it once, in a few minutes; .ci/run does, and runs them)"
     gvisor_out=(-skip '^TestGVisor')
+    # The contract suites run every backend but this one.
+    export ATTACK_BACKENDS=docker,podman AGENTKERNEL_CONTRACT_BACKENDS=native,docker,podman
   fi
 fi
 
@@ -120,7 +122,9 @@ if [ ${#skip[@]} -gt 0 ]; then
   skip_args=(-skip "$(IFS='|'; echo "${skip[*]}")")
 fi
 # shellcheck disable=SC2086
-go test -count=1 -timeout 15m "${skip_args[@]}" $pkgs
+# 30 minutes: test/attack runs the battery through every backend
+# (native's three batteries, then gvisor's, docker's and podman's).
+go test -count=1 -timeout 30m "${skip_args[@]}" $pkgs
 
 # fuzz_one PKG TARGET: fuzz one target for $FUZZTIME. A time-bounded run of
 # Go's fuzzing coordinator (up to Go 1.26) can end with a bare "context

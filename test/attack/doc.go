@@ -74,6 +74,18 @@
 // and TestProbesHaveControls (no root needed) fail when a probe lacks its
 // row, its control, or the one-line main.
 //
+// # Other backends
+//
+// TestAttackBackends runs the root battery again through gvisor, docker
+// and podman (backends_linux_test.go; ATTACK_BACKENDS=gvisor,docker for
+// some): the same probes, fixtures and host checks, with the positive
+// controls run once and shared. A backend's expectations are native's
+// table with that backend's rows from internal/contract, each with its
+// reason; a probe or host check that ends other than listed fails, one
+// that now passes too (its row must go). doctor and
+// docs/backend-differences.md show the same rows. A backend the machine
+// lacks fails under the suite and is skipped elsewhere.
+//
 // See SECURITY.md at the repository root for the threat model the
 // battery backs.
 package attack

@@ -283,6 +283,23 @@ func testEngine(t *testing.T, f *fixture) {
 			}
 		})
 	}
+	t.Run("attack: a user other than root holds no capability", func(t *testing.T) {
+		// Podman would give uid 1000 the profile's capabilities in its
+		// effective and ambient sets: setuid(0) from there.
+		for _, profile := range []string{"permissive", "moderate"} {
+			s := f.spec(t, profile, "cat", "/proc/self/status")
+			s.User = "1000:1000"
+			res, out, err := f.run(t, ctx, s, "", nil)
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("%s: res %+v, out %q, err %v", profile, res, out, err)
+			}
+			for _, field := range []string{"CapInh", "CapPrm", "CapEff", "CapAmb"} {
+				if got := statusField(out, field); got != "0000000000000000" {
+					t.Errorf("%s: uid 1000's %s is %s", profile, field, got)
+				}
+			}
+		}
+	})
 	t.Run("attack: namespaces and mounts refused", func(t *testing.T) {
 		// docker's profile without CAP_SYS_ADMIN refuses unshare, the
 		// allowlist refuses it and mount outright.
