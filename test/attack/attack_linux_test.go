@@ -239,6 +239,8 @@ func assertResults(t *testing.T, res *modeResults) {
 		switch {
 		case !c.OK && !fails:
 			t.Errorf("%s: host check %q failed: %s", res.Mode, c.Name, c.Detail)
+		case c.OK && fails && os.Getenv("ATTACK_ONLY") != "":
+			t.Logf("%s: host check %q passed in this partial battery (ATTACK_ONLY); internal/contract lists it as failing (%s)", res.Mode, c.Name, why)
 		case c.OK && fails:
 			t.Errorf("%s: host check %q passed, but internal/contract lists it as failing on %s (%s): remove the row", res.Mode, c.Name, res.Mode, why)
 		case fails && testing.Verbose():
