@@ -342,7 +342,7 @@ func (f *fixtures) startOtherSandbox(t *testing.T, r *runner) {
 		defer wg.Done()
 		var out tailWriter
 		out.max = 4 << 10
-		res, err := r.backend.Run(ctx, spec, sandbox.Stdio{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
+		res, err := r.otherSandboxBackend().Run(ctx, spec, sandbox.Stdio{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &out})
 		runErr <- fmt.Sprintf("exit %d, err %v, output %q", res.ExitCode, err, out.String())
 	}()
 	f.closers = append(f.closers, func() { cancel(); wg.Wait() })
