@@ -78,8 +78,8 @@
 //
 // TestAttackBackends runs the root battery again through gvisor, docker
 // and podman (backends_linux_test.go; ATTACK_BACKENDS=gvisor,docker for
-// some): the same probes, fixtures and host checks, with the positive
-// controls run once and shared. A backend's expectations are native's
+// some): the same probes (built once), fixtures, positive controls and
+// host checks. A backend's expectations are native's
 // table with that backend's rows from internal/contract, each with its
 // reason; a probe or host check that ends other than listed fails, one
 // that now passes too (its row must go). doctor and
