@@ -41,6 +41,19 @@ func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), all
 	}
 }
 
+// freezers are the sandbox.Freezers of moreBackends by name: what holds
+// their running persistent sandboxes still while a snapshot copies
+// their files (native's is the supervisor's Reclaimer).
+func (a *App) freezers() map[string]sandbox.Freezer {
+	out := map[string]sandbox.Freezer{}
+	for _, b := range a.moreBackends() {
+		if fz, ok := b.(sandbox.Freezer); ok {
+			out[b.Name()] = fz
+		}
+	}
+	return out
+}
+
 // persistentBooter is the Booter of the backend a persistent sandbox was
 // created on (Spec.Backend): native's for "" or "native", else the one
 // of more of that name, which must be a sandbox.Booter.

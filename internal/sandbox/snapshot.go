@@ -72,15 +72,17 @@ type SnapshotHolder interface {
 }
 
 // Freezer is what a backend offers to hold a running sandbox still
-// while its writable layer is copied (the cgroup freezer).
+// while its writable layer is copied (native: the cgroup freezer;
+// gvisor: runsc pause). dir is the persistent sandbox's directory,
+// where a backend may keep its runtime state (gvisor's runsc state).
 type Freezer interface {
 	// Freeze freezes every process of the sandbox whose backend id is
 	// id; thaw lets them run again.
-	Freeze(id string) (thaw func() error, err error)
+	Freeze(id, dir string) (thaw func() error, err error)
 	// Thaw thaws the sandbox whose backend id is id where a Freeze was
 	// left in place (its caller died before calling thaw); a sandbox
 	// that is not frozen is left as it is.
-	Thaw(id string) error
+	Thaw(id, dir string) error
 }
 
 // Audit actions of snapshots.

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -45,7 +46,7 @@ func withFrozen(fz sandbox.Freezer, id, dir string, fn func() error) error {
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		return err
 	}
-	thaw, err := fz.Freeze(id)
+	thaw, err := fz.Freeze(id, dir)
 	if err != nil {
 		_ = os.Remove(marker)
 		return fmt.Errorf("freezing the sandbox: %w", err)
@@ -75,17 +76,40 @@ func thawIfAbandoned(fz sandbox.Freezer, id, dir string) (bool, error) {
 	if _, err := os.Lstat(marker); errors.Is(err, fs.ErrNotExist) {
 		return true, nil // thawed by its taker meanwhile
 	}
-	if err := fz.Thaw(id); err != nil {
+	if err := fz.Thaw(id, dir); err != nil {
 		return false, err
 	}
 	return true, os.Remove(marker)
 }
 
+// freezer is the Freezer of the sandboxes of backend (Spec.Backend):
+// the Reclaimer's for native's, Freezers' for the others; nil for none.
+func (m *Manager) freezer(backend string) sandbox.Freezer {
+	if backend == "" || strings.EqualFold(backend, "native") {
+		fz, _ := m.Reclaimer.(sandbox.Freezer)
+		return fz
+	}
+	for name, fz := range m.Freezers {
+		if strings.EqualFold(name, backend) {
+			return fz
+		}
+	}
+	return nil
+}
+
+// backendName is Spec.Backend as users name it.
+func backendName(b string) string {
+	if b == "" {
+		return "native"
+	}
+	return b
+}
+
 // thawLeftover is thawIfAbandoned for the Manager, whose caller holds
 // the sandbox's lock (no take of it can be under way).
 func (m *Manager) thawLeftover(spec *sandbox.Spec, dir string) error {
-	fz, ok := m.Reclaimer.(sandbox.Freezer)
-	if !ok || spec.ID == "" {
+	fz := m.freezer(spec.Backend)
+	if fz == nil || spec.ID == "" {
 		return nil
 	}
 	if _, err := thawIfAbandoned(fz, spec.ID, dir); err != nil {

@@ -14,11 +14,11 @@ import (
 // fakeFreezer counts Thaw calls.
 type fakeFreezer struct{ thawed atomic.Int32 }
 
-func (f *fakeFreezer) Freeze(string) (func() error, error) {
+func (f *fakeFreezer) Freeze(string, string) (func() error, error) {
 	return func() error { return nil }, nil
 }
 
-func (f *fakeFreezer) Thaw(id string) error {
+func (f *fakeFreezer) Thaw(id, _ string) error {
 	if id != "sbid" {
 		return errors.New("wrong id " + id)
 	}

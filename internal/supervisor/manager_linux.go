@@ -48,6 +48,10 @@ type Manager struct {
 	// Either may be nil (nothing to free, no such figures).
 	Reclaimer sandbox.Reclaimer
 	Meter     sandbox.Meter
+	// Freezers holds still the running sandboxes of the backends other
+	// than native's (the Reclaimer's) while a snapshot copies their
+	// files, by backend name (Spec.Backend); a backend missing has none.
+	Freezers map[string]sandbox.Freezer
 	// Expired, when set, is told of each sandbox that List, Start or GC
 	// removed because its expiry had passed (err: how the removal
 	// failed, nil when it went), for the audit log.

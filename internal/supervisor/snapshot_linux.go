@@ -588,9 +588,9 @@ func (m *Manager) copyRunning(spec *sandbox.Spec, dir string, ws []writable, lay
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("a snapshot of a running sandbox needs root (its files keep their owners); stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", sandbox.ErrUnsupported)
 	}
-	fz, ok := m.Reclaimer.(sandbox.Freezer)
-	if !ok {
-		return nil, fmt.Errorf("this backend cannot freeze a running sandbox; stop it first: %w", sandbox.ErrUnsupported)
+	fz := m.freezer(spec.Backend)
+	if fz == nil {
+		return nil, fmt.Errorf("backend %s cannot hold a running sandbox still while its files are copied; stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", backendName(spec.Backend), sandbox.ErrUnsupported)
 	}
 	tmps := make([]string, len(ws))
 	finals := make([]string, len(ws))

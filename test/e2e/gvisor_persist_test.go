@@ -129,17 +129,13 @@ func TestGVisorPersistentNetwork(t *testing.T) {
 }
 
 // TestGVisorSnapshotStopped: a stopped gvisor sandbox's files are
-// snapshotted and restored into a new gvisor sandbox; a running one's
-// snapshot is refused (no freezer for gVisor yet), never taken torn.
+// snapshotted and restored into a new gvisor sandbox.
 func TestGVisorSnapshotStopped(t *testing.T) {
 	a, ref := withGVisor(t)
 	a.must("sandbox", "create", "gs", "-B", "gvisor", "--image", ref, "--network", "none", "--start")
 	defer a.run("sandbox", "rm", "-f", "gs")
 	defer a.run("sandbox", "rm", "-f", "gs2")
 	a.must("exec", "gs", "--", "sh", "-c", "echo snap > /root/s.txt")
-	if r := a.run("snapshot", "take", "gs", "--name", "running"); r.code != 125 {
-		t.Errorf("a running gvisor sandbox's snapshot: %v", r)
-	}
 	a.must("sandbox", "stop", "gs")
 	a.must("snapshot", "take", "gs", "--name", "stopped")
 	a.must("snapshot", "restore", "stopped", "--as", "gs2")
@@ -197,4 +193,44 @@ func TestGVisorAuto(t *testing.T) {
 			t.Errorf("POST /run %s: %d %s, want %s", body, resp.status, out, c.want)
 		}
 	}
+}
+
+// TestGVisorSnapshotRunning: a running gvisor sandbox's snapshot is
+// taken while runsc holds it paused, as native's is while the cgroup
+// freezer holds it: a file a background command rewrites all the while
+// is restored whole, the sandbox runs on after the take (not left
+// paused), and the snapshot restores into a new name, also once the
+// source is removed.
+func TestGVisorSnapshotRunning(t *testing.T) {
+	a, ref := withGVisor(t)
+	a.must("sandbox", "create", "gr", "-B", "gvisor", "--image", ref, "--network", "none", "--start")
+	defer a.run("sandbox", "rm", "-f", "gr")
+	defer a.run("sandbox", "rm", "-f", "gr2")
+	defer a.run("sandbox", "rm", "-f", "gr3")
+	a.must("exec", "gr", "--", "sh", "-c", "echo snap > /root/s.txt")
+	// A writer that never stops: each line of /root/count is whole
+	// when it is read (the file is rewritten through a rename).
+	a.must("exec", "-d", "gr", "--", "sh", "-c", "i=0; while :; do i=$((i+1)); seq 1 $i > /root/c.tmp; mv /root/c.tmp /root/count; done")
+	time.Sleep(500 * time.Millisecond)
+	a.must("snapshot", "take", "gr", "--name", "live")
+	// Running on: the counter still moves, exec still answers.
+	first := a.must("exec", "gr", "--", "sh", "-c", "wc -l < /root/count").stdout
+	time.Sleep(300 * time.Millisecond)
+	if second := a.must("exec", "gr", "--", "sh", "-c", "wc -l < /root/count").stdout; first == second {
+		t.Errorf("the sandbox does not run on after the take: %q then %q", first, second)
+	}
+	a.must("snapshot", "restore", "live", "--as", "gr2")
+	a.must("sandbox", "start", "gr2")
+	check := func(name string) {
+		t.Helper()
+		r := a.must("exec", name, "--", "sh", "-c", "cat /root/s.txt; n=$(wc -l < /root/count); test \"$(tail -n 1 /root/count)\" = \"$n\" && echo whole $n; cat /proc/version")
+		if !strings.HasPrefix(r.stdout, "snap\nwhole ") || !strings.Contains(r.stdout, "gvisor") {
+			t.Errorf("%s, restored from a running sandbox's snapshot: %v", name, r)
+		}
+	}
+	check("gr2")
+	a.must("sandbox", "rm", "-f", "gr")
+	a.must("snapshot", "restore", "live", "--as", "gr3")
+	a.must("sandbox", "start", "gr3")
+	check("gr3")
 }

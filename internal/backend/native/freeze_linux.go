@@ -29,7 +29,7 @@ var _ sandbox.Freezer = (*Backend)(nil)
 // cgroup on v2; on v1, where sandboxes join no freezer hierarchy, a
 // freezer cgroup made for the occasion, into which its processes are
 // moved (and back out of by thaw).
-func (b *Backend) Freeze(id string) (func() error, error) {
+func (b *Backend) Freeze(id, _ string) (func() error, error) {
 	dirs := sandboxCgroups(id, b.cgOwner)
 	if len(dirs) == 0 {
 		return nil, errors.New("the sandbox has no cgroup to freeze it by (rootless without delegation?)")
@@ -152,7 +152,7 @@ func thawV1(fz, home string) error {
 // because its caller died before it could thaw (sandbox.Freezer): its
 // v2 cgroup, or the v1 freezer cgroup made for it, whose processes go
 // back to the freezer hierarchy's root. Nothing frozen: nothing done.
-func (b *Backend) Thaw(id string) error {
+func (b *Backend) Thaw(id, _ string) error {
 	if cgroups.IsCgroup2UnifiedMode() {
 		var errs []error
 		for _, d := range sandboxCgroups(id, b.cgOwner) {

@@ -32,13 +32,13 @@ func TestFreeze(t *testing.T) {
 	if err := cg.join(pid, false); err != nil {
 		t.Fatal(err)
 	}
-	checkFreezes(t, moving, func() (func() error, error) { return b.Freeze(id) })
+	checkFreezes(t, moving, func() (func() error, error) { return b.Freeze(id, "") })
 	if fz := filepath.Join(cgroupRoot, "freezer", cgroupParent, cgroupName(id, b.cgOwner)); !cg.v2 {
 		if _, err := os.Stat(fz); !os.IsNotExist(err) {
 			t.Errorf("freezer cgroup left: %v", err)
 		}
 	}
-	if _, err := b.Freeze(randomID()); err == nil {
+	if _, err := b.Freeze(randomID(), ""); err == nil {
 		t.Error("froze a sandbox that has no cgroup")
 	}
 }
@@ -141,16 +141,16 @@ func TestThawAbandoned(t *testing.T) {
 	if err := cg.join(pid, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Thaw(id); err != nil || !moving() {
+	if err := b.Thaw(id, ""); err != nil || !moving() {
 		t.Fatalf("Thaw of a sandbox that is not frozen: %v (moving: %v)", err, moving())
 	}
-	if _, err := b.Freeze(id); err != nil {
+	if _, err := b.Freeze(id, ""); err != nil {
 		t.Fatal(err)
 	}
 	if moving() {
 		t.Fatal("the processes ran on while frozen")
 	}
-	if err := b.Thaw(id); err != nil {
+	if err := b.Thaw(id, ""); err != nil {
 		t.Fatal(err)
 	}
 	if !moving() {
