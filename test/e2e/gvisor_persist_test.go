@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
+
 	"github.com/agentkernel/agentkernel/internal/testenv/netlab"
 )
 
@@ -233,4 +235,32 @@ func TestGVisorSnapshotRunning(t *testing.T) {
 	a.must("snapshot", "restore", "live", "--as", "gr3")
 	a.must("sandbox", "start", "gr3")
 	check("gr3")
+}
+
+// TestGVisorExecTTYResize: exec -t in a persistent gvisor sandbox gives
+// the command a terminal of the caller's size, and a resize of the
+// caller's window reaches it: the new size, and SIGWINCH; exec ends with
+// the command.
+func TestGVisorExecTTYResize(t *testing.T) {
+	a, ref := withGVisor(t)
+	a.must("sandbox", "create", "gt", "-B", "gvisor", "--image", ref, "--network", "none", "--start")
+	defer a.run("sandbox", "rm", "-f", "gt")
+	c, master, r := ptyRun(t, a, 24, 80, "exec", "-it", "gt", "--", "sh", "-c",
+		"trap 'echo winch-$(stty size | tr \" \" x)' WINCH; echo size-$(stty size | tr ' ' x); while read x; [ \"$x\" != q ]; do :; done; exit 4")
+	expect(t, r, "size-24x80")
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r, "winch-50x132")
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 33, Cols: 101}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r, "winch-33x101")
+	master.Write([]byte("q\r"))
+	// The command's end ends exec at once: the caller's terminal is
+	// not held open by the sandbox's side.
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	if code := exitCode(t, c); code != 4 {
+		t.Errorf("exec -t's exit status: %d", code)
+	}
 }

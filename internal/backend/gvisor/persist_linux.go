@@ -332,6 +332,11 @@ func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, e
 			}
 			return nil, err
 		}
+		if i == 0 && tty != nil {
+			// Non-blocking, so that closing it ends the bridge's
+			// pending read (the poller) once the command has ended.
+			_ = unix.SetNonblock(d, true)
+		}
 		files[i] = os.NewFile(uintptr(d), "stdio")
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -350,6 +355,7 @@ func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, e
 	if tty != nil && err == nil {
 		// The terminal's master, bridged to the caller's streams,
 		// which the bridge keeps until it ends.
+		tty.in = files[0]
 		go tty.serve(files[0], files[1])
 		files[2].Close()
 	} else {
@@ -458,7 +464,11 @@ func (r *run) idleMount() (specs.Mount, error) {
 // client's to set raw).
 type execTTY struct {
 	master, replica *os.File
-	outDone         chan struct{}
+	// in is the caller's stdin while the bridge reads it: closed by
+	// close, so that the caller's terminal is not held open once the
+	// command has ended (the caller waits for its last holder).
+	in      *os.File
+	outDone chan struct{}
 }
 
 func newExecTTY() (*execTTY, error) {
@@ -479,16 +489,52 @@ func newExecTTY() (*execTTY, error) {
 }
 
 // serve bridges the master to in and out until the command's side
-// closes.
+// closes. When in is a terminal (the client's, passed over the agent's
+// socket), the command's terminal takes its size and follows it.
 func (t *execTTY) serve(in, out *os.File) {
 	defer close(t.outDone)
 	defer out.Close()
-	go func() {
-		agent.CopyToPTY(t.master, in, false)
-		in.Close()
-	}()
+	if ws, err := unix.IoctlGetWinsize(int(in.Fd()), unix.TIOCGWINSZ); err == nil {
+		_ = unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, ws)
+		go t.followSize(in, *ws)
+	}
+	go agent.CopyToPTY(t.master, in, false)
 	_, _ = io.Copy(out, t.master) // ends with EIO once the command's side closes
 }
+
+// followSize copies the size of the caller's terminal in to the
+// command's when it changes, until the command has ended: the caller's
+// terminal sends this process no SIGWINCH, so it is looked at every
+// sizePoll. Setting it makes the kernel send SIGWINCH to the terminal's
+// foreground process group, runsc exec, which passes it on to the
+// command.
+func (t *execTTY) followSize(in *os.File, last unix.Winsize) {
+	rc, err := in.SyscallConn()
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(sizePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.outDone:
+			return
+		case <-tick.C:
+		}
+		var ws *unix.Winsize
+		if rc.Control(func(fd uintptr) { ws, err = unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ) }) != nil || err != nil {
+			return // in is closed
+		}
+		if *ws == last {
+			continue
+		}
+		last = *ws
+		_ = unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, ws)
+	}
+}
+
+// sizePoll is how often a command's terminal looks at its caller's size.
+const sizePoll = 100 * time.Millisecond
 
 // close ends the bridge once the command has ended: the rest of its
 // output first (ttyDrain at most).
@@ -498,6 +544,10 @@ func (t *execTTY) close() {
 	case <-time.After(ttyDrain):
 	}
 	t.master.Close()
+	if t.in != nil {
+		<-t.outDone
+		t.in.Close()
+	}
 }
 
 // keptTmp is a persistent sandbox's /tmp: gVisor mounts a tmpfs of its
