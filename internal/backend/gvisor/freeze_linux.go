@@ -27,10 +27,10 @@ func (b *Backend) Freeze(id, dir string) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	state, cid := filepath.Join(dir, "gvisor", "state"), "agentkernel-"+id
-	if id == "" || strings.ContainsAny(id, "/ \x00") {
+	if id == "" || strings.ContainsAny(id, "/ \x00") || id == "." || id == ".." {
 		return nil, fmt.Errorf("the gvisor backend: sandbox id %q", id)
 	}
+	state, cid := filepath.Join(dir, "gvisor", "state"), "agentkernel-"+id
 	if out, err := exec.Command(runsc, "--root", state, "pause", cid).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("runsc pause: %s", runscOutput(out, err))
 	}
@@ -46,6 +46,9 @@ func (b *Backend) Freeze(id, dir string) (func() error, error) {
 // place (sandbox.Freezer): runsc reports it paused. A sandbox that is
 // not running under runsc, or not paused, is left as it is.
 func (b *Backend) Thaw(id, dir string) error {
+	if id == "" || strings.ContainsAny(id, "/ \x00") {
+		return fmt.Errorf("the gvisor backend: sandbox id %q", id)
+	}
 	state, cid := filepath.Join(dir, "gvisor", "state"), "agentkernel-"+id
 	if _, err := os.Stat(state); errors.Is(err, fs.ErrNotExist) {
 		return nil
