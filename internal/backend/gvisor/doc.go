@@ -87,10 +87,19 @@
 //
 // # Not yet
 //
+// A running persistent sandbox is held still for a snapshot's copy of
+// its writable layers by `runsc pause` (sandbox.Freezer, freeze_linux.go;
+// runsc's state is found through the sandbox's directory), and `runsc
+// resume` lets it run on. runsc's checkpoint works here (systrap, with
+// --network=sandbox too), but its restore kills every process started
+// with `runsc exec`, which is every command of a persistent sandbox:
+// only the idle init would come back, so snapshots keep files, as
+// native's do, and not memory.
+//
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) exist on amd64 only (the idle init is amd64 code). It
-// has no warm pools, snapshots, checkpoint and restore, secrets, --keep
-// of a run's writable layer or host image yet; a sandbox's network needs
+// has no warm pools, memory snapshots, secrets, --keep of a run's
+// writable layer or host image yet; a sandbox's network needs
 // a TUN device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
