@@ -325,7 +325,7 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 		// Its root's writable layer is the engine's, not a directory this
 		// package knows (native and gvisor keep theirs in the sandbox's
 		// directory, which is what a snapshot takes).
-		return nil, fmt.Errorf("sandbox %q runs on backend %s, which has no snapshots yet (sandboxes on native do): %w", src, spec.Backend, sandbox.ErrUnsupported)
+		return nil, fmt.Errorf("sandbox %q runs on backend %s, which has no snapshots yet (sandboxes on native and gvisor do): %w", src, spec.Backend, sandbox.ErrUnsupported)
 	}
 	dir := m.Dir(src)
 	if err := m.thawLeftover(&spec, dir); err != nil {
