@@ -162,6 +162,9 @@ func (r *run) startNetwork() error {
 		}
 	}
 	cfg := netproc.Config{SandboxID: r.id, Mode: netproc.ModeTUN, Network: r.spec.Network}
+	if r.keep == "" {
+		cfg.Inject = netproc.InjectConfig(r.spec.Secrets)
+	}
 	var onDeny func(netproc.Denial)
 	if f := r.b.opts.OnNetworkDeny; f != nil && r.keep != "" {
 		onDeny = func(d netproc.Denial) { f(r.spec, d) }

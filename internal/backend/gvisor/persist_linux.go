@@ -49,6 +49,9 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	if err := refuse(b, spec); err != nil {
 		return nil, err
 	}
+	if hasSecrets(spec) || (spec.SecretBindings != nil && len(spec.SecretBindings.Bindings) > 0) {
+		return nil, fmt.Errorf("the gvisor backend cannot pass secrets to persistent sandboxes yet (runs take -S): create the sandbox with -B native: %w", sandbox.ErrUnsupported)
+	}
 	if idleInit() == nil {
 		return nil, fmt.Errorf("the gvisor backend's persistent sandboxes exist on amd64 only so far: %w", sandbox.ErrUnsupported)
 	}

@@ -152,7 +152,7 @@ func TestRunSecretFlags(t *testing.T) {
 	}{
 		{[]string{"-S", "K", "--network", "none"}, "expected KEY:HOST"},
 		{[]string{"-S", "K:allowed.test", "--network", "none"}, "needs network egress"},
-		{[]string{"-S", "K:allowed.test", "--backend", "gvisor"}, "not supported by backend"},
+		{[]string{"-S", "K:allowed.test", "--backend", "docker"}, "not supported by backend"},
 		{[]string{"-S", "K:allowed.test", "--name", "box"}, "not supported for persistent sandboxes"},
 		{[]string{"-S", "K:allowed.test", "--branch"}, "not supported for persistent sandboxes"},
 		{[]string{"-S", "K:allowed.test", "--keep", "--network", "full"}, "--keep"},
