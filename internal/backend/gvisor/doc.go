@@ -98,8 +98,10 @@
 //
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) exist on amd64 only (the idle init is amd64 code). It
-// has no warm pools, memory snapshots, secrets, --keep of a run's
-// writable layer or host image yet; a sandbox's network needs
+// has no warm pools, memory snapshots, secret files or persistent
+// sandboxes' secrets (a run's -S bindings are injected as native's:
+// secrets_linux.go), --keep of a run's writable layer or host image
+// yet; a sandbox's network needs
 // a TUN device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
