@@ -110,6 +110,8 @@ func (b *Backend) Check(spec *sandbox.Spec) error {
 		what = "runs images only, not the host image: name an image with --image, or use -B native"
 	case spec.Keep:
 		what = "cannot keep the writable layer yet: use -B native"
+	case spec.SecretBindings != nil && len(spec.SecretBindings.Bindings) > 0:
+		what = "cannot pass secrets to persistent sandboxes yet (runs take -S): create the sandbox with -B native"
 	case spec.Secrets != nil && len(spec.Secrets.Files) > 0:
 		what = "cannot pass secret files (--secret-file) yet: bind the secret with -S KEY:HOST, or use -B native"
 	default:
