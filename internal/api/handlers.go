@@ -149,8 +149,9 @@ type runRequest struct {
 	// code 124).
 	TimeoutMS *int64 `json:"timeout_ms"`
 	// Backend runs the command on another of the server's backends
-	// (docker, podman, gvisor); "" is the server's own. Such a run never
-	// takes a warm sandbox: the pools are the server's backend's.
+	// (docker, podman, gvisor); "" is the server's own. A fast run takes
+	// a warm sandbox of that backend's pool (each backend that can
+	// prepare sandboxes has pools of its own).
 	Backend string `json:"backend"`
 }
 
@@ -273,15 +274,15 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 	if err := spec.Commands.Check(spec.Args); err != nil {
 		return sandbox.Result{}, err
 	}
-	// "auto" is decided per run, before the pools: a run auto gives
-	// native takes a warm sandbox like any other.
+	// "auto" is decided per run, before the pools: a run takes the warm
+	// pool of the backend auto gives it.
 	if b := s.opts.Manager.Pick(ctx, spec.Backend, spec); b != spec.Backend {
 		spec.Backend = b
 		if strings.EqualFold(b, "native") {
 			spec.Backend = ""
 		}
 	}
-	if fast && spec.Backend == "" {
+	if fast && s.pools.preparable(spec.Backend) {
 		sb, why, done := s.pools.take(spec)
 		s.metrics.poolRun(why)
 		if sb != nil {
@@ -320,7 +321,7 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 	served := "hit"
 	if sb == nil {
 		var err error
-		if sb, err = s.opts.Manager.Prepare(ctx, "", spec); err != nil {
+		if sb, err = s.opts.Manager.Prepare(ctx, spec.Backend, spec); err != nil {
 			return sandbox.Result{}, "", err
 		}
 		served = "prepared"

@@ -28,8 +28,12 @@ import (
 //
 // The rule for which requests a pool serves is simple: the request's
 // spec is resolved exactly as for an ephemeral run, and the pool key is
-// that whole spec minus the command (image, profile, mounts, env, workdir,
-// user, network, resources, timeout, security). Requests whose specs are
+// that whole spec minus the command (backend, image, profile, mounts,
+// env, workdir, user, network, resources, timeout, security). Every
+// backend that is a sandbox.Preparer has pools: native (sandboxes built
+// up to the command's exec), gvisor, docker and podman (a booted
+// sandbox whose idle PID 1 waits, the command run beside it as an exec;
+// package bootprep). Requests whose specs are
 // equal share a pool, so a pooled sandbox always matches the request.
 // Specs that need a terminal or keep their layer take the ephemeral path,
 // as do new keys once maxPools pools exist.
@@ -217,7 +221,19 @@ func poolable(spec *sandbox.Spec) bool {
 	return n <= maxPooledArgs
 }
 
-// poolKey is the spec minus what differs per request.
+// preparable reports whether backend ("" is native) can prepare
+// sandboxes ahead of their command: only its requests take pools.
+func (p *pools) preparable(backend string) bool {
+	b, err := p.m.Backend(backend)
+	if err != nil {
+		return false
+	}
+	_, ok := b.(sandbox.Preparer)
+	return ok
+}
+
+// poolKey is the spec minus what differs per request (the backend is
+// part of it: each backend's sandboxes are pooled apart).
 func poolKey(spec *sandbox.Spec) (string, error) {
 	c := *spec
 	c.ID, c.Name, c.Args, c.ImageRule = "", "", nil, ""
@@ -353,7 +369,7 @@ func (p *pools) create(ctx context.Context, wp *warmPool) (sandbox.Prepared, err
 	p.mu.Unlock()
 	spec.Mounts = slices.Clone(spec.Mounts)
 	spec.Env = slices.Clone(spec.Env)
-	sb, err := p.m.Prepare(ctx, "", &spec)
+	sb, err := p.m.Prepare(ctx, spec.Backend, &spec)
 	if err != nil {
 		return nil, err
 	}

@@ -76,8 +76,9 @@ type Options struct {
 	AllowSudoExec bool
 	// Version and Backend are reported by /status and /stats. Backend
 	// is also the backend of requests that name none (serve's [sandbox]
-	// backend; default native); "native" is the Manager's own, whose warm
-	// pools fast runs take.
+	// backend; default native); "native" is the Manager's own. Fast runs
+	// take the warm pools of their backend, where it can prepare
+	// sandboxes (pool.go).
 	Version string
 	Backend string
 	// Logger receives the access log (one line per request) and errors.
@@ -193,6 +194,11 @@ func (s *Server) Serve(ctx context.Context, lns []net.Listener, grace time.Durat
 	defer s.pools.close()
 	if s.opts.Pool.Prewarm && s.opts.Resolve != nil {
 		if spec, err := s.opts.Resolve(ctx, RunSpec{Args: []string{"true"}}); err == nil {
+			// The pool of the server's own backend, which requests that
+			// name none take.
+			if spec.Backend, err = s.backend(""); err != nil {
+				s.opts.Logger.Warn("warm pool: the server's backend", "error", err)
+			}
 			_ = s.pools.prewarm(spec, 0)
 		} else {
 			s.opts.Logger.Warn("warm pool: cannot resolve the default spec", "error", err)

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,6 +80,8 @@ type Backend struct {
 	name string
 	host string
 	opts Options
+	// bg counts the teardowns of pooled runs' containers (Drain).
+	bg *sync.WaitGroup
 }
 
 // Docker is the backend "docker": the engine at opts.Host, DOCKER_HOST,
@@ -101,7 +104,7 @@ func newBackend(name string, opts Options) *Backend {
 	if opts.Warn == nil {
 		opts.Warn = func(string) {}
 	}
-	return &Backend{name: name, host: host, opts: opts}
+	return &Backend{name: name, host: host, opts: opts, bg: &sync.WaitGroup{}}
 }
 
 // DefaultHost is the address of engine's API when Options.Host is not

@@ -68,8 +68,12 @@ func GC(ctx context.Context, dataDir string) ([]string, error) {
 				continue
 			}
 		}
-		if left, _ := os.ReadDir(dir + "/state"); containerLeft(left) && runsc != "" {
-			_ = exec.CommandContext(ctx, runsc, "--root", dir+"/state", "delete", "--force", e.Name()).Run()
+		// A run's runsc state is in the directory, a pooled sandbox's
+		// (a boot's) in its gvisor subdirectory.
+		for _, state := range []string{dir + "/state", dir + "/gvisor/state"} {
+			if left, _ := os.ReadDir(state); containerLeft(left) && runsc != "" {
+				_ = exec.CommandContext(ctx, runsc, "--root", state, "delete", "--force", e.Name()).Run()
+			}
 		}
 		removeCgroups(cgroupName(e.Name()))
 		if err := os.RemoveAll(dir); err != nil {

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -43,6 +44,8 @@ type Options struct {
 // Backend runs sandboxes under gVisor's runsc.
 type Backend struct {
 	opts Options
+	// bg counts the teardowns of pooled runs' sandboxes (Drain).
+	bg sync.WaitGroup
 }
 
 // New returns the gvisor backend.
