@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/agentkernel/agentkernel/internal/backend/bootprep"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
@@ -44,6 +45,11 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 		return nil, err
 	}
 	remove := func() {
+		// The sandbox's last processes leave its cgroups a moment
+		// after runsc has ended.
+		for n := 0; n < 100 && removeCgroupsLeft(cgroupName("agentkernel-"+c.ID)); n++ {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			b.opts.Warn(fmt.Sprintf("removing the gvisor sandbox's directory: %v", err))
 		}

@@ -396,10 +396,14 @@ func cgroupName(id string) string { return "agentkernel-gvisor-" + id }
 // failed (runsc removes it after a run): below this process's cgroup in
 // each hierarchy, or below its parent (where runsc puts it on a pure
 // cgroup v2 host). Only an empty cgroup can be removed.
-func removeCgroups(name string) {
+func removeCgroups(name string) { removeCgroupsLeft(name) }
+
+// removeCgroupsLeft is removeCgroups, reporting whether any of them is
+// still there (a process of the sandbox still in it).
+func removeCgroupsLeft(name string) (left bool) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return
+		return false
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -414,7 +418,10 @@ func removeCgroups(name string) {
 			}
 		}
 		for _, dir := range []string{parts[2], filepath.Dir(parts[2])} {
-			_ = unix.Rmdir(filepath.Join(mnt, dir, name))
+			if err := unix.Rmdir(filepath.Join(mnt, dir, name)); err != nil && err != unix.ENOENT {
+				left = true
+			}
 		}
 	}
+	return left
 }
