@@ -24,8 +24,9 @@ func (b *namedBackend) Run(_ context.Context, _ *sandbox.Spec, stdio sandbox.Std
 }
 
 // TestRunBackend: a request's "backend" picks one of the server's
-// backends, skipping the warm pools (which are the server's own
-// backend's); the server's own name is the default; an unknown one is a
+// backends (neither of these can prepare sandboxes, so no warm pool
+// serves them: TestPoolOtherBackend has pools on another backend); the
+// server's own name is the default; an unknown one is a
 // 400 that names the ones there are, for /run and /sandboxes alike, and
 // nothing runs.
 func TestRunBackend(t *testing.T) {
