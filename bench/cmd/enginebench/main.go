@@ -1,30 +1,41 @@
-// Command enginebench times `agentkernel run -B docker` and `-B podman`
-// against the engines' own command lines, `docker run --rm --network
-// none` and `podman run --rm --network none`, on the same busybox
-// image, interleaved run by run, and prints a Markdown table of medians.
+// Command enginebench times `agentkernel run -B docker`, `-B podman` and
+// `-B gvisor` against the tools underneath, `docker run --rm --network
+// none`, `podman run --rm --network none` and `runsc run` of a bundle,
+// on the same busybox image, interleaved run by run, and prints a
+// Markdown table of medians. With -pooled (the default) it also times
+// the same run through the API server (`agentkernel-full serve` on a
+// unix socket, one curl request each): cold ("fast": false) and from the
+// backend's warm pool ("fast": true), each pooled run followed by a
+// pause (-settle) in which the pool refills, so that the refill does not
+// land in the next case's time.
 //
 // It starts a private dockerd and podman service (their own data and
 // sockets, under a temporary directory it removes), imports a busybox
 // root (busybox-static) into docker, and hands the same image to
-// agentkernel's store with `images load`. Run as root, after building
-// the binaries:
+// agentkernel's store with `images load`. gvisor needs runsc
+// (AGENTKERNEL_RUNSC, or scripts/runsc.sh's cache). Run as root, after
+// building the binaries:
 //
 //	CGO_ENABLED=0 go build -o /tmp/ak/ ./cmd/agentkernel ./cmd/agentkernel-full
-//	go run ./bench/cmd/enginebench -agentkernel /tmp/ak/agentkernel -n 30
+//	go run ./bench/cmd/enginebench -agentkernel /tmp/ak/agentkernel -n 15
 package main
 
 import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/agentkernel/agentkernel/bench/harness"
+	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 )
 
 const image = "enginebench/busybox:1"
@@ -33,15 +44,17 @@ func main() {
 	ak := flag.String("agentkernel", "agentkernel", "the agentkernel binary (agentkernel-full beside it)")
 	n := flag.Int("n", 30, "timed runs per command")
 	warm := flag.Int("warmup", 3, "untimed runs per command first")
-	engines := flag.String("engines", "docker,podman", "the engines to compare, comma-separated")
+	engines := flag.String("engines", "docker,podman", "the backends to compare, comma-separated: docker, podman, gvisor")
+	pooled := flag.Bool("pooled", true, "also time the run through the API server, cold and from its warm pool")
+	settle := flag.Duration("settle", time.Second, "the pause after each pooled run, in which its pool refills")
 	flag.Parse()
-	if err := run(*ak, *n, *warm, strings.Split(*engines, ",")); err != nil {
+	if err := run(*ak, *n, *warm, strings.Split(*engines, ","), *pooled, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, "enginebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ak string, n, warm int, engines []string) error {
+func run(ak string, n, warm int, engines []string, pooled bool, settle time.Duration) error {
 	work, err := os.MkdirTemp("", "enginebench")
 	if err != nil {
 		return err
@@ -50,7 +63,8 @@ func run(ak string, n, warm int, engines []string) error {
 	archive := filepath.Join(work, "busybox.tar")
 	dataDir := filepath.Join(work, "data")
 	var cases []harness.Case
-	loaded := false
+	loaded, gvisorCase := false, false
+	hosts := map[string]string{}
 	for _, e := range engines {
 		var host string
 		var stop func()
@@ -69,6 +83,21 @@ func run(ak string, n, warm int, engines []string) error {
 				return err
 			}
 			cli = []string{"podman", "--remote", "--url", host}
+		case "gvisor":
+			runsc, err := findRunsc()
+			if err != nil {
+				return err
+			}
+			bundle, err := runscBundle(filepath.Join(work, "gvisor"))
+			if err != nil {
+				return err
+			}
+			// One container id per run ($$ is the shell's pid): runsc
+			// run creates, starts, waits for and deletes it.
+			cases = append(cases, harness.Case{Name: "runsc run", Argv: []string{"sh", "-c",
+				"exec " + runsc + " --root " + filepath.Join(work, "gvisor", "state") + " --network=none run --bundle " + bundle + " enginebench-$$"}})
+			gvisorCase = true
+			continue
 		default:
 			return fmt.Errorf("unknown engine %q", e)
 		}
@@ -82,6 +111,7 @@ func run(ak string, n, warm int, engines []string) error {
 			}
 			loaded = true
 		}
+		hosts[e] = host
 		env := "DOCKER_HOST="
 		if e == "podman" {
 			env = "CONTAINER_HOST="
@@ -101,8 +131,50 @@ func run(ak string, n, warm int, engines []string) error {
 	if err := os.WriteFile(cfg, []byte("[security]\nallow_degraded = [\"landlock\"]\n"), 0o644); err != nil {
 		return err
 	}
+	if gvisorCase {
+		if !loaded {
+			return errors.New("gvisor needs docker or podman among -engines too (the image is loaded through one)")
+		}
+		cases = append(cases, harness.Case{Name: "agentkernel -B gvisor", Argv: []string{"env", "XDG_CONFIG_HOME=" + filepath.Join(work, "config"),
+			ak, "-q", "--data-dir", dataDir, "run", "-B", "gvisor", "-p", "restrictive", "--image", image, "--", "/bin/true"}})
+	}
+	if pooled {
+		sock := filepath.Join(work, "api.sock")
+		env := []string{"XDG_CONFIG_HOME=" + filepath.Join(work, "config"), "DOCKER_HOST=" + hosts["docker"], "CONTAINER_HOST=" + hosts["podman"]}
+		stop, err := startServe(filepath.Join(filepath.Dir(ak), "agentkernel-full"), dataDir, sock, env)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		for _, e := range engines {
+			for _, fast := range []bool{false, true} {
+				body := fmt.Sprintf(`{"command":["/bin/true"],"image":%q,"profile":"restrictive","backend":%q,"fast":%t}`, image, e, fast)
+				c := harness.Case{Name: "API -B " + e + " cold", Argv: []string{"curl", "-sf", "-o", "/dev/null", "--unix-socket", sock,
+					"-H", "Content-Type: application/json", "-d", body, "http://localhost/run"}}
+				if fast {
+					c.Name, c.Settle = "API -B "+e+" pooled", settle
+				}
+				cases = append(cases, c)
+			}
+		}
+	}
 	stats := harness.Run(context.Background(), cases, harness.Options{Runs: n, Warmup: warm, Interleave: true})
 	harness.Report(os.Stdout, stats)
+	if pooled {
+		// How the server served its fast runs: a pooled case's runs
+		// are hits unless the pool was empty (a miss runs cold).
+		out, err := exec.Command("curl", "-sf", "--unix-socket", filepath.Join(work, "api.sock"), "http://localhost/status").Output()
+		if err != nil {
+			return fmt.Errorf("/status: %w", err)
+		}
+		var st struct {
+			PoolRuns map[string]int `json:"pool_runs"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return fmt.Errorf("/status: %w", err)
+		}
+		fmt.Printf("\nthe server's fast runs, warm-up included: %d from a warm sandbox, %d cold (pool empty)\n", st.PoolRuns["hit"], st.PoolRuns["miss"])
+	}
 	return nil
 }
 
@@ -138,4 +210,80 @@ func importBusybox(cli []string, archive string, save bool) error {
 		return fmt.Errorf("save: %v: %s", err, out)
 	}
 	return nil
+}
+
+// findRunsc is the runsc the gvisor backend would run.
+func findRunsc() (string, error) {
+	if p := os.Getenv(gvisor.RunscEnv); p != "" {
+		return p, nil
+	}
+	if p := gvisor.RunscCachePath(); p != "" {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return exec.LookPath("runsc")
+}
+
+// runscBundle makes an OCI bundle in dir whose root is busybox-static
+// and whose process is /bin/true (runsc spec's defaults otherwise: no
+// terminal, root, a read-only root).
+func runscBundle(dir string) (string, error) {
+	bundle := filepath.Join(dir, "bundle")
+	for _, d := range []string{"rootfs/bin", "rootfs/tmp", "rootfs/proc", "rootfs/dev", "rootfs/sys", "state"} {
+		if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	_ = os.Rename(filepath.Join(bundle, "state"), filepath.Join(dir, "state"))
+	bin, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return "", fmt.Errorf("busybox-static: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "rootfs/bin/busybox"), bin, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Symlink("busybox", filepath.Join(bundle, "rootfs/bin/true")); err != nil {
+		return "", err
+	}
+	runsc, err := findRunsc()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(runsc, "spec", "--", "/bin/true")
+	cmd.Dir = bundle
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("runsc spec: %v: %s", err, out)
+	}
+	return bundle, nil
+}
+
+// startServe starts `agentkernel-full serve` on a unix socket and waits
+// until it answers /health.
+func startServe(full, dataDir, sock string, env []string) (stop func(), err error) {
+	cmd := exec.Command(full, "-q", "--data-dir", dataDir, "serve", "--unix", sock)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	for i := 0; i < 300; i++ {
+		if exec.Command("curl", "-sf", "-o", "/dev/null", "--unix-socket", sock, "http://localhost/health").Run() == nil {
+			return stop, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	return nil, errors.New("agentkernel serve did not answer /health within 30 s")
 }
