@@ -168,12 +168,14 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 			return fmt.Errorf("/status: %w", err)
 		}
 		var st struct {
-			PoolRuns map[string]int `json:"pool_runs"`
+			Data struct {
+				PoolRuns map[string]int `json:"pool_runs"`
+			} `json:"data"`
 		}
 		if err := json.Unmarshal(out, &st); err != nil {
 			return fmt.Errorf("/status: %w", err)
 		}
-		fmt.Printf("\nthe server's fast runs, warm-up included: %d from a warm sandbox, %d cold (pool empty)\n", st.PoolRuns["hit"], st.PoolRuns["miss"])
+		fmt.Printf("\nthe server's fast runs, warm-up included: %d from a warm sandbox, %d cold (pool empty)\n", st.Data.PoolRuns["hit"], st.Data.PoolRuns["miss"])
 	}
 	return nil
 }
