@@ -24,6 +24,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/daemon"
 	"github.com/agentkernel/agentkernel/internal/policy"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 const daemonLong = `Run the agentkernel server in the background, for this user and data
@@ -40,7 +41,9 @@ A pool is kept per sandbox spec (image, profile, mode, mounts, limits,
 environment: everything but the command), created by the first run of a
 spec and grown with the load, between [daemon] min_warm (default 1) and
 max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time
-and keeps it. Other pools go after 10 minutes without a run.
+and keeps it. Other pools go after 10 minutes without a run. The gvisor,
+docker and podman backends have pools of their own, which the API's fast
+runs naming that backend take ('daemon prewarm -B docker' fills one).
 
 The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
 socket under the data directory (daemon/api.sock, mode 0600: your user,
@@ -479,8 +482,9 @@ func processUptime(pid int) (time.Duration, bool) {
 func newDaemonPrewarmCmd(a *App) *cobra.Command {
 	var ov policy.Overrides
 	var count int
+	var backend string
 	cmd := &cobra.Command{
-		Use:   "prewarm [--mode claude|codex|gemini|native] [run flags] [--count N]",
+		Use:   "prewarm [--mode claude|codex|gemini|native] [-B BACKEND] [run flags] [--count N]",
 		Short: "Fill the daemon's pool for the runs of an agent mode or profile",
 		Long: `Fill the daemon's pool for the sandbox spec that 'agentkernel run' with the
 same flags, in the current directory, would use: after 'daemon prewarm
@@ -491,9 +495,15 @@ sandbox. --count is how many to keep ready (default [daemon] min_warm, at most
 The image is chosen as for a command that implies none: --image, then
 agentkernel.toml, then the project files. Commands that pick their own image
 (python3 → python:3.12-alpine) get their pool on first use, or name the image
-here with --image.`,
+here with --image.
+
+-B gvisor, docker or podman fills that backend's pool instead, which the
+API's fast runs naming the backend ("backend": "docker") take: a sandbox
+booted ahead with its idle first process, the command run in it as an exec.
+'agentkernel run' itself uses native's pools only.`,
 		Example: `  agentkernel daemon prewarm --mode claude
-  agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4`,
+  agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4
+  agentkernel daemon prewarm -B docker --image alpine:3.20 --count 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ov.Set = runcli.ChangedFlags(cmd.Flags())
@@ -514,6 +524,21 @@ here with --image.`,
 			mgr, err := a.Manager()
 			if err != nil {
 				return err
+			}
+			if b := strings.ToLower(strings.TrimSpace(backend)); b != "" && b != "native" {
+				be, err := mgr.Backend(b)
+				if err != nil {
+					return usageError("-B: %v", err)
+				}
+				if _, ok := be.(sandbox.Preparer); !ok {
+					return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s has no warm pools", b), Hint: "use -B native, gvisor, docker or podman"}
+				}
+				if c, ok := be.(sandbox.Checker); ok {
+					if err := c.Check(spec); err != nil {
+						return runcli.RunError(err)
+					}
+				}
+				spec.Backend = b
 			}
 			if err := mgr.PrepareRootfs(cmd.Context(), spec); err != nil {
 				return runcli.RunError(err)
@@ -555,6 +580,7 @@ here with --image.`,
 	fs := cmd.Flags()
 	runcli.BindSpecFlags(fs, &ov)
 	fs.IntVar(&count, "count", 0, "sandboxes to keep ready (default [daemon] min_warm)")
+	fs.StringVarP(&backend, "backend", "B", "", "the backend whose pool to fill: native (default), gvisor, docker or podman")
 	for _, hide := range []string{"tty", "interactive", "keep"} {
 		_ = fs.MarkHidden(hide)
 	}
