@@ -75,6 +75,7 @@ func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
 // StatusPool is one warm pool in GET /status: its image, profile and
 // agent mode, and how many prepared sandboxes it holds ready.
 type StatusPool struct {
+	Backend string `json:"backend"`
 	Image   string `json:"image"`
 	Profile string `json:"profile"`
 	Mode    string `json:"mode,omitempty"`
@@ -98,7 +99,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	st := Status{Version: s.opts.Version, Backend: s.opts.Backend, APIKeyConfigured: len(s.keys) > 0,
 		UptimeSeconds: int64(time.Since(s.started).Seconds()), Pools: []StatusPool{}, PoolRuns: map[string]uint64{}}
 	for _, ps := range s.pools.sizes() {
-		st.Pools = append(st.Pools, StatusPool{Image: ps.image, Profile: ps.profile, Mode: ps.mode, Ready: ps.ready})
+		st.Pools = append(st.Pools, StatusPool{Backend: ps.backend, Image: ps.image, Profile: ps.profile, Mode: ps.mode, Ready: ps.ready})
 	}
 	sort.Slice(st.Pools, func(i, j int) bool {
 		if st.Pools[i].Image != st.Pools[j].Image {

@@ -244,7 +244,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 	family(&b, "agentkernel_pool_warm_sandboxes", "gauge", "Warm sandboxes ready in the pools, by image, profile and agent mode.")
 	for _, ps := range s.pools.sizes() {
-		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{%s,%s,%s} %d\n", label("image", ps.image), label("profile", ps.profile), label("mode", ps.mode), ps.ready)
+		fmt.Fprintf(&b, "agentkernel_pool_warm_sandboxes{%s,%s,%s,%s} %d\n", label("backend", ps.backend), label("image", ps.image), label("profile", ps.profile), label("mode", ps.mode), ps.ready)
 	}
 	family(&b, "agentkernel_goroutines", "gauge", "Goroutines of the server process.")
 	fmt.Fprintf(&b, "agentkernel_goroutines %d\n", runtime.NumGoroutine())

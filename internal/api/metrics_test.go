@@ -75,7 +75,7 @@ func TestMetricsParse(t *testing.T) {
 	for _, c := range []series{
 		{"agentkernel_http_requests_total", map[string]string{"route": "GET /health", "code": "200"}, 3},
 		{"agentkernel_http_requests_total", map[string]string{"route": "not_found", "code": "404"}, 1},
-		{"agentkernel_pool_warm_sandboxes", map[string]string{"image": img, "profile": profile, "mode": ""}, 2},
+		{"agentkernel_pool_warm_sandboxes", map[string]string{"backend": "native", "image": img, "profile": profile, "mode": ""}, 2},
 		{"agentkernel_pool_runs_total", map[string]string{"result": "hit"}, 1},
 		{"agentkernel_pool_runs_total", map[string]string{"result": "miss"}, 0},
 		{"agentkernel_pool_runs_total", map[string]string{"result": "unpoolable"}, 0},

@@ -421,25 +421,33 @@ func (p *pools) prewarm(spec *sandbox.Spec, count int) error {
 	return nil
 }
 
-// poolSize is the ready count of the pools of one image, profile and
-// mode, for /status and /metrics.
+// poolSize is the ready count of the pools of one backend, image,
+// profile and mode, for /status and /metrics (backend "native" for the
+// Manager's own).
 type poolSize struct {
-	image, profile, mode string
-	ready                int
+	backend, image, profile, mode string
+	ready                         int
 }
 
 func (p *pools) sizes() []poolSize {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	sum := map[[3]string]int{}
+	sum := map[[4]string]int{}
 	for _, wp := range p.byKey {
-		sum[[3]string{wp.image, wp.profile, wp.mode}] += len(wp.ready)
+		backend := wp.tmpl.Backend
+		if backend == "" {
+			backend = "native"
+		}
+		sum[[4]string{backend, wp.image, wp.profile, wp.mode}] += len(wp.ready)
 	}
 	out := make([]poolSize, 0, len(sum))
 	for k, n := range sum {
-		out = append(out, poolSize{k[0], k[1], k[2], n})
+		out = append(out, poolSize{k[0], k[1], k[2], k[3], n})
 	}
 	sort.Slice(out, func(i, j int) bool {
+		if out[i].backend != out[j].backend {
+			return out[i].backend < out[j].backend
+		}
 		if out[i].image != out[j].image {
 			return out[i].image < out[j].image
 		}

@@ -343,10 +343,21 @@ type daemonStatus struct {
 }
 
 type poolStatus struct {
+	Backend string `json:"backend,omitempty"`
 	Image   string `json:"image"`
 	Profile string `json:"profile"`
 	Mode    string `json:"mode,omitempty"`
 	Ready   int64  `json:"ready"`
+}
+
+// samePoolBackend reports whether a pool's backend in /status (native
+// for the Manager's own; absent from an older daemon) is spec's ("" for
+// native).
+func samePoolBackend(status, spec string) bool {
+	if status == "" || status == "native" {
+		return spec == ""
+	}
+	return status == spec
 }
 
 func newDaemonStatusCmd(a *App) *cobra.Command {
@@ -395,7 +406,11 @@ func newDaemonStatusCmd(a *App) *cobra.Command {
 					if mode == "" {
 						mode = "native"
 					}
-					fmt.Fprintf(a.Stdout, "  warm pool: image %s, profile %s, mode %s: %d ready\n", ps.Image, ps.Profile, mode, ps.Ready)
+					on := ""
+					if ps.Backend != "" && ps.Backend != "native" {
+						on = ", backend " + ps.Backend
+					}
+					fmt.Fprintf(a.Stdout, "  warm pool: image %s, profile %s, mode %s%s: %d ready\n", ps.Image, ps.Profile, mode, on, ps.Ready)
 				}
 			}
 			if !st.Running {
@@ -427,7 +442,7 @@ func readDaemonStatus(p daemon.Paths, st *daemonStatus) error {
 	}
 	st.Uptime = env.Data.UptimeSeconds
 	for _, ps := range env.Data.Pools {
-		st.Pools = append(st.Pools, poolStatus{Image: ps.Image, Profile: ps.Profile, Mode: ps.Mode, Ready: int64(ps.Ready)})
+		st.Pools = append(st.Pools, poolStatus{Backend: ps.Backend, Image: ps.Image, Profile: ps.Profile, Mode: ps.Mode, Ready: int64(ps.Ready)})
 	}
 	for k, n := range env.Data.PoolRuns {
 		st.PoolRuns[k] = int64(n)
@@ -560,7 +575,7 @@ booted ahead with its idle first process, the command run in it as an exec.
 				}
 				ready := int64(0)
 				for _, ps := range st.Pools {
-					if ps.Image == spec.Image && ps.Profile == spec.Profile && ps.Mode == ov.Mode {
+					if ps.Image == spec.Image && ps.Profile == spec.Profile && ps.Mode == ov.Mode && samePoolBackend(ps.Backend, spec.Backend) {
 						ready = ps.Ready
 					}
 				}
