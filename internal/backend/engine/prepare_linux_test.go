@@ -31,9 +31,11 @@ func testPrepared(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	b := f.backend(config.DegradeLandlock)
 	var ids []string
+	var timeout time.Duration
 	run := func(pooled bool, args ...string) (sandbox.Result, string, error) {
 		t.Helper()
 		spec := f.spec(t, "moderate", args...)
+		spec.Resources.Timeout = timeout
 		ids = append(ids, spec.ID)
 		var out, errb bytes.Buffer
 		stdio := sandbox.Stdio{Stdin: strings.NewReader("in\n"), Stdout: &out, Stderr: &errb}
@@ -59,6 +61,21 @@ func testPrepared(t *testing.T, f *fixture) {
 			t.Errorf("%q: cold %+v %q %v, pooled %+v %q %v", args, cr, cout, cerr, pr, pout, perr)
 		}
 	}
+	// A process the command leaves holding its output does not keep
+	// the run: it ends with the sandbox, as in a cold run.
+	start := time.Now()
+	if pr, out, err := run(true, "sh", "-c", "sleep 60 & echo done"); err != nil || pr.ExitCode != 0 || out != "done\n|" || time.Since(start) > 20*time.Second {
+		t.Errorf("a command that leaves a process behind: %+v %q %v after %v", pr, out, err, time.Since(start))
+	}
+	t.Logf("a command that left a process behind ended the run after %v", time.Since(start).Round(time.Millisecond))
+	// The timeout: killed, 137, as a cold run.
+	timeout = time.Second
+	cr, _, cerr := run(false, "sleep", "10")
+	pr, _, perr := run(true, "sleep", "10")
+	if cerr != nil || perr != nil || !cr.TimedOut || !pr.TimedOut || cr.ExitCode != pr.ExitCode || cr.Signal != pr.Signal {
+		t.Errorf("timeout: cold %+v %v, pooled %+v %v", cr, cerr, pr, perr)
+	}
+	timeout = 0
 	// One difference, documented: a cold run's command is the
 	// container's PID 1, which the kernel shields from the signals it
 	// has no handler for, its own included; a pooled command is not,

@@ -24,10 +24,11 @@ func TestPrepared(t *testing.T) {
 	dataDir := t.TempDir()
 	b := New(Options{DataDir: dataDir})
 	ctx := context.Background()
+	var timeout time.Duration
 	run := func(pooled bool, args ...string) (sandbox.Result, string, error) {
 		t.Helper()
 		spec := testSpec(layer, args...)
-		spec.Resources = sandbox.Resources{MemoryMB: 256, PIDs: 64}
+		spec.Resources = sandbox.Resources{MemoryMB: 256, PIDs: 64, Timeout: timeout}
 		var out, errb bytes.Buffer
 		stdio := sandbox.Stdio{Stdin: strings.NewReader("in\n"), Stdout: &out, Stderr: &errb}
 		if !pooled {
@@ -52,6 +53,20 @@ func TestPrepared(t *testing.T) {
 			t.Errorf("%q: cold %+v %q %v, pooled %+v %q %v", args, cr, cout, cerr, pr, pout, perr)
 		}
 	}
+	// A process the command leaves holding its output does not keep
+	// the run: it ends with the sandbox, as in a cold run.
+	start := time.Now()
+	if pr, out, err := run(true, "sh", "-c", "sleep 60 & echo done"); err != nil || pr.ExitCode != 0 || out != "done\n|" || time.Since(start) > 20*time.Second {
+		t.Errorf("a command that leaves a process behind: %+v %q %v after %v", pr, out, err, time.Since(start))
+	}
+	// The timeout: killed, 137, as a cold run.
+	timeout = time.Second
+	cr, _, cerr := run(false, "sleep", "10")
+	pr, _, perr := run(true, "sleep", "10")
+	if cerr != nil || perr != nil || !cr.TimedOut || !pr.TimedOut || cr.ExitCode != pr.ExitCode || cr.Signal != pr.Signal {
+		t.Errorf("timeout: cold %+v %v, pooled %+v %v", cr, cerr, pr, perr)
+	}
+	timeout = 0
 	if _, _, err := run(true, "nope"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("a missing command in a pooled sandbox: %v", err)
 	}
@@ -76,17 +91,17 @@ func TestPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	pr := bufio.NewReader(r)
+	br := bufio.NewReader(r)
 	done1 := make(chan error, 1)
 	go func() {
 		_, err := p1.Run(ctx1, []string{"sh", "-c", "echo secret > /tmp/mark; echo up; exec sleep 300"}, sandbox.Stdio{Stdout: pw}, nil)
 		pw.Close()
 		done1 <- err
 	}()
-	if line, err := pr.ReadString('\n'); err != nil || line != "up\n" {
+	if line, err := br.ReadString('\n'); err != nil || line != "up\n" {
 		t.Fatalf("the first sandbox's command: %q %v", line, err)
 	}
-	go pr.WriteTo(&out1)
+	go br.WriteTo(&out1)
 	var out2, err2 bytes.Buffer
 	_, err = p2.Run(ctx, []string{"sh", "-c", "cat /tmp/mark; for p in /proc/[0-9]*; do echo $p; cat $p/cmdline; echo; done; busybox kill -KILL -1"}, sandbox.Stdio{Stdout: &out2, Stderr: &err2}, nil)
 	// kill -1 ends every process the command can signal (its shell
