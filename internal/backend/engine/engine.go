@@ -209,10 +209,15 @@ func (b *Backend) check(spec *sandbox.Spec, warn bool) error {
 				b.name, b.name, config.DegradeLandlock)
 		}
 		if warn {
-			b.opts.Warn(fmt.Sprintf("backend %s: running without the Landlock filesystem fence, as [security] allow_degraded allows", b.name))
+			b.opts.Warn(b.landlockWarning())
 		}
 	}
 	return nil
+}
+
+// landlockWarning is the warning of a run without Landlock.
+func (b *Backend) landlockWarning() string {
+	return fmt.Sprintf("backend %s: running without the Landlock filesystem fence, as [security] allow_degraded allows", b.name)
 }
 
 // securityOpts are the container's no_new_privs and seccomp options,

@@ -49,13 +49,19 @@ var _ sandbox.Booter = (*Backend)(nil)
 
 // Boot starts the persistent sandbox spec describes (sandbox.Booter).
 func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File) (sandbox.Instance, error) {
+	return b.boot(ctx, spec, dir, log, true)
+}
+
+// boot is Boot; warn: say through Options.Warn what the sandbox goes
+// without (a warm pool's preparation says it to the request instead).
+func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File, warn bool) (sandbox.Instance, error) {
 	if idle.Binary == "" {
 		return nil, b.unsupported("no persistent sandboxes on this architecture")
 	}
 	if spec.ID == "" || containerName(spec) == "" {
 		return nil, fmt.Errorf("backend %s: the sandbox has no usable id", b.name)
 	}
-	if err := b.check(spec, true); err != nil {
+	if err := b.check(spec, warn); err != nil {
 		return nil, err
 	}
 	idleFile := filepath.Join(dir, "idle")

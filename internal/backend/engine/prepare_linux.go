@@ -38,12 +38,18 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 			b.opts.Warn(fmt.Sprintf("backend %s: removing %s: %v", b.name, dir, err))
 		}
 	}
-	in, err := b.Boot(ctx, &c, dir, nil)
+	in, err := b.boot(ctx, &c, dir, nil, false)
 	if err != nil {
 		remove()
 		return nil, err
 	}
-	return bootprep.New(in.(*instance), &c, remove, b.bg, nil), nil
+	// What a cold run would warn about, said to the run that takes
+	// the container rather than at each preparation.
+	var warnings []string
+	if c.Security.Landlock {
+		warnings = append(warnings, b.landlockWarning())
+	}
+	return bootprep.New(in.(*instance), &c, remove, b.bg, warnings), nil
 }
 
 // Drain waits until the containers of finished pooled runs are removed.
