@@ -575,7 +575,7 @@ booted ahead with its idle first process, the command run in it as an exec.
 				}
 				ready := int64(0)
 				for _, ps := range st.Pools {
-					if ps.Image == spec.Image && ps.Profile == spec.Profile && ps.Mode == ov.Mode && samePoolBackend(ps.Backend, spec.Backend) {
+					if ps.Image == spec.Image && ps.Profile == spec.Profile && ps.Mode == spec.Mode && samePoolBackend(ps.Backend, spec.Backend) {
 						ready = ps.Ready
 					}
 				}
