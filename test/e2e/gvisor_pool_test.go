@@ -82,4 +82,8 @@ func TestGVisorDaemonPool(t *testing.T) {
 		}
 	}
 	stop()
+	if t.Failed() {
+		log, _ := os.ReadFile(filepath.Join(a.dataDir, "daemon", "daemon.log"))
+		t.Logf("daemon log:\n%s", regexp.MustCompile(`(?m)^.*path=/.*\n`).ReplaceAll(log, nil))
+	}
 }

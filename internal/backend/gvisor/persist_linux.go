@@ -117,6 +117,14 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	in.cmd, in.rootFd = bt.cmd, bt.rootFd
 	if err := in.awaitRunning(ctx); err != nil {
 		in.Kill()
+		// Cut short (a cancelled context) before runsc made the
+		// container, which its kill and delete then do not find:
+		// runsc's own process goes too.
+		select {
+		case <-in.done:
+		case <-time.After(killGrace):
+			_ = in.cmd.Process.Kill()
+		}
 		in.Close()
 		return nil, err
 	}
