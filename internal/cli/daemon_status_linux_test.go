@@ -92,7 +92,7 @@ func TestDaemonStatusReadsStatus(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// A pool is per spec, agent mode included: status names it.
-	if len(st.Pools) != 1 || st.Pools[0] != (poolStatus{Image: img, Profile: "moderate", Mode: "claude", Ready: 3}) {
+	if len(st.Pools) != 1 || st.Pools[0] != (poolStatus{Backend: "native", Image: img, Profile: "moderate", Mode: "claude", Ready: 3}) {
 		t.Errorf("pools: %+v", st.Pools)
 	}
 	if st.PoolRuns["hit"]+st.PoolRuns["miss"] != 2 || len(st.PoolRuns) != 3 {
