@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver and etcd, the API half of a Kubernetes control
-# plane, for the kubernetes backend's tests (-B kubernetes), from the Go
-# module proxy, into a cache, and prints the cache directory. Binaries
-# already in the cache are reused. .ci/run calls it before the test suite;
+# plane, and kube-scheduler, kubelet and the CNI plugins bridge,
+# host-local and loopback (cni/), a node for containerd to run pods on,
+# for the kubernetes backend's tests (-B kubernetes), from the Go module
+# proxy, into a cache, and prints the cache directory. Binaries already in
+# the cache are reused. .ci/run calls it before the test suite;
 # the tests find the binaries at the same cache path (or through
 # AGENTKERNEL_KUBE_DIR).
 #
@@ -12,9 +14,12 @@
 # refused; scripts/kube/go.mod replaces them by their published versions.
 # etcd is the version k8s.io/kubernetes itself requires (go.mod there).
 #
-# Both are pure Go and built with CGO_ENABLED=0: static binaries.
+# The CNI plugins come from scripts/kube/cni, a module of its own, so
+# that their dependencies do not move the Kubernetes build's.
 #
-# With --cached it builds nothing: it prints the cache directory when both
+# All are pure Go and built with CGO_ENABLED=0: static binaries.
+#
+# With --cached it builds nothing: it prints the cache directory when all
 # binaries are there, or fails.
 #
 # Environment:
@@ -36,8 +41,16 @@ fi
 cache=${AGENTKERNEL_KUBE_CACHE:-$default_cache}
 dir=$cache/kube-$version
 
-if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ] &&
-  "$dir/kube-apiserver" --version >/dev/null 2>&1 && "$dir/etcd" --version >/dev/null 2>&1; then
+bins=(kube-apiserver etcd kube-scheduler kubelet)
+cnis=(bridge host-local loopback)
+have() {
+  local b
+  for b in kube-apiserver kube-scheduler kubelet etcd; do
+    [ -x "$dir/$b" ] && "$dir/$b" --version >/dev/null 2>&1 || return 1
+  done
+  for b in "${cnis[@]}"; do [ -x "$dir/cni/$b" ] || return 1; done
+}
+if have; then
   echo "$dir"
   exit 0
 fi
@@ -45,23 +58,35 @@ if [ "${1:-}" = --cached ]; then
   exit 1
 fi
 command -v go >/dev/null || { echo "kube.sh: go not found in PATH" >&2; exit 1; }
-mkdir -p "$dir"
+mkdir -p "$dir/cni"
 # Built into a private directory, then renamed into place: a build killed
 # half-way leaves nothing behind, and two builds at once do not mix.
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-echo "kube.sh: building kube-apiserver $version and etcd (10 minutes or more on a small machine)" >&2
-# The version the API server reports (/version, --version), which its
-# own build scripts stamp in the same way.
+echo "kube.sh: building Kubernetes $version (kube-apiserver, kube-scheduler, kubelet), etcd and CNI plugins (10 minutes or more on a small machine)" >&2
+# The version the binaries report (/version, --version), which
+# Kubernetes' own build scripts stamp in the same way.
 minor=${version#v1.}
 minor=${minor%%.*}
 ldflags="-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-(cd scripts/kube && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-  go build -trimpath -ldflags "$ldflags" -o "$work/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver &&
-  CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" \
-  go build -trimpath -o "$work/etcd" go.etcd.io/etcd/server/v3)
-"$work/kube-apiserver" --version >/dev/null
-"$work/etcd" --version >/dev/null
-mv -f "$work/kube-apiserver" "$dir/kube-apiserver"
-mv -f "$work/etcd" "$dir/etcd"
+export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
+for b in "${bins[@]}"; do
+  if [ -x "$dir/$b" ] && "$dir/$b" --version >/dev/null 2>&1; then continue; fi
+  case $b in
+  etcd) pkg=go.etcd.io/etcd/server/v3 ;;
+  *) pkg=k8s.io/kubernetes/cmd/$b ;;
+  esac
+  (cd scripts/kube && go build -trimpath -ldflags "$ldflags" -o "$work/$b" "$pkg")
+  "$work/$b" --version >/dev/null
+  mv -f "$work/$b" "$dir/$b"
+done
+for b in "${cnis[@]}"; do
+  [ -x "$dir/cni/$b" ] && continue
+  case $b in
+  host-local) pkg=ipam/host-local ;;
+  *) pkg=main/$b ;;
+  esac
+  (cd scripts/kube/cni && go build -trimpath -o "$work/$b" "github.com/containernetworking/plugins/plugins/$pkg")
+  mv -f "$work/$b" "$dir/cni/$b"
+done
 echo "$dir"

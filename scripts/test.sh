@@ -18,11 +18,13 @@ FUZZCOUNT=${FUZZCOUNT:-5000x}
 # tests drive in internal/testenv/netlab's namespaces: iproute2 (ip), curl,
 # git (and git http-backend), python3 and pip, nodejs (fetch, npm);
 # docker.io (dockerd) and podman, whose private daemons the docker and
-# podman backends' tests start (internal/backend/engine, test/e2e). The
-# one list: .ci/run installs what `scripts/test.sh --packages` prints.
+# podman backends' tests start (internal/backend/engine, test/e2e);
+# containerd (with ctr) and runc, the container runtime of the kubernetes
+# backend's test node (internal/testenv/kubelab). The one list: .ci/run
+# installs what `scripts/test.sh --packages` prints.
 # npm comes last, and only where nodejs did not bring it (NodeSource's
 # nodejs holds npm and conflicts with Debian's).
-packages=(busybox-static uidmap util-linux passwd chromium iproute2 curl git python3 python3-pip nodejs docker.io podman)
+packages=(busybox-static uidmap util-linux passwd chromium iproute2 curl git python3 python3-pip nodejs docker.io podman containerd runc)
 if [ "${1:-}" = --packages ]; then
   printf '%s\n' "${packages[@]}"
   exit 0
@@ -88,8 +90,8 @@ if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_RUNSC:-}" ]; then
 fi
 
 # kube-apiserver and etcd, which the kubernetes backend's tests start on
-# loopback: AGENTKERNEL_KUBE_DIR, or the ones scripts/kube.sh built into
-# its cache. Building them takes many minutes, so this script does not:
+# loopback, and kube-scheduler, kubelet and the CNI plugins of their node:
+# AGENTKERNEL_KUBE_DIR, or the ones scripts/kube.sh built into its cache. Building them takes many minutes, so this script does not:
 # .ci/run does (cached), before it. Without them those tests are left
 # out, and this says so.
 kube_out=()
@@ -100,8 +102,8 @@ if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_KUBE_DIR:-}" ]; then
   else
     unset AGENTKERNEL_KUBE_DIR
     echo "== NOTE: no kube-apiserver: the kubernetes backend's tests are LEFT OUT of this run"
-    echo "   (./scripts/kube.sh builds it and etcd once, 10 to 20 minutes on 2 cores; .ci/run does, and runs them)"
-    kube_out=('/internal/backend/kubernetes$' '/internal/kubecli$')
+    echo "   (./scripts/kube.sh builds it, etcd and a node's kubelet once, 10 to 20 minutes on 2 cores; .ci/run does, and runs them)"
+    kube_out=('/internal/backend/kubernetes$' '/internal/kubecli$' '/internal/testenv/kubelab$')
     kube_skip='^TestKubernetes'
   fi
 fi

@@ -65,8 +65,14 @@ type Lab struct {
 	// AdminToken authenticates as "admin" in system:masters (everything
 	// allowed); UserToken as "nobody", who has no role at all.
 	AdminToken, UserToken string
-	dir                   string
-	procs                 []*exec.Cmd
+	// nodeToken authenticates as the node's kubelet (system:node:NAME in
+	// system:nodes, which the Node authorizer serves), schedulerToken as
+	// system:kube-scheduler (its default role).
+	nodeToken, schedulerToken string
+	ca                        *x509.Certificate
+	caKey                     *ecdsa.PrivateKey
+	dir                       string
+	procs                     []*exec.Cmd
 }
 
 // Start starts etcd and kube-apiserver under dir (which must exist and
@@ -103,7 +109,19 @@ func Start(ctx context.Context, bin, dir string) (*Lab, error) {
 		"--tls-cert-file="+p("serving.crt"), "--tls-private-key-file="+p("serving.key"),
 		"--cert-dir="+p("certs"),
 		"--token-auth-file="+p("tokens.csv"),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// That plugin taints a new node not-ready until the controller
+		// manager's node lifecycle controller clears it; no controller
+		// manager runs here, so the node would never take a pod.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		// How the API server reaches a kubelet (exec, logs), when a
+		// node runs (StartNode): its InternalIP, a serving certificate
+		// the lab's CA signed, and a client certificate of its own.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority="+p("ca.crt"),
+		"--kubelet-client-certificate="+p("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+p("apiserver-kubelet-client.key"),
 		"--service-account-key-file="+p("sa.key"), "--service-account-signing-key-file="+p("sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-cluster-ip-range=10.96.0.0/24",
@@ -246,17 +264,20 @@ func (l *Lab) writeSecrets() error {
 		return err
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	l.ca, l.caKey = ca, caKey
+	srvCrt, srvKey, err := l.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+	})
 	if err != nil {
 		return err
 	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	// The identity the API server shows a kubelet.
+	kcCrt, kcKey, err := l.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
 	if err != nil {
 		return err
 	}
@@ -266,12 +287,18 @@ func (l *Lab) writeSecrets() error {
 	}
 	l.CAData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	l.AdminToken, l.UserToken = token(), token()
+	l.nodeToken, l.schedulerToken = token(), token()
 	files := map[string][]byte{
-		"ca.crt":      l.CAData,
-		"serving.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
-		"serving.key": keyPEM(srvKey),
-		"sa.key":      keyPEM(saKey),
-		"tokens.csv":  []byte(l.AdminToken + ",admin,admin-uid,\"system:masters\"\n" + l.UserToken + ",nobody,nobody-uid\n"),
+		"ca.crt":                       l.CAData,
+		"serving.crt":                  srvCrt,
+		"serving.key":                  srvKey,
+		"apiserver-kubelet-client.crt": kcCrt,
+		"apiserver-kubelet-client.key": kcKey,
+		"sa.key":                       keyPEM(saKey),
+		"tokens.csv": []byte(l.AdminToken + ",admin,admin-uid,\"system:masters\"\n" +
+			l.UserToken + ",nobody,nobody-uid\n" +
+			l.nodeToken + ",system:node:" + NodeName + ",node-uid,\"system:nodes\"\n" +
+			l.schedulerToken + ",system:kube-scheduler,scheduler-uid\n"),
 	}
 	for n, b := range files {
 		if err := os.WriteFile(filepath.Join(l.dir, n), b, 0o600); err != nil {
@@ -279,6 +306,28 @@ func (l *Lab) writeSecrets() error {
 		}
 	}
 	return os.Mkdir(filepath.Join(l.dir, "certs"), 0o700)
+}
+
+// issue signs tmpl (its subject, usages and addresses) with the lab's CA
+// for a fresh key, and returns both as PEM.
+func (l *Lab) issue(tmpl *x509.Certificate) (crtPEM, keyPEMBytes []byte, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, l.ca, &k.PublicKey, l.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM(k), nil
 }
 
 func keyPEM(k *ecdsa.PrivateKey) []byte {

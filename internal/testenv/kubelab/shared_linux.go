@@ -4,19 +4,87 @@ package kubelab
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
+// TestImage is the image the shared node holds besides PauseImage: the
+// busybox userland of imagetest.BusyboxImage.
+const TestImage = "agentkernel.test/busybox:1"
+
 // Shared is one API server for a test binary: RunTests starts it around
-// the tests (starting one takes seconds), Get hands it to a test.
+// the tests (starting one takes seconds), Get hands it to a test. Node
+// starts a node beside it the first time a test asks for one; RunTests
+// stops it after the tests.
 type Shared struct {
 	lab     *Lab
 	err     error
 	missing bool
+	bin     string
+
+	nodeMu  sync.Mutex
+	node    *Node
+	nodeErr error
+	nodeDir string
+}
+
+// Node returns the shared node, starting it on the first call (with
+// PauseImage and TestImage in its store), or ends t: testenv.Missing
+// when something it needs is not installed, a failure when it did not
+// start.
+func (s *Shared) Node(t testing.TB) *Node {
+	t.Helper()
+	l := s.Get(t)
+	if m := NodeReady(s.bin); len(m) > 0 {
+		testenv.Missing(t, "missing %s: %s", strings.Join(m, ", "), NodeMissingHint)
+	}
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	if s.node == nil && s.nodeErr == nil {
+		images := map[string]v1.Image{PauseImage: PauseImageFor(t), TestImage: imagetest.BusyboxImage(t)}
+		// A short path: containerd's socket lives in it.
+		s.nodeDir, s.nodeErr = os.MkdirTemp("", "kln-")
+		if s.nodeErr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			s.node, s.nodeErr = l.StartNode(ctx, s.bin, s.nodeDir, images)
+			cancel()
+		}
+	}
+	if s.nodeErr != nil {
+		t.Fatalf("node: %v", s.nodeErr)
+	}
+	return s.node
+}
+
+// PauseImageFor is a pause image: busybox's sleep, forever.
+func PauseImageFor(t testing.TB) v1.Image {
+	t.Helper()
+	return imagetest.Image(t, v1.Config{Entrypoint: []string{"/bin/sleep", "infinity"}}, imagetest.Layer(t, imagetest.BusyboxFiles(t)...))
+}
+
+// closeNode stops the node (if one started) and reports what it left.
+func (s *Shared) closeNode() error {
+	if s.nodeDir == "" {
+		return nil
+	}
+	defer os.RemoveAll(s.nodeDir)
+	if s.node == nil {
+		return nil
+	}
+	s.node.Close()
+	if left := s.node.Leftovers(); len(left) > 0 {
+		return fmt.Errorf("the node left behind: %s", strings.Join(left, ", "))
+	}
+	return nil
 }
 
 // RunTests starts the API server (when the binaries are built), runs
@@ -27,6 +95,7 @@ func (s *Shared) RunTests(m *testing.M) int {
 		s.missing = true
 		return m.Run()
 	}
+	s.bin = bin
 	dir, err := os.MkdirTemp("", "kubelab-")
 	if err != nil {
 		s.err = err
@@ -39,7 +108,12 @@ func (s *Shared) RunTests(m *testing.M) int {
 	if s.lab != nil {
 		defer s.lab.Close()
 	}
-	return m.Run()
+	code := m.Run()
+	if err := s.closeNode(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
 }
 
 // Get returns the running API server, or ends t: testenv.Missing when
