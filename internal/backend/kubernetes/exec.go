@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	utilexec "k8s.io/client-go/util/exec"
@@ -53,7 +55,12 @@ func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio Ex
 	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
-	exe, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool { return true })
+	// SPDY only when the WebSocket upgrade itself failed (an older API
+	// server, a proxy): any later error, a command's non-zero exit among
+	// them, means the command ran, and falling back would run it again.
+	exe, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("exec: %w", err)
 	}
@@ -70,14 +77,22 @@ func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio Ex
 
 // WriteFile writes data to path in the sandbox: base64 on the stdin of
 // `base64 -d` inside, the path handed to sh as $1, never spliced into
-// the script.
+// the script. The command reads exactly the encoded length and checks
+// the file's size after: stdin is held open until the command is done,
+// because a runtime may drop the last bytes of stdin that arrive just
+// before it closes (containerd 1.6 does), and a short file is an error,
+// never a silent truncation.
 func (b *Backend) WriteFile(ctx context.Context, name, path string, data []byte) error {
 	if err := checkSandboxPath(path); err != nil {
 		return err
 	}
+	enc := base64.StdEncoding.EncodeToString(data)
 	var stderr bytes.Buffer
-	in := strings.NewReader(base64.StdEncoding.EncodeToString(data))
-	code, err := b.Exec(ctx, name, []string{"sh", "-c", `base64 -d > "$1"`, "sh", path}, ExecIO{Stdin: in, Stderr: &stderr})
+	done := make(chan struct{})
+	in := io.MultiReader(strings.NewReader(enc), holdOpen(done))
+	const script = `head -c "$2" | base64 -d > "$1" && n=$(wc -c < "$1") && [ "$n" -eq "$3" ] || { echo "short write: $n of $3 bytes" >&2; exit 1; }`
+	code, err := b.Exec(ctx, name, []string{"sh", "-c", script, "sh", path, strconv.Itoa(len(enc)), strconv.Itoa(len(data))}, ExecIO{Stdin: in, Stderr: &stderr})
+	close(done)
 	if err != nil {
 		return err
 	}
@@ -87,20 +102,36 @@ func (b *Backend) WriteFile(ctx context.Context, name, path string, data []byte)
 	return nil
 }
 
-// ReadFile reads path in the sandbox (`cat -- path`).
+// holdOpen is a reader that gives nothing until done is closed, then
+// EOF.
+type holdOpen chan struct{}
+
+func (h holdOpen) Read([]byte) (int, error) {
+	<-h
+	return 0, io.EOF
+}
+
+// ReadFile reads path in the sandbox: its size, then its bytes
+// (`wc -c`, then `cat`), and fails when fewer arrive than the size said.
 func (b *Backend) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
 	if err := checkSandboxPath(path); err != nil {
 		return nil, err
 	}
 	var out, stderr bytes.Buffer
-	code, err := b.Exec(ctx, name, []string{"cat", "--", path}, ExecIO{Stdout: &out, Stderr: &stderr})
+	const script = `n=$(wc -c < "$1") && echo "$n" && exec cat -- "$1"`
+	code, err := b.Exec(ctx, name, []string{"sh", "-c", script, "sh", path}, ExecIO{Stdout: &out, Stderr: &stderr})
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
 		return nil, fmt.Errorf("read %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
 	}
-	return out.Bytes(), nil
+	size, data, _ := bytes.Cut(out.Bytes(), []byte("\n"))
+	n, err := strconv.Atoi(strings.TrimSpace(string(size)))
+	if err != nil || n != len(data) {
+		return nil, fmt.Errorf("read %s in sandbox %q: %d bytes arrived of %s", path, name, len(data), strings.TrimSpace(string(size)))
+	}
+	return data, nil
 }
 
 // checkSandboxPath accepts an absolute path without NUL.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,9 +23,13 @@ import (
 const TestImage = "agentkernel.test/busybox:1"
 
 // Shared is one API server for a test binary: RunTests starts it around
-// the tests (starting one takes seconds), Get hands it to a test. Node
-// starts a node beside it the first time a test asks for one; RunTests
-// stops it after the tests.
+// the tests (starting one takes seconds), Get hands it to a test.
+//
+// Node hands out a second API server with a node, started the first time
+// a test asks for one, stopped by RunTests after the tests. It is a
+// cluster of its own so that the pods the other tests leave Pending on
+// the first (they only look at API objects) are never scheduled, and do
+// not fill the node.
 type Shared struct {
 	lab     *Lab
 	err     error
@@ -32,18 +37,19 @@ type Shared struct {
 	bin     string
 
 	nodeMu  sync.Mutex
+	nodeLab *Lab
 	node    *Node
 	nodeErr error
 	nodeDir string
 }
 
-// Node returns the shared node, starting it on the first call (with
-// PauseImage and TestImage in its store), or ends t: testenv.Missing
-// when something it needs is not installed, a failure when it did not
-// start.
-func (s *Shared) Node(t testing.TB) *Node {
+// Node returns the cluster with a node, starting it on the first call
+// (with PauseImage and TestImage in the node's store), or ends t:
+// testenv.Missing when something it needs is not installed, a failure
+// when it did not start.
+func (s *Shared) Node(t testing.TB) (*Lab, *Node) {
 	t.Helper()
-	l := s.Get(t)
+	s.Get(t)
 	if m := NodeReady(s.bin); len(m) > 0 {
 		testenv.Missing(t, "missing %s: %s", strings.Join(m, ", "), NodeMissingHint)
 	}
@@ -55,14 +61,23 @@ func (s *Shared) Node(t testing.TB) *Node {
 		s.nodeDir, s.nodeErr = os.MkdirTemp("", "kln-")
 		if s.nodeErr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			s.node, s.nodeErr = l.StartNode(ctx, s.bin, s.nodeDir, images)
-			cancel()
+			defer cancel()
+			s.nodeErr = os.Mkdir(filepath.Join(s.nodeDir, "api"), 0o700)
+			if s.nodeErr == nil {
+				s.nodeLab, s.nodeErr = Start(ctx, s.bin, filepath.Join(s.nodeDir, "api"))
+			}
+			if s.nodeErr == nil {
+				s.nodeErr = os.Mkdir(filepath.Join(s.nodeDir, "n"), 0o700)
+			}
+			if s.nodeErr == nil {
+				s.node, s.nodeErr = s.nodeLab.StartNode(ctx, s.bin, filepath.Join(s.nodeDir, "n"), images)
+			}
 		}
 	}
 	if s.nodeErr != nil {
 		t.Fatalf("node: %v", s.nodeErr)
 	}
-	return s.node
+	return s.nodeLab, s.node
 }
 
 // PauseImageFor is a pause image: busybox's sleep, forever.
@@ -77,6 +92,9 @@ func (s *Shared) closeNode() error {
 		return nil
 	}
 	defer os.RemoveAll(s.nodeDir)
+	if s.nodeLab != nil {
+		defer s.nodeLab.Close()
+	}
 	if s.node == nil {
 		return nil
 	}
