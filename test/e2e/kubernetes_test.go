@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
 )
@@ -87,5 +89,103 @@ func TestKubernetesHandOff(t *testing.T) {
 	// backend's sandboxes.
 	if r := a.run("sandbox", "list"); strings.Contains(r.stdout, "web") {
 		t.Errorf("native list shows the pod: %s", r)
+	}
+}
+
+// TestKubernetesNodeExec: with a node beside the API server (containerd,
+// kubelet, scheduler: internal/testenv/kubelab), `agentkernel sandbox
+// create -B kubernetes` makes a pod that runs, and `sandbox exec` runs
+// commands in it through the agentkernel → agentkernel-full →
+// agentkernel-kube hand-off: exit status, stdout and stderr apart, stdin.
+func TestKubernetesNodeExec(t *testing.T) {
+	bin, ok := kubelab.Dir()
+	if !ok {
+		testenv.Missing(t, "%s", kubelab.MissingHint)
+	}
+	if m := kubelab.NodeReady(bin); len(m) > 0 {
+		testenv.Missing(t, "missing %s: %s", strings.Join(m, ", "), kubelab.NodeMissingHint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	l, err := kubelab.Start(ctx, bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	images := map[string]v1.Image{kubelab.PauseImage: kubelab.PauseImageFor(t), kubelab.TestImage: imagetest.BusyboxImage(t)}
+	ndir, err := os.MkdirTemp("", "kln-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(ndir)
+	n, err := l.StartNode(ctx, bin, ndir, images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		n.Close()
+		if left := n.Leftovers(); len(left) > 0 {
+			t.Errorf("the node left behind: %v", left)
+		}
+	}()
+	build := exec.Command("go", "build", "-o", filepath.Dir(binary)+"/", "github.com/agentkernel/agentkernel/cmd/agentkernel-kube")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building agentkernel-kube: %v\n%s", err, out)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: l.URL, BearerToken: l.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: l.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "e2e"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := l.Kubeconfig("e2e.kubeconfig", l.AdminToken, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAK(t)
+	cfg := filepath.Join(a.home, "kube.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[orchestrator]\nkubeconfig = %q\n", kc)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// containerd 1.6 cannot give a pod a user namespace: without
+	// --no-user-namespace the kubelet refuses the pod.
+	if r := a.run("sandbox", "create", "box", "-B", "kubernetes", "-c", cfg, "--image", kubelab.TestImage, "-p", "restrictive", "--no-user-namespace"); r.code != 0 {
+		t.Fatalf("create: %s", r)
+	}
+	defer a.run("sandbox", "remove", "box", "-B", "kubernetes", "-c", cfg)
+	var phase corev1.PodPhase
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && phase != corev1.PodRunning; time.Sleep(300 * time.Millisecond) {
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "agentkernel-box", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		phase = pod.Status.Phase
+	}
+	if phase != corev1.PodRunning {
+		t.Fatalf("pod is %s, not Running\nkubelet: %s", phase, n.Log("kubelet.log"))
+	}
+	r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "sh", "-c", "id -u; echo oops >&2; exit 3")
+	if r.code != 3 || r.stdout != "65532\n" || r.stderr != "oops\n" {
+		t.Errorf("exec: %s", r)
+	}
+	a.stdin = "from stdin\n"
+	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "cat"); r.code != 0 || r.stdout != "from stdin\n" {
+		t.Errorf("exec with stdin: %s", r)
+	}
+	a.stdin = ""
+	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "touch", "/x"); r.code == 0 || !strings.Contains(r.stderr, "Read-only file system") {
+		t.Errorf("write to a restrictive sandbox's root: %s", r)
+	}
+	if r := a.run("sandbox", "remove", "box", "-B", "kubernetes", "-c", cfg); r.code != 0 {
+		t.Errorf("remove: %s", r)
+	}
+	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "true"); r.code == 0 {
+		t.Errorf("exec into a removed sandbox: %s", r)
 	}
 }

@@ -193,6 +193,8 @@ type Sandbox struct {
 	// without the feature drops the field).
 	UserNamespace bool
 	Owner         string // "AgentSandbox" when the custom resource owns it
+	// Removing: the pod is being deleted (its grace period runs).
+	Removing bool
 }
 
 // Create makes r's NetworkPolicy, then its pod. The policy comes first,
@@ -269,6 +271,7 @@ func sandboxOf(p *corev1.Pod) Sandbox {
 		s.ExpiresAt = t
 	}
 	s.UserNamespace = p.Spec.HostUsers != nil && !*p.Spec.HostUsers
+	s.Removing = p.DeletionTimestamp != nil
 	return s
 }
 
@@ -317,8 +320,11 @@ func (b *Backend) sandboxPods(ctx context.Context, name string) ([]corev1.Pod, e
 }
 
 // Remove deletes the named sandbox's pod and its NetworkPolicy (the
-// policy last, so that the pod is never unfenced while it ends). It
-// fails with ErrNotFound when there was neither.
+// policy last, so that the pod is never unfenced while it ends: a pod on
+// a node runs on through its grace period, so Remove waits until the pod
+// is gone, up to removeWait, before it deletes the policy; a pod that
+// outlives that keeps its policy, which the reaper deletes once the pod
+// is gone). It fails with ErrNotFound when there was neither.
 func (b *Backend) Remove(ctx context.Context, name string) error {
 	if err := ValidName(name); err != nil {
 		return err
@@ -336,6 +342,15 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 			return b.apiError("delete pod", err)
 		}
 	}
+	if found {
+		gone, err := b.waitPodsGone(ctx, name, removeWait)
+		if err != nil {
+			return err
+		}
+		if !gone {
+			return nil
+		}
+	}
 	err = b.client.NetworkingV1().NetworkPolicies(b.ns).Delete(ctx, PolicyName(name), metav1.DeleteOptions{})
 	switch {
 	case err == nil:
@@ -348,6 +363,32 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 		return fmt.Errorf("sandbox %q: %w in namespace %s", name, ErrNotFound, b.ns)
 	}
 	return nil
+}
+
+// removeWait is how long Remove waits for a sandbox's pod to end before
+// it leaves the NetworkPolicy to the reaper.
+const removeWait = 30 * time.Second
+
+// waitPodsGone waits until no pod of the sandbox is left.
+func (b *Backend) waitPodsGone(ctx context.Context, name string, limit time.Duration) (bool, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		pods, err := b.sandboxPods(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		if len(pods) == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // apiError words an API failure for users: one line, with what to do.

@@ -35,6 +35,9 @@ func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio Ex
 	if err != nil {
 		return 0, err
 	}
+	if s.Removing {
+		return 0, fmt.Errorf("sandbox %q is being removed: exec refused", name)
+	}
 	if s.Phase != corev1.PodRunning {
 		return 0, fmt.Errorf("sandbox %q is %s, not Running: exec needs a running pod", name, s.Phase)
 	}

@@ -174,8 +174,17 @@ func TestNodeExecAndFiles(t *testing.T) {
 		t.Error("write into a missing directory succeeded")
 	}
 
+	// A running pod ends through its grace period: Remove returns once
+	// it is gone, and only then is its NetworkPolicy deleted.
 	if err := b.Remove(ctx, "exec"); err != nil {
 		t.Fatal(err)
+	}
+	sel := metav1.ListOptions{LabelSelector: ManagedLabel + "=" + ManagedValue}
+	if pl, err := b.client.CoreV1().Pods(b.Namespace()).List(ctx, sel); err != nil || len(pl.Items) != 0 {
+		t.Errorf("pods after Remove: %v %v", pl, err)
+	}
+	if nl, err := b.client.NetworkingV1().NetworkPolicies(b.Namespace()).List(ctx, sel); err != nil || len(nl.Items) != 0 {
+		t.Errorf("policies after Remove: %v %v", nl, err)
 	}
 	if _, err := b.Exec(ctx, "exec", []string{"true"}, ExecIO{}); err == nil {
 		t.Error("exec into a removed sandbox succeeded")
