@@ -46,8 +46,12 @@
 // # Not tested here
 //
 // The tests run against a real kube-apiserver and etcd (package
-// kubelab), but with no kubelet: no pod ever runs. Exec, WriteFile and
-// ReadFile, the security context's effect on a node, and the
-// enforcement of the NetworkPolicies (the network plugin's work) are
-// untested.
+// kubelab), and the TestNode tests on a real node of it (containerd 1.6,
+// runc, kubelet, CNI bridge): exec, WriteFile and ReadFile, and each
+// profile's security context inside a running pod are tested there.
+// Not tested: hostUsers: false taking effect (containerd 1.6 cannot make
+// a user namespace, and the kubelet refuses the pod, which the tests
+// check), and the enforcement of the NetworkPolicies (the network
+// plugin's work; the bridge plugin enforces none). docs/kubernetes.md
+// says more.
 package kubernetes

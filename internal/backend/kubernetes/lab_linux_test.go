@@ -19,9 +19,10 @@ import (
 
 // The tests share one API server (kube-apiserver over etcd, started by
 // TestMain): starting one takes seconds. Each test works in a namespace
-// of its own. There is no kubelet: pods stay Pending and nothing runs in
-// them, so these tests check what the API stores and refuses, never a
-// running sandbox.
+// of its own. That cluster has no node: its pods stay Pending and nothing
+// runs in them, so those tests check what the API stores and refuses.
+// The TestNode tests (node_linux_test.go) run pods, on a second cluster
+// with a node (kubelab.Shared.Node).
 var shared kubelab.Shared
 
 func TestMain(m *testing.M) { os.Exit(shared.RunTests(m)) }
