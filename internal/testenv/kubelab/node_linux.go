@@ -319,6 +319,9 @@ authentication:
   x509: {clientCAFile: %s}
 authorization: {mode: AlwaysAllow}
 protectKernelDefaults: true
+# No iptables chains (KUBE-FIREWALL, the canaries) in the host's network
+# namespace, which the node shares.
+makeIPTablesUtilChains: false
 podLogsDir: %s
 volumePluginDir: %s
 resolvConf: ""
