@@ -19,7 +19,7 @@ import (
 
 // removeTimeout bounds the removal of a run's sandbox after its command,
 // which happens even when the run was interrupted.
-const removeTimeout = 30 * time.Second
+const removeTimeout = 45 * time.Second
 
 // maxCopy is the largest file cp moves (it goes through the exec API in
 // memory).

@@ -182,10 +182,70 @@ func TestKubernetesNodeExec(t *testing.T) {
 	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "touch", "/x"); r.code == 0 || !strings.Contains(r.stderr, "Read-only file system") {
 		t.Errorf("write to a restrictive sandbox's root: %s", r)
 	}
+	// cp both ways, through the pod's /tmp (its root is read-only).
+	src := filepath.Join(t.TempDir(), "in.bin")
+	payload := strings.Repeat("0123456789abcdef", 5000) + "end\n"
+	if err := os.WriteFile(src, []byte(payload), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.run("cp", "-B", "kubernetes", "-c", cfg, src, "box:/tmp/in.bin"); r.code != 0 {
+		t.Errorf("cp in: %s", r)
+	}
+	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "wc", "-c", "/tmp/in.bin"); r.code != 0 || !strings.HasPrefix(r.stdout, fmt.Sprint(len(payload))) {
+		t.Errorf("the file cp put there: %s", r)
+	}
+	out := t.TempDir()
+	if r := a.run("cp", "-B", "kubernetes", "-c", cfg, "box:/tmp/in.bin", out); r.code != 0 {
+		t.Errorf("cp out: %s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "in.bin")); err != nil || string(b) != payload {
+		t.Errorf("cp out: %d bytes (%v), want the %d put in", len(b), err, len(payload))
+	}
+	if r := a.run("cp", "-B", "kubernetes", "-c", cfg, src, filepath.Join(out, "x")); r.code == 0 {
+		t.Errorf("cp with no sandbox side: %s", r)
+	}
 	if r := a.run("sandbox", "remove", "box", "-B", "kubernetes", "-c", cfg); r.code != 0 {
 		t.Errorf("remove: %s", r)
 	}
 	if r := a.run("sandbox", "exec", "box", "-B", "kubernetes", "-c", cfg, "--", "true"); r.code == 0 {
 		t.Errorf("exec into a removed sandbox: %s", r)
+	}
+
+	// run -B kubernetes: a pod for the one command, its exit status and
+	// streams, standard input with -i, and nothing left after.
+	managed := func() int {
+		t.Helper()
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n
+	}
+	r = a.run("run", "-B", "kubernetes", "-c", cfg, "--no-user-namespace", "--image", kubelab.TestImage, "-p", "restrictive", "--", "sh", "-c", "echo ran as $(id -u); echo err >&2; exit 5")
+	if r.code != 5 || r.stdout != "ran as 65532\n" || r.stderr != "err\n" {
+		t.Errorf("run -B kubernetes: %s", r)
+	}
+	a.stdin = "piped\n"
+	if r := a.run("run", "-B", "kubernetes", "-c", cfg, "--no-user-namespace", "--image", kubelab.TestImage, "-i", "--", "cat"); r.code != 0 || r.stdout != "piped\n" {
+		t.Errorf("run -i -B kubernetes: %s", r)
+	}
+	a.stdin = ""
+	if n := managed(); n != 0 {
+		t.Errorf("%d pods left after the runs", n)
+	}
+	// A pod that never starts (no registry serves the image): exit 125,
+	// the pod's reason said, nothing left.
+	r = a.run("run", "-B", "kubernetes", "-c", cfg, "--no-user-namespace", "--image", "registry.invalid/none:1", "--start-timeout", "5s", "--", "true")
+	if r.code != 125 || !strings.Contains(r.stderr, "did not start") {
+		t.Errorf("run of an image no one serves: %s", r)
+	}
+	if n := managed(); n != 0 {
+		t.Errorf("%d pods left after a run that did not start", n)
 	}
 }
