@@ -1,0 +1,456 @@
+package nomad
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Options configure the backend ([orchestrator] in configuration).
+type Options struct {
+	// Address of the Nomad HTTP API; "" means $NOMAD_ADDR, then
+	// http://127.0.0.1:4646.
+	Address string
+	// Namespace, Region and Token; "" means Nomad's defaults
+	// ($NOMAD_NAMESPACE, $NOMAD_REGION, $NOMAD_TOKEN, then "default").
+	Namespace, Region, Token string
+	// Datacenters the jobs may run in; nil means all ("*").
+	Datacenters []string
+	// Driver is DriverAgentkernel ("" too) or DriverExec.
+	Driver string
+	// NodeAgentkernel is agentkernel's path on the nodes (default
+	// /usr/local/bin/agentkernel-full), NodeDataDir its --data-dir there.
+	NodeAgentkernel, NodeDataDir string
+	// ExecCommand is what an exec-driver task runs to idle (default
+	// /bin/sleep 2147483647).
+	ExecCommand []string
+	// Now is the clock (nil: time.Now); tests move it for TTLs.
+	Now func() time.Time
+}
+
+// Backend creates, lists and removes sandboxes as Nomad jobs.
+type Backend struct {
+	opts   Options
+	client *api.Client
+}
+
+// ErrExists is returned by Create for a name already in use.
+var ErrExists = errors.New("sandbox already exists")
+
+// ErrNotFound is returned for a name with no sandbox.
+var ErrNotFound = errors.New("no such sandbox")
+
+// New makes a client for the agent Options name. It sends no request.
+func New(o Options) (*Backend, error) {
+	cfg := api.DefaultConfig()
+	if o.Address != "" {
+		cfg.Address = o.Address
+	}
+	if o.Namespace != "" {
+		cfg.Namespace = o.Namespace
+	}
+	if o.Region != "" {
+		cfg.Region = o.Region
+	}
+	if o.Token != "" {
+		cfg.SecretID = o.Token
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	if err := validNamespace(cfg.Namespace); err != nil {
+		return nil, err
+	}
+	o.Namespace, o.Region = cfg.Namespace, cfg.Region
+	switch o.Driver {
+	case "":
+		o.Driver = DriverAgentkernel
+	case DriverAgentkernel, DriverExec:
+	case "raw_exec":
+		return nil, fmt.Errorf("driver raw_exec isolates nothing: use agentkernel (raw_exec running the node's agentkernel) or exec")
+	default:
+		return nil, fmt.Errorf("driver %q: use agentkernel or exec", o.Driver)
+	}
+	if o.NodeAgentkernel == "" {
+		o.NodeAgentkernel = "/usr/local/bin/agentkernel-full"
+	}
+	if !strings.HasPrefix(o.NodeAgentkernel, "/") {
+		return nil, fmt.Errorf("agentkernel_path %q must be absolute", o.NodeAgentkernel)
+	}
+	if len(o.ExecCommand) == 0 {
+		o.ExecCommand = []string{"/bin/sleep", "2147483647"}
+	}
+	if len(o.Datacenters) == 0 {
+		o.Datacenters = []string{"*"}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w (check [orchestrator] address)", err)
+	}
+	return &Backend{opts: o, client: c}, nil
+}
+
+func validNamespace(ns string) error {
+	if len(ns) > 128 {
+		return fmt.Errorf("namespace %.20q… is too long", ns)
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("namespace %q: letters, digits, '-' and '_' only", ns)
+		}
+	}
+	return nil
+}
+
+// Client is the Nomad API client (for tests and the benchmark).
+func (b *Backend) Client() *api.Client { return b.client }
+
+func (b *Backend) jobOptions() jobOptions {
+	return jobOptions{Namespace: b.opts.Namespace, Region: b.opts.Region, Datacenters: b.opts.Datacenters,
+		Driver: b.opts.Driver, NodeAgentkernel: b.opts.NodeAgentkernel, NodeDataDir: b.opts.NodeDataDir,
+		ExecCommand: b.opts.ExecCommand}
+}
+
+func (b *Backend) q(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}).WithContext(ctx)
+}
+
+func (b *Backend) w(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{Namespace: b.opts.Namespace, Region: b.opts.Region}).WithContext(ctx)
+}
+
+// Sandbox is one sandbox as List shows it.
+type Sandbox struct {
+	Name      string
+	JobID     string
+	Status    string // the job's: pending, running, dead
+	Profile   string
+	Network   string
+	Driver    string
+	Created   time.Time
+	ExpiresAt time.Time // zero: no TTL
+	Labels    map[string]string
+}
+
+// Create registers r's job. The job ID claims the name: registration
+// with EnforceIndex 0 fails when a job of that ID exists, so a second
+// Create of the same name fails with ErrExists. It does not wait for the
+// task to run (Wait does).
+func (b *Backend) Create(ctx context.Context, r *Request) (*Sandbox, error) {
+	if err := r.Check(b.opts.Driver); err != nil {
+		return nil, err
+	}
+	if b.opts.Driver == DriverExec && r.Image != "" {
+		return nil, fmt.Errorf("image: the exec driver runs the node's own file system; use the agentkernel driver for images")
+	}
+	job := buildJob(b.jobOptions(), r, b.opts.Now())
+	_, _, err := b.client.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: 0}, b.w(ctx))
+	if err != nil {
+		if strings.Contains(err.Error(), "Enforcing job modify index") {
+			return nil, fmt.Errorf("sandbox %q: %w (remove it first)", r.Name, ErrExists)
+		}
+		return nil, b.apiError("register job", err)
+	}
+	s := sandboxOf(job.Meta, JobID(r.Name), "pending", 0)
+	return &s, nil
+}
+
+// Wait blocks until the sandbox's task runs, and returns its allocation
+// ID. It fails when the task ended or could not be placed.
+func (b *Backend) Wait(ctx context.Context, name string) (string, error) {
+	if err := ValidName(name); err != nil {
+		return "", err
+	}
+	var index uint64
+	for {
+		q := b.q(ctx)
+		q.WaitIndex, q.WaitTime = index, 5*time.Second
+		allocs, meta, err := b.client.Jobs().Allocations(JobID(name), false, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("sandbox %q: not running: %w", name, ctx.Err())
+			}
+			return "", b.apiError("list allocations", err)
+		}
+		for _, a := range allocs {
+			ts := a.TaskStates[TaskName]
+			switch {
+			case a.ClientStatus == api.AllocClientStatusRunning && ts != nil && ts.State == "running":
+				return a.ID, nil
+			case a.ClientStatus == api.AllocClientStatusFailed || a.ClientStatus == api.AllocClientStatusComplete || a.ClientStatus == api.AllocClientStatusLost:
+				return "", fmt.Errorf("sandbox %q: its task ended (%s)%s", name, a.ClientStatus, lastEvent(ts))
+			}
+		}
+		if meta.LastIndex > index {
+			index = meta.LastIndex
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("sandbox %q: not running: %w", name, ctx.Err())
+		}
+	}
+}
+
+func lastEvent(ts *api.TaskState) string {
+	if ts == nil || len(ts.Events) == 0 {
+		return ""
+	}
+	e := ts.Events[len(ts.Events)-1]
+	return ": " + e.DisplayMessage
+}
+
+func sandboxOf(meta map[string]string, id, status string, submit int64) Sandbox {
+	s := Sandbox{
+		Name: meta[SandboxMeta], JobID: id, Status: status,
+		Profile: meta[ProfileMeta], Network: meta[NetworkMeta], Driver: meta[DriverMeta],
+		Labels: labelsOf(meta),
+	}
+	if submit > 0 {
+		s.Created = time.Unix(0, submit)
+	}
+	if t, ok := expiresAt(meta); ok {
+		s.ExpiresAt = t
+	}
+	return s
+}
+
+// List returns the namespace's sandboxes (jobs with our meta), by name.
+// Purged jobs are gone; a dead job still listed is shown as dead.
+func (b *Backend) List(ctx context.Context) ([]Sandbox, error) {
+	q := b.q(ctx)
+	q.Prefix = jobPrefix
+	q.Filter = fmt.Sprintf(`Meta[%q] == %q`, ManagedMeta, ManagedValue)
+	jobs, _, err := b.client.Jobs().List(q)
+	if err != nil {
+		return nil, b.apiError("list jobs", err)
+	}
+	out := make([]Sandbox, 0, len(jobs))
+	for _, j := range jobs {
+		if j.Meta[ManagedMeta] != ManagedValue || j.ID != JobID(j.Meta[SandboxMeta]) {
+			continue
+		}
+		out = append(out, sandboxOf(j.Meta, j.ID, j.Status, j.SubmitTime))
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out, nil
+}
+
+// Get returns the named sandbox.
+func (b *Backend) Get(ctx context.Context, name string) (*Sandbox, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	j, _, err := b.client.Jobs().Info(JobID(name), b.q(ctx))
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+		}
+		return nil, b.apiError("read job", err)
+	}
+	if j.Meta[ManagedMeta] != ManagedValue {
+		return nil, fmt.Errorf("sandbox %q: %w (job %s is not agentkernel's)", name, ErrNotFound, JobID(name))
+	}
+	st := ""
+	if j.Status != nil {
+		st = *j.Status
+	}
+	var submit int64
+	if j.SubmitTime != nil {
+		submit = *j.SubmitTime
+	}
+	s := sandboxOf(j.Meta, JobID(name), st, submit)
+	return &s, nil
+}
+
+// Remove deregisters and purges the named sandbox's job: Nomad stops its
+// task (which, with the agentkernel driver, removes the native sandbox
+// on the node). A job without our meta is never touched.
+func (b *Backend) Remove(ctx context.Context, name string) error {
+	if _, err := b.Get(ctx, name); err != nil {
+		return err
+	}
+	if _, _, err := b.client.Jobs().Deregister(JobID(name), true, b.w(ctx)); err != nil {
+		if isNotFound(err) {
+			return fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+		}
+		return b.apiError("deregister job", err)
+	}
+	return nil
+}
+
+// Exec runs argv in the sandbox through Nomad's allocation exec API
+// (the agent's websocket to the client node), with stdin, and returns
+// its exit code. With the agentkernel driver the command is wrapped in
+// `agentkernel exec NAME --`, so it runs inside the native sandbox, not
+// in raw_exec's unisolated task.
+func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if err := ValidName(name); err != nil {
+		return 0, err
+	}
+	if len(argv) == 0 {
+		return 0, fmt.Errorf("exec: a command is required")
+	}
+	allocID, err := b.runningAlloc(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	cmd := argv
+	if b.opts.Driver == DriverAgentkernel {
+		cmd = []string{b.opts.NodeAgentkernel}
+		if b.opts.NodeDataDir != "" {
+			cmd = append(cmd, "--data-dir", b.opts.NodeDataDir)
+		}
+		cmd = append(append(cmd, "exec", name, "--"), argv...)
+	}
+	if stdin == nil {
+		stdin = bytes.NewReader(nil)
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	alloc := &api.Allocation{ID: allocID, Namespace: b.opts.Namespace}
+	code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, false, cmd, stdin, stdout, stderr, nil, b.q(ctx))
+	if err != nil {
+		return code, fmt.Errorf("exec in sandbox %q: %w", name, err)
+	}
+	return code, nil
+}
+
+// runningAlloc is the sandbox's running allocation.
+func (b *Backend) runningAlloc(ctx context.Context, name string) (string, error) {
+	allocs, _, err := b.client.Jobs().Allocations(JobID(name), false, b.q(ctx))
+	if err != nil {
+		if isNotFound(err) {
+			return "", fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+		}
+		return "", b.apiError("list allocations", err)
+	}
+	for _, a := range allocs {
+		if a.ClientStatus == api.AllocClientStatusRunning {
+			return a.ID, nil
+		}
+	}
+	if len(allocs) == 0 {
+		if _, err := b.Get(ctx, name); err != nil {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("sandbox %q is not running (no running allocation): wait for it, or look at `nomad job status %s`", name, JobID(name))
+}
+
+// WriteFile writes data to path inside the sandbox (through Exec: cat
+// reading stdin, the path an argument, never shell code).
+func (b *Backend) WriteFile(ctx context.Context, name, path string, data []byte) error {
+	if err := checkPath(path); err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	code, err := b.Exec(ctx, name, []string{"/bin/sh", "-c", `cat > "$1"`, "sh", path}, bytes.NewReader(data), nil, &stderr)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("write %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// ReadFile reads path inside the sandbox, at most limit bytes.
+func (b *Backend) ReadFile(ctx context.Context, name, path string, limit int64) ([]byte, error) {
+	if err := checkPath(path); err != nil {
+		return nil, err
+	}
+	var out, stderr bytes.Buffer
+	lw := &limitWriter{w: &out, n: limit}
+	code, err := b.Exec(ctx, name, []string{"/bin/cat", "--", path}, nil, lw, &stderr)
+	if err != nil {
+		return nil, err
+	}
+	if lw.over {
+		return nil, fmt.Errorf("read %s in sandbox %q: larger than %d bytes", path, name, limit)
+	}
+	if code != 0 {
+		return nil, fmt.Errorf("read %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
+	}
+	return out.Bytes(), nil
+}
+
+func checkPath(p string) error {
+	if !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || len(p) > 4096 {
+		return fmt.Errorf("path %q: an absolute path inside the sandbox is required", p)
+	}
+	return nil
+}
+
+type limitWriter struct {
+	w    io.Writer
+	n    int64
+	over bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.n {
+		l.over = true
+		p = p[:l.n]
+	}
+	l.n -= int64(len(p))
+	_, err := l.w.Write(p)
+	return len(p), err
+}
+
+// Reap removes the sandboxes whose TTL has passed, and returns their
+// names.
+func (b *Backend) Reap(ctx context.Context) ([]string, error) {
+	all, err := b.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := b.opts.Now()
+	var gone []string
+	for _, s := range all {
+		if s.ExpiresAt.IsZero() || now.Before(s.ExpiresAt) {
+			continue
+		}
+		if err := b.Remove(ctx, s.Name); err != nil && !errors.Is(err, ErrNotFound) {
+			return gone, err
+		}
+		gone = append(gone, s.Name)
+	}
+	return gone, nil
+}
+
+func isNotFound(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return ue.StatusCode() == 404
+	}
+	return strings.Contains(err.Error(), "404")
+}
+
+// apiError words an API failure for users: one line, with what to do.
+func (b *Backend) apiError(what string, err error) error {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		switch ue.StatusCode() {
+		case 401, 403:
+			return fmt.Errorf("%s: Nomad refused our token (%d): set [orchestrator] token or $NOMAD_TOKEN to one whose policy allows submit-job, read-job and alloc-exec in namespace %s: %w", what, ue.StatusCode(), b.opts.Namespace, err)
+		}
+	}
+	if strings.Contains(err.Error(), "connection refused") {
+		return fmt.Errorf("%s: no Nomad agent at %s: start one or set [orchestrator] address: %w", what, b.client.Address(), err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
