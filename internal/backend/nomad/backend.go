@@ -229,8 +229,7 @@ func sandboxOf(meta map[string]string, id, status string, submit int64) Sandbox 
 func (b *Backend) List(ctx context.Context) ([]Sandbox, error) {
 	q := b.q(ctx)
 	q.Prefix = jobPrefix
-	q.Filter = fmt.Sprintf(`Meta[%q] == %q`, ManagedMeta, ManagedValue)
-	jobs, _, err := b.client.Jobs().List(q)
+	jobs, _, err := b.client.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q)
 	if err != nil {
 		return nil, b.apiError("list jobs", err)
 	}
@@ -300,7 +299,7 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	if len(argv) == 0 {
 		return 0, fmt.Errorf("exec: a command is required")
 	}
-	allocID, err := b.runningAlloc(ctx, name)
+	alloc, err := b.runningAlloc(ctx, name)
 	if err != nil {
 		return 0, err
 	}
@@ -310,7 +309,7 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 		if b.opts.NodeDataDir != "" {
 			cmd = append(cmd, "--data-dir", b.opts.NodeDataDir)
 		}
-		cmd = append(append(cmd, "exec", name, "--"), argv...)
+		cmd = append(append(cmd, "exec", "-i", name, "--"), argv...)
 	}
 	if stdin == nil {
 		stdin = bytes.NewReader(nil)
@@ -321,7 +320,6 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	alloc := &api.Allocation{ID: allocID, Namespace: b.opts.Namespace}
 	code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, false, cmd, stdin, stdout, stderr, nil, b.q(ctx))
 	if err != nil {
 		return code, fmt.Errorf("exec in sandbox %q: %w", name, err)
@@ -329,26 +327,27 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	return code, nil
 }
 
-// runningAlloc is the sandbox's running allocation.
-func (b *Backend) runningAlloc(ctx context.Context, name string) (string, error) {
+// runningAlloc is the sandbox's running allocation (what the exec API
+// needs of it: its ID, node and namespace).
+func (b *Backend) runningAlloc(ctx context.Context, name string) (*api.Allocation, error) {
 	allocs, _, err := b.client.Jobs().Allocations(JobID(name), false, b.q(ctx))
 	if err != nil {
 		if isNotFound(err) {
-			return "", fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+			return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
 		}
-		return "", b.apiError("list allocations", err)
+		return nil, b.apiError("list allocations", err)
 	}
 	for _, a := range allocs {
 		if a.ClientStatus == api.AllocClientStatusRunning {
-			return a.ID, nil
+			return &api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, nil
 		}
 	}
 	if len(allocs) == 0 {
 		if _, err := b.Get(ctx, name); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	return "", fmt.Errorf("sandbox %q is not running (no running allocation): wait for it, or look at `nomad job status %s`", name, JobID(name))
+	return nil, fmt.Errorf("sandbox %q is not running (no running allocation): wait for it, or look at `nomad job status %s`", name, JobID(name))
 }
 
 // WriteFile writes data to path inside the sandbox (through Exec: cat

@@ -121,14 +121,17 @@ type jobOptions struct {
 	ExecCommand []string
 }
 
-// nodeScript makes and serves the sandbox in the foreground with the
-// node's agentkernel: `sandbox create` then `sandbox supervise`, and
-// removes it when the task ends. Its only inputs are positional
-// parameters and environment variables (AK_BIN, AK_DATA_DIR, AK_NAME),
-// never spliced into the script.
+// nodeScript makes and runs the sandbox with the node's agentkernel
+// (`sandbox create --start`), then stays in the foreground while its
+// supervisor runs, so that the task lives exactly as long as the
+// sandbox; when the task ends (deregistered, or the sandbox stopped) it
+// removes the sandbox. Its only inputs are positional parameters and
+// environment variables (AK_BIN, AK_DATA_DIR, AK_NAME), never spliced
+// into the script.
 const nodeScript = `ak() { if [ -n "$AK_DATA_DIR" ]; then "$AK_BIN" --data-dir "$AK_DATA_DIR" "$@"; else "$AK_BIN" "$@"; fi; }; ` +
 	`trap 'ak sandbox remove --force "$AK_NAME" >/dev/null 2>&1' EXIT; trap 'exit 143' TERM INT; ` +
-	`ak "$@" || exit 125; ak sandbox supervise "$AK_NAME"`
+	`ak "$@" --start >/dev/null || exit 125; ` +
+	`while ak sandbox info --json "$AK_NAME" 2>/dev/null | grep -q '"status": "running"'; do sleep 1 & wait $!; done`
 
 // createArgs is the node's `agentkernel sandbox create` command line.
 func createArgs(r *Request) []string {

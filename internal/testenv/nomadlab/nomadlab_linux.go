@@ -68,6 +68,8 @@ func Start(ctx context.Context, bin, dir string) (*Lab, error) {
 bind_addr = "127.0.0.1"
 data_dir = %q
 log_level = "WARN"
+# Loopback only: no update check to checkpoint-api.hashicorp.com.
+disable_update_check = true
 ports {
   http = %d
   rpc  = %d
@@ -88,6 +90,11 @@ client {
   network_interface = "lo"
   state_dir = %q
   alloc_dir = %q
+  # No cloud metadata, Consul or Vault probes: loopback only, and faster.
+  options = {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean,consul,vault"
+    "driver.denylist"      = "docker,qemu,java"
+  }
 }
 plugin "raw_exec" {
   config {
@@ -118,11 +125,21 @@ plugin "raw_exec" {
 	return l, nil
 }
 
-// Log is the agent's log so far (for failing tests).
+// Log is the agent's log so far, then the tasks' logs (for failing
+// tests).
 func (l *Lab) Log() string {
 	b, _ := os.ReadFile(filepath.Join(l.dir, "agent.log"))
 	if len(b) > 8000 {
 		b = b[len(b)-8000:]
+	}
+	logs, _ := filepath.Glob(filepath.Join(l.dir, "alloc", "*", "alloc", "logs", "*"))
+	for _, f := range logs {
+		t, _ := os.ReadFile(f)
+		if len(t) > 2000 {
+			t = t[len(t)-2000:]
+		}
+		b = append(b, "\n--- "+f+":\n"...)
+		b = append(b, t...)
 	}
 	return string(b)
 }

@@ -1,0 +1,60 @@
+//go:build linux
+
+package nomad
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
+	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
+)
+
+// startLab runs a real Nomad dev agent for the test, torn down after it.
+func startLab(t *testing.T) *nomadlab.Lab {
+	t.Helper()
+	testenv.RequireRoot(t) // raw_exec and the exec driver run tasks as root
+	bin, ok := nomadlab.Binary()
+	if !ok {
+		testenv.Missing(t, "%s", nomadlab.MissingHint)
+	}
+	dir, err := os.MkdirTemp("", "nomadlab-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	l, err := nomadlab.Start(ctx, bin, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		if t.Failed() {
+			t.Logf("nomad agent log:\n%s", l.Log())
+		}
+		os.RemoveAll(dir)
+	})
+	return l
+}
+
+func newBackend(t *testing.T, l *nomadlab.Lab, o Options) *Backend {
+	t.Helper()
+	o.Address = l.Address
+	b, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// cleanupJob purges a sandbox's job at the end of the test, so that the
+// agent's Close finds no task running.
+func cleanupJob(t *testing.T, b *Backend, name string) {
+	t.Cleanup(func() {
+		_, _, _ = b.client.Jobs().Deregister(JobID(name), true, nil)
+	})
+}
