@@ -253,7 +253,7 @@ func TestAgentkernelDriverEndToEnd(t *testing.T) {
 	ak := buildAgentkernel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dataDir := t.TempDir()
+	dataDir := nodeDataDir(t, ak)
 	b := newBackend(t, l, Options{NodeAgentkernel: ak, NodeDataDir: dataDir})
 	const name = "native-one"
 	cleanupJob(t, b, name)

@@ -5,6 +5,8 @@ package nomad
 import (
 	"context"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,4 +59,28 @@ func cleanupJob(t *testing.T, b *Backend, name string) {
 	t.Cleanup(func() {
 		_, _, _ = b.client.Jobs().Deregister(JobID(name), true, nil)
 	})
+}
+
+// nodeDataDir is the node agentkernel's --data-dir for a test. Its
+// cleanup (which runs after the jobs' purges, registered later) waits
+// for the tasks' exits to remove their native sandboxes, then removes it.
+func nodeDataDir(t *testing.T, ak string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nomad-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i := 0; i < 150; i++ {
+			out, err := exec.Command(ak, "--data-dir", dir, "-q", "sandbox", "list", "--all").Output()
+			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 { // the header only
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("node data dir: %v", err)
+		}
+	})
+	return dir
 }
