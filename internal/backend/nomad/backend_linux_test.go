@@ -335,6 +335,39 @@ func TestAgentkernelDriverEndToEnd(t *testing.T) {
 	if _, _, err := b.client.Jobs().Info(JobID(name), nil); !isNotFound(err) {
 		t.Fatalf("job still there after remove: %v", err)
 	}
+
+	// The other way round: a sandbox stopped on the node ends its task.
+	const second = "native-two"
+	cleanupJob(t, b, second)
+	if _, err := b.Create(ctx, &Request{Name: second, Image: "host", Network: NetworkNone}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Wait(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		out, err := exec.Command(ak, "--data-dir", dataDir, "sandbox", "stop", second).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("sandbox stop: %v %s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i := 0; ; i++ {
+		allocs, _, err := b.client.Jobs().Allocations(JobID(second), false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(allocs) == 1 && allocs[0].ClientStatus != "running" && allocs[0].ClientStatus != "pending" {
+			break
+		}
+		if i == 150 {
+			t.Fatalf("the task outlived its stopped sandbox: %+v", allocs[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func buildAgentkernel(t *testing.T) string {
