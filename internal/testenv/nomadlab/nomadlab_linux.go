@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -209,6 +210,41 @@ func (l *Lab) Close() {
 	}
 	_ = syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
 	<-l.done
+	l.killExecutors()
+	l.unmountAllocs()
+}
+
+// unmountAllocs unmounts the tmpfs mounts (secrets, private) that Nomad
+// makes in allocation directories and leaves when the agent dies before
+// it destroys them, so that the lab's directory can be removed.
+func (l *Lab) unmountAllocs() {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], l.dir+"/") {
+			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
+	}
+}
+
+// killExecutors kills what the agent left running: its task executors
+// run in sessions of their own, and name files under the lab's
+// directory on their command lines (nothing else does).
+func (l *Lab) killExecutors() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), l.dir+"/") && strings.Contains(string(cmd), "executor") {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func freePorts(n int) ([]int, error) {
