@@ -17,8 +17,11 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/cli"
@@ -26,6 +29,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netproc/helper"
+	"github.com/agentkernel/agentkernel/internal/nomadcli"
 )
 
 // Set with -ldflags "-X main.version=… -X main.commit=…".
@@ -57,6 +61,12 @@ func run() int {
 	// this binary, which every supervisor and network helper runs).
 	if fullbin.WantsKube(os.Args[1:]) {
 		return kubeHandOff()
+	}
+	// -B nomad: its own command line, over Nomad's (light) API client.
+	if fullbin.WantsNomad(os.Args[1:]) {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return nomadcli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	}
 	if commit == "unknown" {
 		commit = runcli.Revision()

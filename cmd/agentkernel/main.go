@@ -55,9 +55,9 @@ func run() int {
 		// handed to agentkernel-full prints its own.
 		HoldWarnings: true,
 	}
-	if fullbin.WantsKube(os.Args[1:]) {
-		// -B kubernetes: agentkernel-kube's flags, which this binary
-		// does not parse (agentkernel-full hands the line on).
+	if fullbin.WantsKube(os.Args[1:]) || fullbin.WantsNomad(os.Args[1:]) {
+		// -B kubernetes or nomad: flags of their own, which this binary
+		// does not parse (agentkernel-full serves them or hands them on).
 		return handOff()
 	}
 	if !prestart.IsRun(os.Args) {

@@ -74,7 +74,15 @@ func KubePath() (string, error) {
 // forms (create, list, ls, ps, remove, rm, exec), run or cp as the
 // command, or the backend's own commands (pool, crds, controller). agentkernel-full
 // hands such a command line to agentkernel-kube whole.
-func WantsKube(args []string) bool {
+func WantsKube(args []string) bool { return wantsBackend(args, "kubernetes", "k8s") }
+
+// WantsNomad is WantsKube for -B nomad: such a command line is served by
+// agentkernel-full's nomad command line (package nomadcli).
+func WantsNomad(args []string) bool { return wantsBackend(args, "nomad") }
+
+// wantsBackend reports whether args name one of names with -B and a
+// command the orchestrator backends serve.
+func wantsBackend(args []string, names ...string) bool {
 	kube, cmd := false, ""
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -97,8 +105,10 @@ func WantsKube(args []string) bool {
 		case cmd == "" && !strings.HasPrefix(a, "-"):
 			cmd = a
 		}
-		if v == "kubernetes" || v == "k8s" {
-			kube = true
+		for _, n := range names {
+			if v == n {
+				kube = true
+			}
 		}
 	}
 	switch cmd {

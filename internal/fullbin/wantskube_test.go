@@ -38,3 +38,21 @@ func TestWantsKube(t *testing.T) {
 		}
 	}
 }
+
+func TestWantsNomad(t *testing.T) {
+	for _, tc := range []struct {
+		args string
+		want bool
+	}{
+		{"sandbox create x -B nomad", true},
+		{"run -B nomad -- true", true},
+		{"-B nomad rm x", true},
+		{"sandbox create x -B kubernetes", false},
+		{"run -B native -- nomad", false},
+		{"run -- -B nomad", false},
+	} {
+		if got := WantsNomad(strings.Fields(tc.args)); got != tc.want {
+			t.Errorf("WantsNomad(%q) = %v", tc.args, got)
+		}
+	}
+}

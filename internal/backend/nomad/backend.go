@@ -95,7 +95,7 @@ func New(o Options) (*Backend, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w (check [orchestrator] address)", err)
+		return nil, fmt.Errorf("nomad client: %w (check [orchestrator] nomad_addr)", err)
 	}
 	return &Backend{opts: o, client: c}, nil
 }
@@ -449,7 +449,7 @@ func (b *Backend) apiError(what string, err error) error {
 		}
 	}
 	if strings.Contains(err.Error(), "connection refused") {
-		return fmt.Errorf("%s: no Nomad agent at %s: start one or set [orchestrator] address: %w", what, b.client.Address(), err)
+		return fmt.Errorf("%s: no Nomad agent at %s: start one or set [orchestrator] nomad_addr: %w", what, b.client.Address(), err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

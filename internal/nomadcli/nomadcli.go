@@ -1,0 +1,479 @@
+// Package nomadcli is the command line of `-B nomad` (agentkernel-full
+// hands it every sandbox command line that names the nomad backend,
+// fullbin.WantsNomad): sandbox create, list, remove, exec and reap, run
+// and cp, over internal/backend/nomad. Nomad's API client is light
+// enough to live in agentkernel-full (docs/nomad.md measures it), so
+// unlike -B kubernetes there is no binary of its own.
+package nomadcli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentkernel/agentkernel/internal/backend/nomad"
+	"github.com/agentkernel/agentkernel/internal/config"
+)
+
+// exitFailure is agentkernel's own refusals and failures.
+const exitFailure = 125
+
+// maxCopy is the largest file cp moves (through the exec API, in memory).
+const maxCopy = 64 << 20
+
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	configPath     string
+	backendName    string
+	opts           nomad.Options
+	maxSandboxes   int64
+	quiet          bool
+}
+
+type exitError struct{ code int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("command exited with status %d", e.code) }
+
+// Main runs one command line (args without the program name) and
+// returns the exit status.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.root()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		fmt.Fprintf(stderr, "agentkernel: %v\n", err)
+		return exitFailure
+	}
+	return 0
+}
+
+func (a *app) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "agentkernel -B nomad",
+		Short: "Sandboxes as Nomad jobs",
+		Long: `The nomad backend: each sandbox is a Nomad batch job with one task. With the
+agentkernel driver (the default) the task runs the node's agentkernel, which
+makes a native sandbox there and lives as long as it; exec and files go
+through Nomad's allocation exec API into that sandbox. With nomad_driver =
+"exec", Nomad's own exec driver isolates the task.
+
+The cluster is the one [orchestrator] names in your configuration
+(nomad_addr, nomad_token, namespace, nomad_driver, nomad_datacenter), else
+$NOMAD_ADDR and $NOMAD_TOKEN; flags override it. A project's
+agentkernel.toml is never read for it. See docs/nomad.md.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.load()
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVarP(&a.backendName, "backend", "B", "nomad", "backend (only nomad here)")
+	pf.StringVarP(&a.configPath, "config", "c", "", "configuration file to read [orchestrator] from (default: your user configuration)")
+	var dataDir, logLevel string
+	pf.StringVar(&dataDir, "data-dir", "", "agentkernel's data directory (not used by this backend)")
+	pf.StringVar(&logLevel, "log-level", "warn", "log verbosity (not used by this backend)")
+	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only results and errors")
+	_ = pf.MarkHidden("data-dir")
+	_ = pf.MarkHidden("log-level")
+	pf.StringVar(&a.opts.Address, "nomad-addr", "", "Nomad API address (default: [orchestrator] nomad_addr, $NOMAD_ADDR, http://127.0.0.1:4646)")
+	pf.StringVarP(&a.opts.Namespace, "namespace", "n", "", "Nomad namespace (default: [orchestrator] namespace, $NOMAD_NAMESPACE, default)")
+	pf.StringVar(&a.opts.Driver, "driver", "", "task driver: agentkernel (the node's agentkernel in raw_exec) or exec")
+	pf.StringVar(&a.opts.NodeAgentkernel, "node-agentkernel", "", "agentkernel-full's path on the nodes (default /usr/local/bin/agentkernel-full)")
+	pf.StringVar(&a.opts.NodeDataDir, "node-data-dir", "", "the --data-dir of agentkernel on the nodes (default: its own)")
+
+	sb := &cobra.Command{Use: "sandbox", Short: "Create, list and remove sandboxes"}
+	sb.AddCommand(a.createCmd(), a.listCmd(), a.removeCmd(), a.reapCmd(), a.execCmd())
+	root.AddCommand(sb, a.runCmd(), a.cpCmd())
+	for _, c := range []*cobra.Command{a.createCmd(), a.listCmd(), a.removeCmd(), a.execCmd()} {
+		c.Hidden = true
+		root.AddCommand(c)
+	}
+	return root
+}
+
+// load applies [orchestrator] of the trusted configuration under the
+// flags, and checks -B.
+func (a *app) load() error {
+	if a.backendName != "nomad" {
+		return fmt.Errorf("backend %q: this command line serves only -B nomad", a.backendName)
+	}
+	c, _, err := config.LoadUser(config.LoadOptions{UserPath: a.configPath})
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	o := c.Orchestrator
+	set := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	set(&a.opts.Address, o.NomadAddr)
+	set(&a.opts.Token, o.NomadToken)
+	set(&a.opts.Namespace, o.Namespace)
+	if a.opts.Driver == "" {
+		switch o.NomadDriver {
+		case "", "raw_exec", nomad.DriverAgentkernel:
+			// raw_exec alone isolates nothing: it runs the node's
+			// agentkernel, which does.
+			a.opts.Driver = nomad.DriverAgentkernel
+		case nomad.DriverExec:
+			a.opts.Driver = nomad.DriverExec
+		default:
+			return fmt.Errorf("[orchestrator] nomad_driver = %q: the nomad backend takes raw_exec (the node's agentkernel) or exec", o.NomadDriver)
+		}
+	}
+	if o.NomadDatacenter != "" {
+		a.opts.Datacenters = []string{o.NomadDatacenter}
+	}
+	a.maxSandboxes = o.MaxSandboxes
+	return nil
+}
+
+// sandboxFlags are what create and run take to describe a sandbox.
+type sandboxFlags struct {
+	image, profile, network string
+	allow                   []string
+	memory                  int
+}
+
+func (f *sandboxFlags) add(c *cobra.Command) {
+	fs := c.Flags()
+	fs.StringVar(&f.image, "image", "", "image for the node's agentkernel (default: the node's agentkernel picks one)")
+	fs.StringVarP(&f.profile, "profile", "p", "moderate", "security profile: restrictive, moderate or permissive")
+	fs.StringVar(&f.network, "network", "", "none, filtered (with --allow-domain) or full (default: the profile's)")
+	fs.StringArrayVar(&f.allow, "allow-domain", nil, "with --network filtered: a host name the sandbox may reach (repeatable)")
+	fs.IntVar(&f.memory, "memory", 0, "memory in MiB: Nomad's reservation and the sandbox's limit (default 256)")
+}
+
+func (f *sandboxFlags) request(name string) *nomad.Request {
+	return &nomad.Request{Name: name, Image: f.image, Profile: f.profile, Network: f.network, AllowDomains: f.allow, MemoryMB: f.memory}
+}
+
+func (a *app) backend() (*nomad.Backend, error) { return nomad.New(a.opts) }
+
+// ready waits until the sandbox's task runs and a command runs in it,
+// at most timeout.
+func ready(ctx context.Context, b *nomad.Backend, name string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := b.Wait(ctx, name); err != nil {
+		return err
+	}
+	for {
+		code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil)
+		if err == nil && code == 0 {
+			return nil
+		}
+		if ctx.Err() != nil {
+			if err == nil {
+				err = fmt.Errorf("exit %d", code)
+			}
+			return fmt.Errorf("sandbox %q: its task runs but the sandbox does not answer (%v): look at `nomad alloc logs` of job %s", name, err, nomad.JobID(name))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (a *app) createCmd() *cobra.Command {
+	var f sandboxFlags
+	var ttl, timeout time.Duration
+	var wait bool
+	c := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a sandbox: a Nomad job whose task holds it",
+		Example: `  agentkernel sandbox create dev -B nomad --profile restrictive --ttl 2h
+  agentkernel sandbox create web -B nomad --network filtered --allow-domain pypi.org`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := f.request(args[0])
+			r.TTL = ttl
+			if err := r.Check(a.opts.Driver); err != nil {
+				return err
+			}
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			if a.maxSandboxes > 0 {
+				l, err := b.List(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if int64(len(l)) >= a.maxSandboxes {
+					return fmt.Errorf("already %d sandboxes ([orchestrator] max_sandboxes = %d): remove one first", len(l), a.maxSandboxes)
+				}
+			}
+			s, err := b.Create(cmd.Context(), r)
+			if err != nil {
+				return err
+			}
+			if wait {
+				if err := ready(cmd.Context(), b, s.Name, timeout); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(a.stdout, s.Name)
+			if !a.quiet {
+				fmt.Fprintf(a.stderr, "sandbox %s: job %s\n", s.Name, s.JobID)
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().DurationVar(&ttl, "ttl", 0, "remove the sandbox after this long (by 'sandbox reap')")
+	c.Flags().BoolVar(&wait, "wait", true, "wait until the sandbox answers")
+	c.Flags().DurationVar(&timeout, "start-timeout", 2*time.Minute, "how long the sandbox may take to start")
+	return c
+}
+
+func (a *app) listCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "list", Aliases: []string{"ps", "ls"}, Short: "List the sandboxes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			l, err := b.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSTATUS\tPROFILE\tNETWORK\tDRIVER\tEXPIRES")
+			for _, s := range l {
+				exp := "-"
+				if !s.ExpiresAt.IsZero() {
+					exp = s.ExpiresAt.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, s.Profile, s.Network, s.Driver, exp)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func (a *app) removeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "remove NAME...", Aliases: []string{"rm", "delete"}, Short: "Remove sandboxes (their jobs, purged)", Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, n := range args {
+				if err := nomad.ValidName(n); err != nil {
+					return err
+				}
+			}
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			var failed []string
+			for _, n := range args {
+				if err := b.Remove(cmd.Context(), n); err != nil {
+					fmt.Fprintf(a.stderr, "agentkernel: %v\n", err)
+					failed = append(failed, n)
+					continue
+				}
+				fmt.Fprintln(a.stdout, n)
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("not removed: %s", strings.Join(failed, ", "))
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) reapCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "reap", Short: "Remove the sandboxes whose TTL has passed, once", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			names, err := b.Reap(cmd.Context())
+			for _, n := range names {
+				fmt.Fprintf(a.stdout, "expired %s\n", n)
+			}
+			return err
+		},
+	}
+}
+
+func (a *app) execCmd() *cobra.Command {
+	var interactive bool
+	c := &cobra.Command{
+		Use: "exec NAME -- COMMAND [ARG...]", Short: "Run a command in a sandbox (through Nomad's exec API)", Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			var in io.Reader
+			if interactive {
+				in = a.stdin
+			}
+			code, err := b.Exec(cmd.Context(), args[0], args[1:], in, a.stdout, a.stderr)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	return c
+}
+
+func (a *app) runCmd() *cobra.Command {
+	var f sandboxFlags
+	var interactive bool
+	var timeout time.Duration
+	c := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run one command in a new Nomad job's sandbox, then remove it",
+		Long: `Run one command in a sandbox made for it on the Nomad cluster: a job whose task
+holds the sandbox, the command run in it once it answers, then the job
+purged, also when the run is interrupted. The exit status is the command's;
+125 when the sandbox could not be made or did not start in --start-timeout.`,
+		Example: `  agentkernel run -B nomad -- python3 -c 'print(1)'
+  echo data | agentkernel run -B nomad -i --network none -- wc -c`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := runName()
+			if err != nil {
+				return err
+			}
+			r := f.request(name)
+			// A run whose removal never happened is reaped after a day.
+			r.TTL = 24 * time.Hour
+			if err := r.Check(a.opts.Driver); err != nil {
+				return err
+			}
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if _, err := b.Create(ctx, r); err != nil {
+				return err
+			}
+			defer func() {
+				rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := b.Remove(rctx, name); err != nil && !errors.Is(err, nomad.ErrNotFound) {
+					fmt.Fprintf(a.stderr, "agentkernel: removing the run's sandbox %s: %v (agentkernel sandbox rm -B nomad %s)\n", name, err, name)
+				}
+			}()
+			if err := ready(ctx, b, name, timeout); err != nil {
+				return err
+			}
+			var in io.Reader
+			if interactive {
+				in = a.stdin
+			}
+			code, err := b.Exec(ctx, name, args, in, a.stdout, a.stderr)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	}
+	f.add(c)
+	c.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	c.Flags().DurationVar(&timeout, "start-timeout", 2*time.Minute, "how long the sandbox may take to start")
+	return c
+}
+
+// runName is a fresh sandbox name for a run.
+func runName() (string, error) {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "run-" + hex.EncodeToString(b[:]), nil
+}
+
+func (a *app) cpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox (NAME:PATH on one side)",
+		Long: `Copy one regular file between this machine and a sandbox, through Nomad's exec
+API: NAME:/path/in/sandbox on one side, a local path on the other. A local
+directory as DST receives the file under its own name. Files up to 64 MiB.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			srcName, srcPath, srcIn := splitRemote(args[0])
+			dstName, dstPath, dstIn := splitRemote(args[1])
+			if srcIn == dstIn {
+				return fmt.Errorf("cp: exactly one of SRC and DST is NAME:PATH in a sandbox")
+			}
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if dstIn {
+				st, err := os.Stat(args[0])
+				if err != nil {
+					return fmt.Errorf("cp: %w", err)
+				}
+				if !st.Mode().IsRegular() {
+					return fmt.Errorf("cp: %s is not a regular file", args[0])
+				}
+				if st.Size() > maxCopy {
+					return fmt.Errorf("cp: %s is %d bytes, more than the %d this backend copies", args[0], st.Size(), maxCopy)
+				}
+				data, err := os.ReadFile(args[0])
+				if err != nil {
+					return fmt.Errorf("cp: %w", err)
+				}
+				if strings.HasSuffix(dstPath, "/") {
+					dstPath += filepath.Base(args[0])
+				}
+				return b.WriteFile(ctx, dstName, dstPath, data)
+			}
+			data, err := b.ReadFile(ctx, srcName, srcPath, maxCopy)
+			if err != nil {
+				return err
+			}
+			dst := args[1]
+			if st, err := os.Stat(dst); err == nil && st.IsDir() {
+				dst = filepath.Join(dst, filepath.Base(srcPath))
+			}
+			return os.WriteFile(dst, data, 0o644)
+		},
+	}
+}
+
+// splitRemote splits NAME:PATH; a word with a slash before its colon, or
+// none, is a local path.
+func splitRemote(s string) (name, path string, remote bool) {
+	n, p, ok := strings.Cut(s, ":")
+	if !ok || n == "" || strings.Contains(n, "/") {
+		return "", s, false
+	}
+	return n, p, true
+}

@@ -1,0 +1,116 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/testenv"
+	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
+)
+
+// TestNomadCommandLine drives -B nomad through the built binaries
+// (agentkernel hands the line to agentkernel-full) against a real Nomad
+// dev agent, whose raw_exec tasks run this tree's agentkernel-full as the
+// node's: sandbox create (waiting until it answers), list, exec with its
+// status and streams, cp both ways, remove leaving no job; then run,
+// with stdin, its status, no network under --network none, and nothing
+// left; a hostile name refused before any request.
+func TestNomadCommandLine(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin, ok := nomadlab.Binary()
+	if !ok {
+		testenv.Missing(t, "%s", nomadlab.MissingHint)
+	}
+	dir, err := os.MkdirTemp("", "nomadlab-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	l, err := nomadlab.Start(ctx, bin, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	defer func() {
+		l.Close()
+		if t.Failed() {
+			t.Logf("nomad agent log:\n%s", l.Log())
+		}
+		os.RemoveAll(dir)
+	}()
+	nodeData, err := os.MkdirTemp("", "nomad-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
+	defer func() {
+		// The node's sandboxes end with their tasks; wait for that before
+		// removing their data directory.
+		for i := 0; i < 150; i++ {
+			out, err := newAK(t).cmd(context.Background(), "--data-dir", nodeData, "-q", "sandbox", "list", "--all").Output()
+			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		os.RemoveAll(nodeData)
+	}()
+	a := newAK(t)
+	cfg := filepath.Join(a.home, "nomad.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[orchestrator]\nnomad_addr = %q\n", l.Address)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nomadArgs := func(args ...string) []string {
+		return append([]string{args[0], "-B", "nomad", "-c", cfg, "--node-agentkernel", full, "--node-data-dir", nodeData}, args[1:]...)
+	}
+	if r := a.run(nomadArgs("sandbox", "create", "box", "--image", "host", "--network", "none")...); r.code != 0 || r.stdout != "box\n" {
+		t.Fatalf("create: %s", r)
+	}
+	defer a.run(nomadArgs("sandbox", "remove", "box")...)
+	if r := a.run(nomadArgs("sandbox", "list")...); r.code != 0 || !strings.Contains(r.stdout, "box") {
+		t.Errorf("list: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 3")...); r.code != 3 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Errorf("exec: %s", r)
+	}
+	src := filepath.Join(t.TempDir(), "in.txt")
+	payload := strings.Repeat("nomad cp line\n", 3000)
+	os.WriteFile(src, []byte(payload), 0o644)
+	if r := a.run(nomadArgs("cp", src, "box:/tmp/in.txt")...); r.code != 0 {
+		t.Errorf("cp in: %s", r)
+	}
+	out := t.TempDir()
+	if r := a.run(nomadArgs("cp", "box:/tmp/in.txt", out)...); r.code != 0 {
+		t.Errorf("cp out: %s", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "in.txt")); err != nil || string(b) != payload {
+		t.Errorf("cp round trip: %d bytes (%v), want %d", len(b), err, len(payload))
+	}
+	if r := a.run(nomadArgs("sandbox", "remove", "box")...); r.code != 0 {
+		t.Errorf("remove: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "list")...); strings.Contains(r.stdout, "box") {
+		t.Errorf("listed after remove: %s", r)
+	}
+
+	a.stdin = "to the run\n"
+	r := a.run(nomadArgs("run", "--image", "host", "--network", "none", "-i", "--", "sh", "-c", "cat; exit 4")...)
+	if r.code != 4 || r.stdout != "to the run\n" {
+		t.Errorf("run: %s", r)
+	}
+	a.stdin = ""
+	if r := a.run(nomadArgs("sandbox", "list")...); strings.Contains(r.stdout, "run-") {
+		t.Errorf("a run's sandbox left: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "create", "../x")...); r.code != 125 || !strings.Contains(r.stderr, "DNS label") {
+		t.Errorf("hostile name: %s", r)
+	}
+}
