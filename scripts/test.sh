@@ -115,6 +115,7 @@ fi
 # .ci/run does (cached), before it. Without it those tests are left out,
 # and this says so.
 nomad_out=()
+nomad_skip=
 if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_NOMAD_DIR:-}" ]; then
   if AGENTKERNEL_NOMAD_DIR=$(./scripts/nomad.sh --cached); then
     export AGENTKERNEL_NOMAD_DIR
@@ -123,6 +124,7 @@ if [ "$(uname -s)" = Linux ] && [ -z "${AGENTKERNEL_NOMAD_DIR:-}" ]; then
     echo "== NOTE: no Nomad agent: the nomad backend's tests are LEFT OUT of this run"
     echo "   (./scripts/nomad.sh builds it once, 10 to 20 minutes on 2 cores; .ci/run does, and runs them)"
     nomad_out=('/internal/backend/nomad$')
+    nomad_skip='^TestNomad'
   fi
 fi
 
@@ -137,6 +139,7 @@ for re in "${kube_out[@]}" "${nomad_out[@]}"; do
   pkgs=$(grep -v "$re" <<<"$pkgs")
 done
 if [ -n "$kube_skip" ]; then skip+=("$kube_skip"); fi
+if [ -n "$nomad_skip" ]; then skip+=("$nomad_skip"); fi
 # The attack battery through gvisor, docker and podman takes 10 minutes
 # more: .ci/run runs it after this suite (native's battery runs here).
 skip+=('^TestAttackBackends$')
