@@ -59,8 +59,18 @@ if [ "${1:-}" = --cached ]; then
 fi
 command -v go >/dev/null || { echo "kube.sh: go not found in PATH" >&2; exit 1; }
 mkdir -p "$dir/cni"
+# One build at a time per cache directory: a second waits for the first,
+# then finds its binaries. Under the lock, what a build killed outright
+# (SIGKILL, no trap) left is removed.
+exec 9>"$dir/.lock"
+flock 9
+if have; then
+  echo "$dir"
+  exit 0
+fi
+rm -rf "$dir"/.build.*
 # Built into a private directory, then renamed into place: a build killed
-# half-way leaves nothing behind, and two builds at once do not mix.
+# half-way leaves nothing behind.
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "kube.sh: building Kubernetes $version (kube-apiserver, kube-scheduler, kubelet), etcd and CNI plugins (10 minutes or more on a small machine)" >&2
