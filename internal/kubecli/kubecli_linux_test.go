@@ -169,3 +169,42 @@ func TestControllerOnce(t *testing.T) {
 		t.Errorf("crds print: %d %.100s", code, out)
 	}
 }
+
+// TestRunPending: a pod no node starts (none runs on this API server)
+// ends `run` within its --start-timeout, with status 125 and one line
+// naming the Pending pod, and leaves no sandbox behind; a zero timeout is
+// refused.
+func TestRunPending(t *testing.T) {
+	cfg, _ := setup(t, shared.Get(t).AdminToken)
+	start := time.Now()
+	out, errs, code := run(t, "run", "-B", "kubernetes", "--config", cfg, "--image", "alpine:3.20", "--start-timeout", "2s", "--", "true")
+	if code != 125 || out != "" || !strings.Contains(errs, "still Pending") || !strings.Contains(errs, "did not start") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Fatalf("run: %d %q %q", code, out, errs)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("run took %s with --start-timeout 2s", d)
+	}
+	if out, _, _ := run(t, "sandbox", "list", "--json", "--config", cfg); strings.TrimSpace(out) != "[]" {
+		t.Errorf("run left a sandbox: %s", out)
+	}
+	if _, errs, code := run(t, "run", "--config", cfg, "--image", "alpine:3.20", "--start-timeout", "0s", "--", "true"); code != 125 || !strings.Contains(errs, "--start-timeout") {
+		t.Errorf("zero timeout: %d %q", code, errs)
+	}
+}
+
+// TestRunInterrupted: an interrupt (the context ending, as SIGINT does in
+// MainOS) while `run` waits for its pod still removes the sandbox.
+func TestRunInterrupted(t *testing.T) {
+	cfg, _ := setup(t, shared.Get(t).AdminToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := Main(ctx, []string{"run", "--config", cfg, "--image", "alpine:3.20", "--start-timeout", "5m", "--", "true"}, &out, &errb)
+	if code == 0 || time.Since(start) > 30*time.Second {
+		t.Fatalf("run: %d after %s: %q", code, time.Since(start), errb.String())
+	}
+	if out, _, _ := run(t, "sandbox", "list", "--json", "--config", cfg); strings.TrimSpace(out) != "[]" {
+		t.Errorf("interrupted run left a sandbox: %s", out)
+	}
+}
