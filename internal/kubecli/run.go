@@ -2,28 +2,21 @@ package kubecli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentkernel/agentkernel/internal/backend/kubernetes"
+	"github.com/agentkernel/agentkernel/internal/clustercli"
 	"github.com/agentkernel/agentkernel/internal/detect"
 )
 
 // removeTimeout bounds the removal of a run's sandbox after its command,
 // which happens even when the run was interrupted.
 const removeTimeout = 45 * time.Second
-
-// maxCopy is the largest file cp moves (it goes through the exec API in
-// memory).
-const maxCopy = 64 << 20
 
 func (a *app) runCmd() *cobra.Command {
 	var (
@@ -66,7 +59,7 @@ A pod that no node starts within --start-timeout ends the run with status
 			if image == "" {
 				image = detect.Image(detect.Input{Args: args}).Image
 			}
-			name, err := runName()
+			name, err := clustercli.RunName()
 			if err != nil {
 				return err
 			}
@@ -130,15 +123,6 @@ A pod that no node starts within --start-timeout ends the run with status
 	return c
 }
 
-// runName is a fresh sandbox name for a run.
-func runName() (string, error) {
-	var b [5]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return "run-" + hex.EncodeToString(b[:]), nil
-}
-
 func (a *app) cpCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
@@ -151,55 +135,29 @@ existing local file is replaced. Files up to 64 MiB.`,
   agentkernel cp -B kubernetes dev:/tmp/out.txt ./out.txt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			srcName, srcPath, srcIn := splitRemote(args[0])
-			dstName, dstPath, dstIn := splitRemote(args[1])
-			if srcIn == dstIn {
-				return fmt.Errorf("cp: exactly one of SRC and DST is NAME:PATH in a sandbox")
+			remoteDst, err := clustercli.CopySides(args[0], args[1])
+			if err != nil {
+				return err
 			}
 			b, err := kubernetes.New(a.opts)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			if dstIn {
-				st, err := os.Stat(args[0])
+			if remoteDst {
+				data, err := clustercli.ReadLocal(args[0])
 				if err != nil {
-					return fmt.Errorf("cp: %w", err)
+					return err
 				}
-				if !st.Mode().IsRegular() {
-					return fmt.Errorf("cp: %s is not a regular file", args[0])
-				}
-				if st.Size() > maxCopy {
-					return fmt.Errorf("cp: %s is %d bytes, more than the %d this backend copies", args[0], st.Size(), maxCopy)
-				}
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return fmt.Errorf("cp: %w", err)
-				}
-				if strings.HasSuffix(dstPath, "/") {
-					dstPath += filepath.Base(args[0])
-				}
-				return b.WriteFile(ctx, dstName, dstPath, data)
+				name, path, _ := clustercli.SplitRemote(args[1])
+				return b.WriteFile(ctx, name, clustercli.RemoteTarget(path, args[0]), data)
 			}
-			data, err := b.ReadFile(ctx, srcName, srcPath)
+			name, path, _ := clustercli.SplitRemote(args[0])
+			data, err := b.ReadFile(ctx, name, path)
 			if err != nil {
 				return err
 			}
-			dst := args[1]
-			if st, err := os.Stat(dst); err == nil && st.IsDir() {
-				dst = filepath.Join(dst, filepath.Base(srcPath))
-			}
-			return os.WriteFile(dst, data, 0o644)
+			return clustercli.WriteLocal(args[1], path, data)
 		},
 	}
-}
-
-// splitRemote splits NAME:PATH; a word with a slash before its colon, or
-// none, is a local path.
-func splitRemote(s string) (name, path string, remote bool) {
-	n, p, ok := strings.Cut(s, ":")
-	if !ok || n == "" || strings.Contains(n, "/") {
-		return "", s, false
-	}
-	return n, p, true
 }

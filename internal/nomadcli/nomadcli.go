@@ -8,13 +8,9 @@ package nomadcli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,14 +18,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentkernel/agentkernel/internal/backend/nomad"
+	"github.com/agentkernel/agentkernel/internal/clustercli"
 	"github.com/agentkernel/agentkernel/internal/config"
 )
 
 // exitFailure is agentkernel's own refusals and failures.
 const exitFailure = 125
-
-// maxCopy is the largest file cp moves (through the exec API, in memory).
-const maxCopy = 64 << 20
 
 type app struct {
 	stdin          io.Reader
@@ -359,7 +353,7 @@ purged, also when the run is interrupted. The exit status is the command's;
   echo data | agentkernel run -B nomad -i --network none -- wc -c`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := runName()
+			name, err := clustercli.RunName()
 			if err != nil {
 				return err
 			}
@@ -407,15 +401,6 @@ purged, also when the run is interrupted. The exit status is the command's;
 	return c
 }
 
-// runName is a fresh sandbox name for a run.
-func runName() (string, error) {
-	var b [5]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return "run-" + hex.EncodeToString(b[:]), nil
-}
-
 func (a *app) cpCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
@@ -425,55 +410,29 @@ API: NAME:/path/in/sandbox on one side, a local path on the other. A local
 directory as DST receives the file under its own name. Files up to 64 MiB.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			srcName, srcPath, srcIn := splitRemote(args[0])
-			dstName, dstPath, dstIn := splitRemote(args[1])
-			if srcIn == dstIn {
-				return fmt.Errorf("cp: exactly one of SRC and DST is NAME:PATH in a sandbox")
+			remoteDst, err := clustercli.CopySides(args[0], args[1])
+			if err != nil {
+				return err
 			}
 			b, err := a.backend()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			if dstIn {
-				st, err := os.Stat(args[0])
+			if remoteDst {
+				data, err := clustercli.ReadLocal(args[0])
 				if err != nil {
-					return fmt.Errorf("cp: %w", err)
+					return err
 				}
-				if !st.Mode().IsRegular() {
-					return fmt.Errorf("cp: %s is not a regular file", args[0])
-				}
-				if st.Size() > maxCopy {
-					return fmt.Errorf("cp: %s is %d bytes, more than the %d this backend copies", args[0], st.Size(), maxCopy)
-				}
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return fmt.Errorf("cp: %w", err)
-				}
-				if strings.HasSuffix(dstPath, "/") {
-					dstPath += filepath.Base(args[0])
-				}
-				return b.WriteFile(ctx, dstName, dstPath, data)
+				name, path, _ := clustercli.SplitRemote(args[1])
+				return b.WriteFile(ctx, name, clustercli.RemoteTarget(path, args[0]), data)
 			}
-			data, err := b.ReadFile(ctx, srcName, srcPath, maxCopy)
+			name, path, _ := clustercli.SplitRemote(args[0])
+			data, err := b.ReadFile(ctx, name, path, clustercli.MaxCopy)
 			if err != nil {
 				return err
 			}
-			dst := args[1]
-			if st, err := os.Stat(dst); err == nil && st.IsDir() {
-				dst = filepath.Join(dst, filepath.Base(srcPath))
-			}
-			return os.WriteFile(dst, data, 0o644)
+			return clustercli.WriteLocal(args[1], path, data)
 		},
 	}
-}
-
-// splitRemote splits NAME:PATH; a word with a slash before its colon, or
-// none, is a local path.
-func splitRemote(s string) (name, path string, remote bool) {
-	n, p, ok := strings.Cut(s, ":")
-	if !ok || n == "" || strings.Contains(n, "/") {
-		return "", s, false
-	}
-	return n, p, true
 }
