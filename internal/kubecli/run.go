@@ -153,7 +153,7 @@ existing local file is replaced. Files up to 64 MiB.`,
 				return b.WriteFile(ctx, name, clustercli.RemoteTarget(path, args[0]), data)
 			}
 			name, path, _ := clustercli.SplitRemote(args[0])
-			data, err := b.ReadFile(ctx, name, path)
+			data, err := b.ReadFile(ctx, name, path, clustercli.MaxCopy)
 			if err != nil {
 				return err
 			}

@@ -116,25 +116,51 @@ func (h holdOpen) Read([]byte) (int, error) {
 
 // ReadFile reads path in the sandbox: its size, then its bytes
 // (`wc -c`, then `cat`), and fails when fewer arrive than the size said.
-func (b *Backend) ReadFile(ctx context.Context, name, path string) ([]byte, error) {
+func (b *Backend) ReadFile(ctx context.Context, name, path string, limit int64) ([]byte, error) {
 	if err := checkSandboxPath(path); err != nil {
 		return nil, err
 	}
-	var out, stderr bytes.Buffer
-	const script = `n=$(wc -c < "$1") && echo "$n" && exec cat -- "$1"`
-	code, err := b.Exec(ctx, name, []string{"sh", "-c", script, "sh", path}, ExecIO{Stdout: &out, Stderr: &stderr})
+	if limit <= 0 {
+		return nil, fmt.Errorf("read %s: a positive size limit is required", path)
+	}
+	// Only a regular file, and only up to limit: what the sandbox serves
+	// is hostile (a device that never ends, a file that grows), and the
+	// output is capped here too, whatever the script says.
+	const script = `[ -f "$1" ] || { echo "not a regular file" >&2; exit 1; }; n=$(wc -c < "$1") && [ "$n" -le "$2" ] || { echo "$n bytes, more than $2" >&2; exit 1; }; echo "$n" && exec head -c "$2" -- "$1"`
+	var stderr bytes.Buffer
+	out := &cappedBuffer{max: limit + 32}
+	code, err := b.Exec(ctx, name, []string{"sh", "-c", script, "sh", path, strconv.FormatInt(limit, 10)}, ExecIO{Stdout: out, Stderr: &stderr})
+	if out.over {
+		return nil, fmt.Errorf("read %s in sandbox %q: more than %d bytes", path, name, limit)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
 		return nil, fmt.Errorf("read %s in sandbox %q: exit %d: %s", path, name, code, strings.TrimSpace(stderr.String()))
 	}
-	size, data, _ := bytes.Cut(out.Bytes(), []byte("\n"))
+	size, data, _ := bytes.Cut(out.b.Bytes(), []byte("\n"))
 	n, err := strconv.Atoi(strings.TrimSpace(string(size)))
 	if err != nil || n != len(data) {
 		return nil, fmt.Errorf("read %s in sandbox %q: %d bytes arrived of %s", path, name, len(data), strings.TrimSpace(string(size)))
 	}
 	return data, nil
+}
+
+// cappedBuffer keeps at most max bytes and fails the write that would
+// go past them (the exec's stream then ends).
+type cappedBuffer struct {
+	b    bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	if int64(c.b.Len()+len(p)) > c.max {
+		c.over = true
+		return 0, errors.New("output over its limit")
+	}
+	return c.b.Write(p)
 }
 
 // checkSandboxPath accepts an absolute path without NUL.

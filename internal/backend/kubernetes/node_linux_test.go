@@ -154,7 +154,7 @@ func TestNodeExecAndFiles(t *testing.T) {
 		if code, o, _ := run(t, b, "exec", "", "wc", "-c", p); code != 0 || strings.Fields(o)[0] != strconv.Itoa(len(data)) {
 			t.Errorf("written %q: wc -c says %q", p, o)
 		}
-		got, err := b.ReadFile(ctx, "exec", p)
+		got, err := b.ReadFile(ctx, "exec", p, 1<<20)
 		if err != nil {
 			t.Fatalf("read %q: %v", p, err)
 		}
@@ -167,8 +167,19 @@ func TestNodeExecAndFiles(t *testing.T) {
 			t.Errorf("a path or argument ran as a command: %s exists", p)
 		}
 	}
-	if _, err := b.ReadFile(ctx, "exec", "/no/such/file"); err == nil || !strings.Contains(err.Error(), "exit 1") {
+	if _, err := b.ReadFile(ctx, "exec", "/no/such/file", 1<<20); err == nil || !strings.Contains(err.Error(), "exit 1") {
 		t.Errorf("read of a missing file: %v", err)
+	}
+	// Hostile sources: a device that never ends, a file over the
+	// limit, a directory.
+	for _, c := range []struct{ path, want string }{
+		{"/dev/zero", "not a regular file"},
+		{"/tmp/plain", "more than"},
+		{"/tmp", "not a regular file"},
+	} {
+		if _, err := b.ReadFile(ctx, "exec", c.path, 1000); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("read of %s with a 1000-byte limit: %v, want %q", c.path, err, c.want)
+		}
 	}
 	if err := b.WriteFile(ctx, "exec", "/no/such/dir/f", data); err == nil {
 		t.Error("write into a missing directory succeeded")
