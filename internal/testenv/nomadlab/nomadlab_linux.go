@@ -114,7 +114,11 @@ plugin "raw_exec" {
 	defer log.Close()
 	l.cmd = exec.Command(bin, "agent", "-dev", "-config="+conf)
 	l.cmd.Stdout, l.cmd.Stderr = log, log
-	l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A mount namespace of its own (private: Go marks / so): the
+	// allocation directories' tmpfs mounts, and those of the sandboxes
+	// its tasks make, never appear in the host's mount table, where
+	// other tests running at the same time compare it.
+	l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Unshareflags: syscall.CLONE_NEWNS}
 	if err := l.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start nomad: %w", err)
 	}
