@@ -118,3 +118,25 @@ func ValidateSandboxName(name string) error {
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// ValidateDNSLabelName checks a sandbox name for a backend whose objects
+// take it into their names (the orchestrators): a DNS label (RFC 1123:
+// lower-case letters, digits and '-', starting and ending with a letter
+// or digit) of at most max characters. backend names the backend in the
+// error.
+func ValidateDNSLabelName(name string, max int, backend string) error {
+	if name == "" {
+		return fmt.Errorf("a sandbox name is required")
+	}
+	if len(name) > max {
+		return fmt.Errorf("sandbox name %.20q… is %d characters: the %s backend takes at most %d", name, len(name), backend, max)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(name)-1
+		if !ok {
+			return fmt.Errorf("sandbox name %q is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+		}
+	}
+	return nil
+}

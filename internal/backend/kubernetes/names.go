@@ -1,8 +1,9 @@
 package kubernetes
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/config"
 )
 
 // Labels and annotations on every object this backend makes. Selectors
@@ -37,20 +38,7 @@ const (
 // letter or digit) of at most MaxNameLen characters, since the name
 // becomes part of object names and a label value.
 func ValidName(name string) error {
-	if name == "" {
-		return fmt.Errorf("a sandbox name is required")
-	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("sandbox name %.20q… is %d characters: the kubernetes backend takes at most %d", name, len(name), MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(name)-1
-		if !ok {
-			return fmt.Errorf("sandbox name %q is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit", name)
-		}
-	}
-	return nil
+	return config.ValidateDNSLabelName(name, MaxNameLen, "kubernetes")
 }
 
 // PodName and PolicyName are the names of a sandbox's pod (when created

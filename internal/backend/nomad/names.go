@@ -3,6 +3,8 @@ package nomad
 import (
 	"fmt"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/config"
 )
 
 // Meta keys on every job this backend makes. List and Reap only ever
@@ -33,20 +35,7 @@ const (
 // a meta value and an argument of the node's agentkernel, so nothing
 // else is let through.
 func ValidName(name string) error {
-	if name == "" {
-		return fmt.Errorf("a sandbox name is required")
-	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("sandbox name %.20q… is %d characters: the nomad backend takes at most %d", name, len(name), MaxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(name)-1
-		if !ok {
-			return fmt.Errorf("sandbox name %q is not a DNS label: use lower-case letters, digits and '-', starting and ending with a letter or digit", name)
-		}
-	}
-	return nil
+	return config.ValidateDNSLabelName(name, MaxNameLen, "nomad")
 }
 
 // JobID is the ID of a sandbox's job.
