@@ -1,9 +1,10 @@
 // Package clustercli holds what the command lines of the orchestrator
 // backends (kubecli for -B kubernetes, nomadcli for -B nomad) share: the
-// name of a run's sandbox and cp's two sides.
+// name of a run's sandbox, and cp (Copy over a backend's Files).
 package clustercli
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -81,4 +82,34 @@ func WriteLocal(dst, remotePath string, data []byte) error {
 		dst = filepath.Join(dst, filepath.Base(remotePath))
 	}
 	return os.WriteFile(dst, data, 0o644)
+}
+
+// Files is what cp needs of a backend: one file written into a sandbox,
+// or read out of it up to a limit.
+type Files interface {
+	WriteFile(ctx context.Context, name, path string, data []byte) error
+	ReadFile(ctx context.Context, name, path string, limit int64) ([]byte, error)
+}
+
+// Copy is cp SRC DST for a cluster backend: exactly one side NAME:PATH,
+// one regular file of at most MaxCopy bytes either way.
+func Copy(ctx context.Context, f Files, src, dst string) error {
+	remoteDst, err := CopySides(src, dst)
+	if err != nil {
+		return err
+	}
+	if remoteDst {
+		data, err := ReadLocal(src)
+		if err != nil {
+			return err
+		}
+		name, path, _ := SplitRemote(dst)
+		return f.WriteFile(ctx, name, RemoteTarget(path, src), data)
+	}
+	name, path, _ := SplitRemote(src)
+	data, err := f.ReadFile(ctx, name, path, MaxCopy)
+	if err != nil {
+		return err
+	}
+	return WriteLocal(dst, path, data)
 }

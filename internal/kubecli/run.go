@@ -135,29 +135,14 @@ existing local file is replaced. Files up to 64 MiB.`,
   agentkernel cp -B kubernetes dev:/tmp/out.txt ./out.txt`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			remoteDst, err := clustercli.CopySides(args[0], args[1])
-			if err != nil {
+			if _, err := clustercli.CopySides(args[0], args[1]); err != nil {
 				return err
 			}
 			b, err := kubernetes.New(a.opts)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			if remoteDst {
-				data, err := clustercli.ReadLocal(args[0])
-				if err != nil {
-					return err
-				}
-				name, path, _ := clustercli.SplitRemote(args[1])
-				return b.WriteFile(ctx, name, clustercli.RemoteTarget(path, args[0]), data)
-			}
-			name, path, _ := clustercli.SplitRemote(args[0])
-			data, err := b.ReadFile(ctx, name, path, clustercli.MaxCopy)
-			if err != nil {
-				return err
-			}
-			return clustercli.WriteLocal(args[1], path, data)
+			return clustercli.Copy(cmd.Context(), b, args[0], args[1])
 		},
 	}
 }

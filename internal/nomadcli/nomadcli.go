@@ -410,29 +410,14 @@ API: NAME:/path/in/sandbox on one side, a local path on the other. A local
 directory as DST receives the file under its own name. Files up to 64 MiB.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			remoteDst, err := clustercli.CopySides(args[0], args[1])
-			if err != nil {
+			if _, err := clustercli.CopySides(args[0], args[1]); err != nil {
 				return err
 			}
 			b, err := a.backend()
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			if remoteDst {
-				data, err := clustercli.ReadLocal(args[0])
-				if err != nil {
-					return err
-				}
-				name, path, _ := clustercli.SplitRemote(args[1])
-				return b.WriteFile(ctx, name, clustercli.RemoteTarget(path, args[0]), data)
-			}
-			name, path, _ := clustercli.SplitRemote(args[0])
-			data, err := b.ReadFile(ctx, name, path, clustercli.MaxCopy)
-			if err != nil {
-				return err
-			}
-			return clustercli.WriteLocal(args[1], path, data)
+			return clustercli.Copy(cmd.Context(), b, args[0], args[1])
 		},
 	}
 }
