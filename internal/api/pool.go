@@ -111,6 +111,8 @@ type pools struct {
 	mu     sync.Mutex
 	byKey  map[string]*warmPool
 	closed bool
+	// shrinkAfter is poolShrink, read when the pools were made.
+	shrinkAfter time.Duration
 	// filling counts preparations in flight, all pools together.
 	filling int
 	// bg counts background preparations.
@@ -131,7 +133,7 @@ func newPools(m *sandbox.Manager, o PoolOptions, log func(string, ...any)) *pool
 		o.MaxWarm = o.MinWarm
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &pools{m: m, opts: o, log: log, byKey: map[string]*warmPool{}, ctx: ctx, cancel: cancel}
+	p := &pools{m: m, opts: o, log: log, byKey: map[string]*warmPool{}, shrinkAfter: poolShrink, ctx: ctx, cancel: cancel}
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
@@ -158,7 +160,7 @@ func (p *pools) evictIdle() {
 		switch {
 		case !wp.pinned && time.Since(wp.lastUsed) > poolIdle:
 			p.evictLocked(wp)
-		case wp.target > wp.floor && time.Since(wp.lastGrown) > poolShrink:
+		case wp.target > wp.floor && time.Since(wp.lastGrown) > p.shrinkAfter:
 			wp.target--
 			wp.lastGrown = time.Now()
 			if n := len(wp.ready); n > 0 && n+wp.filling+wp.taken > wp.target {

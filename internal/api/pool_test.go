@@ -69,13 +69,20 @@ func TestPoolKey(t *testing.T) {
 // pool's bookkeeping (eviction, pinning, discarding) is what these tests
 // check; real prepared sandboxes go through the same pool in the e2e
 // tests (TestAPIPool, TestDaemon), which need root.
-type standIn struct{ live atomic.Int64 }
+type standIn struct {
+	live atomic.Int64
+	// gate, when set, holds every preparation until it is closed.
+	gate chan struct{}
+}
 
 func (b *standIn) Name() string { return "standin" }
 func (b *standIn) Run(context.Context, *sandbox.Spec, sandbox.Stdio) (sandbox.Result, error) {
 	return sandbox.Result{}, nil
 }
 func (b *standIn) Prepare(context.Context, *sandbox.Spec) (sandbox.Prepared, error) {
+	if b.gate != nil {
+		<-b.gate
+	}
 	b.live.Add(1)
 	return &standInSandbox{b: b}, nil
 }
@@ -142,26 +149,41 @@ func TestPoolEviction(t *testing.T) {
 // once misses stop, discarding the sandboxes it no longer needs; a
 // prewarm count is a floor it keeps. (Stand-in backend, as above.)
 func TestPoolShrinks(t *testing.T) {
-	oldIdle, oldCheck, oldShrink := poolIdle, idleCheck, poolShrink
-	poolIdle, idleCheck, poolShrink = time.Hour, 5*time.Millisecond, 30*time.Millisecond
-	defer func() { poolIdle, idleCheck, poolShrink = oldIdle, oldCheck, oldShrink }()
-	b := &standIn{}
+	oldIdle, oldCheck := poolIdle, idleCheck
+	poolIdle, idleCheck = time.Hour, 5*time.Millisecond
+	defer func() { poolIdle, idleCheck = oldIdle, oldCheck }()
+	// Preparations wait for the gate, so both takes below miss (a
+	// preparation finished between them would make the second a hit).
+	b := &standIn{gate: make(chan struct{})}
 	m := sandbox.NewManager(sandbox.ManagerOptions{Backends: []sandbox.Backend{b}, Default: "standin"})
 	p := newPools(m, PoolOptions{MinWarm: 1, MaxWarm: 3}, func(string, ...any) {})
 	defer p.close()
+	// No shrinking until the pool has grown: the test sees the grown
+	// pool however slowly the machine runs.
+	setShrink := func(d time.Duration) {
+		p.mu.Lock()
+		p.shrinkAfter = d
+		p.mu.Unlock()
+	}
+	setShrink(time.Hour)
 	spec := &sandbox.Spec{Args: []string{"true"}, Rootfs: image.Rootfs{Host: true}}
 	ready := func() int { return readyIn(p) }
 	// Two misses in a row: the target goes 1 → 3.
-	p.take(spec)
-	p.take(spec)
+	for i := 0; i < 2; i++ {
+		if sb, why, _ := p.take(spec); sb != nil || why != "miss" {
+			t.Fatalf("take %d: %v %s", i, sb, why)
+		}
+	}
+	close(b.gate)
 	waitFor(t, "the pool to grow to 3", func() bool { return ready() == 3 })
+	setShrink(30 * time.Millisecond)
 	waitFor(t, "the pool to shrink back to min_warm", func() bool { return ready() == 1 && b.live.Load() == 1 })
 	// A prewarm count is a floor.
 	if err := p.prewarm(spec, 2); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the prewarmed 2", func() bool { return ready() == 2 })
-	time.Sleep(10 * poolShrink)
+	time.Sleep(300 * time.Millisecond)
 	if n := ready(); n != 2 {
 		t.Errorf("a prewarmed pool shrank to %d", n)
 	}
