@@ -423,30 +423,80 @@ func testTTY(t *testing.T) {
 	}
 	spec := newSpec("sh", "-c", "[ -t 0 ] && [ -t 1 ] && echo IS-TTY; t=$(tty) && test -c \"$t\" && echo \"NAMED:$t\"; stty size; echo $TERM; read line; echo got:$line")
 	spec.TTY = true
-	errc := make(chan error, 1)
-	resc := make(chan sandbox.Result, 1)
+	type outcome struct {
+		res sandbox.Result
+		err error
+	}
+	done := make(chan outcome, 1)
 	go func() {
 		res, err := New(Options{}).Run(context.Background(), spec, sandbox.Stdio{Stdin: tty, Stdout: tty, Stderr: tty})
-		resc <- res
-		errc <- err
+		done <- outcome{res, err}
+	}()
+	// The pty's master side takes no read deadline: a goroutine reads it
+	// (ended by closing it), so that a run which fails at once fails the
+	// test instead of leaving it blocked in a read.
+	chunks := make(chan []byte, 64)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 1024)
+			n, err := ptmx.Read(buf)
+			if n > 0 {
+				chunks <- buf[:n]
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	var got strings.Builder
-	buf := make([]byte, 1024)
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := time.After(10 * time.Second)
 	sent := false
-	for time.Now().Before(deadline) && !strings.Contains(got.String(), "got:") {
-		_ = ptmx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		n, _ := ptmx.Read(buf)
-		got.Write(buf[:n])
-		if !sent && strings.Contains(got.String(), "xterm") {
-			_, _ = ptmx.Write([]byte("hello\r"))
-			sent = true
+	var out *outcome
+read:
+	for !strings.Contains(got.String(), "got:") {
+		select {
+		case b, ok := <-chunks:
+			if !ok {
+				break read
+			}
+			got.Write(b)
+			if !sent && strings.Contains(got.String(), "xterm") {
+				_, _ = ptmx.Write([]byte("hello\r"))
+				sent = true
+			}
+		case o := <-done:
+			out = &o
+			break read
+		case <-timeout:
+			break read
 		}
 	}
-	res, err := <-resc, <-errc
+	if out == nil {
+		select {
+		case o := <-done:
+			out = &o
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the run did not end; output %q", got.String())
+		}
+	}
+	// What the command wrote before it ended may still be in the pty.
+	drain := time.After(200 * time.Millisecond)
+drained:
+	for !strings.Contains(got.String(), "got:") {
+		select {
+		case b, ok := <-chunks:
+			if !ok {
+				break drained
+			}
+			got.Write(b)
+		case <-drain:
+			break drained
+		}
+	}
 	tty.Close()
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%v %+v output %q", err, res, got.String())
+	if out.err != nil || out.res.ExitCode != 0 {
+		t.Fatalf("%v %+v output %q", out.err, out.res, got.String())
 	}
 	for _, want := range []string{"IS-TTY", "NAMED:/dev/pts/", "33 101", "xterm", "got:hello"} {
 		if !strings.Contains(got.String(), want) {
