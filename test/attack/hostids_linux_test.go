@@ -113,6 +113,17 @@ func TestHostIDRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = victim.Process.Kill(); _ = victim.Wait() }()
+	// Until setpriv has changed its ids and run sleep, the victim is
+	// still root, which no one can signal.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		cl, _ := os.ReadFile("/proc/" + strconv.Itoa(victim.Process.Pid) + "/cmdline")
+		if uid, _ := procIDs(t, victim.Process.Pid); uid == ur[0] && strings.HasPrefix(string(cl), "sleep\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the control process never ran as host %d", ur[0])
+		}
+	}
 	if out, err := attack(victim.Process.Pid); err != nil {
 		t.Fatalf("positive control: %s, mapping its range %d-%d, cannot signal a process running as host %d: %v %s (the attack is broken)",
 			idrangeUser, ur[0], ur[0]+ur[1]-1, ur[0], err, out)
