@@ -125,10 +125,7 @@ func mountPointIn(root, name string) error {
 	}
 	dfd, err := unix.Openat2(rootFd, dir, &dirHow)
 	if errors.Is(err, unix.ENOENT) {
-		if err := unix.Mkdirat(rootFd, dir, 0o755); err != nil {
-			return err
-		}
-		dfd, err = unix.Openat2(rootFd, dir, &dirHow)
+		dfd, err = mkdirAllIn(rootFd, dir)
 	}
 	if err != nil {
 		return err
@@ -141,6 +138,40 @@ func mountPointIn(root, name string) error {
 		return err
 	}
 	return unix.Close(fd)
+}
+
+// mkdirAllIn makes dir (relative) below the directory rootFd, one
+// component at a time, each looked up inside the root (a link in the
+// image resolves as the sandbox would see it, never to the host's
+// paths), and returns an O_PATH descriptor of it.
+func mkdirAllIn(rootFd int, dir string) (int, error) {
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT}
+	cur, err := unix.Openat2(rootFd, ".", &how)
+	if err != nil {
+		return -1, err
+	}
+	so := "."
+	for _, c := range strings.Split(dir, "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			unix.Close(cur)
+			return -1, fmt.Errorf("%q: a path with .. is refused", dir)
+		}
+		// c is one name: Mkdirat follows no link, and an existing one
+		// (EEXIST) is resolved below, inside the root.
+		if err := unix.Mkdirat(cur, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(cur)
+			return -1, err
+		}
+		unix.Close(cur)
+		so += "/" + c
+		if cur, err = unix.Openat2(rootFd, so, &how); err != nil {
+			return -1, err
+		}
+	}
+	return cur, nil
 }
 
 // startNetwork hands the TUN device to a network helper. Runs on the

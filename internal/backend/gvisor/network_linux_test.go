@@ -58,4 +58,31 @@ func TestMountPointIn(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(root3, "etc/resolv.conf")); err != nil {
 		t.Fatal(err)
 	}
+	// A deeper missing path whose first part is a link out of the root:
+	// every directory is made inside the root, none on the host.
+	root4 := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root4, "var")); err != nil {
+		t.Fatal(err)
+	}
+	_ = mountPointIn(root4, "var/lib/idle") // refused: the link's target is missing inside the root
+	if _, err := os.Lstat(filepath.Join(outside, "lib")); err == nil {
+		t.Fatal("a directory was made outside the root, through the image's /var link")
+	}
+	// A link to a directory inside the root (as /var/run → /run): the
+	// missing directories are made there.
+	if err := os.Mkdir(filepath.Join(root4, "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run", filepath.Join(root4, "vr")); err != nil {
+		t.Fatal(err)
+	}
+	if err := mountPointIn(root4, "vr/a/b/idle"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root4, "run/a/b/idle")); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("the file was not made inside the root: %v %v", fi, err)
+	}
+	if err := mountPointIn(root4, "a/../../x"); err == nil {
+		t.Error("a path with .. was accepted")
+	}
 }
