@@ -54,6 +54,18 @@ func (a *App) freezers() map[string]sandbox.Freezer {
 	return out
 }
 
+// cgroupRemovers are the cgroup removers of the backends other than
+// native's, by name.
+func (a *App) cgroupRemovers() map[string]sandbox.CgroupRemover {
+	out := map[string]sandbox.CgroupRemover{}
+	for _, b := range a.moreBackends() {
+		if r, ok := b.(sandbox.CgroupRemover); ok {
+			out[strings.ToLower(b.Name())] = r
+		}
+	}
+	return out
+}
+
 // persistentBooter is the Booter of the backend a persistent sandbox was
 // created on (Spec.Backend): native's for "" or "native", else the one
 // of more of that name, which must be a sandbox.Booter.

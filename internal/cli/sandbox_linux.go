@@ -129,7 +129,7 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain);
 		// the last argument is [security] allow_degraded, comma-separated.
 		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel, strings.Join(a.AllowDegradedNow(), ",")}
-	}, Reclaimer: be, Meter: be, Freezers: a.freezers()}
+	}, Reclaimer: be, Meter: be, Freezers: a.freezers(), CgroupRemovers: a.cgroupRemovers()}
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}

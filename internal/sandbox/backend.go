@@ -213,14 +213,20 @@ type Instance interface {
 	Close()
 }
 
-// Reclaimer frees what persistent sandboxes hold on the host outside
-// their directories: cgroups left by a supervisor that was killed, and
-// the blocks of host ids reserved for them.
-type Reclaimer interface {
+// CgroupRemover removes what cgroups a backend's persistent sandbox
+// left on the host once its supervisor is gone.
+type CgroupRemover interface {
 	// RemoveCgroups removes the cgroups of the sandbox whose backend id
 	// is id (Spec.ID), with whatever still runs in them, and returns
 	// the directories it removed.
 	RemoveCgroups(id string) []string
+}
+
+// Reclaimer frees what persistent sandboxes hold on the host outside
+// their directories: cgroups left by a supervisor that was killed, and
+// the blocks of host ids reserved for them.
+type Reclaimer interface {
+	CgroupRemover
 	// ReleaseIDs frees the host ids reserved for the sandbox spec
 	// describes, whose files live in dir (when it is removed).
 	ReleaseIDs(spec *Spec, dir string) error

@@ -52,6 +52,9 @@ type Manager struct {
 	// than native's (the Reclaimer's) while a snapshot copies their
 	// files, by backend name (Spec.Backend); a backend missing has none.
 	Freezers map[string]sandbox.Freezer
+	// CgroupRemovers remove what cgroups the sandboxes of the backends
+	// other than native's (the Reclaimer's) left, by backend name.
+	CgroupRemovers map[string]sandbox.CgroupRemover
 	// Expired, when set, is told of each sandbox that List, Start or GC
 	// removed because its expiry had passed (err: how the removal
 	// failed, nil when it went), for the audit log.
@@ -68,13 +71,40 @@ var (
 	_ sandbox.HostStats  = (*Manager)(nil)
 )
 
-// removeCgroups removes the cgroups of the sandbox with backend id id
-// (none without a Reclaimer) and returns what it removed.
-func (m *Manager) removeCgroups(id string) []string {
-	if m.Reclaimer == nil || id == "" {
+// removeCgroups removes the cgroups sb's sandbox left (through its
+// backend's remover: the Reclaimer for native's, CgroupRemovers' for
+// the others; none without one) and returns what it removed.
+func (m *Manager) removeCgroups(sb *store.Sandbox) []string {
+	return m.removeCgroupsOf(specBackend(sb), SpecID(sb))
+}
+
+// removeCgroupsOf removes the cgroups of the sandbox with backend id id
+// on backend ("" is native).
+func (m *Manager) removeCgroupsOf(backend, id string) []string {
+	if id == "" {
 		return nil
 	}
-	return m.Reclaimer.RemoveCgroups(id)
+	var r sandbox.CgroupRemover
+	if backend == "" || strings.EqualFold(backend, "native") {
+		if m.Reclaimer != nil {
+			r = m.Reclaimer
+		}
+	} else if c, ok := m.CgroupRemovers[strings.ToLower(backend)]; ok {
+		r = c
+	}
+	if r == nil {
+		return nil
+	}
+	return r.RemoveCgroups(id)
+}
+
+// specBackend is the backend sb's spec names ("" for native's).
+func specBackend(sb *store.Sandbox) string {
+	var spec struct {
+		Backend string `json:"backend"`
+	}
+	_ = json.Unmarshal(sb.Spec, &spec)
+	return spec.Backend
 }
 
 // Store opens (once) and returns the state store.
@@ -445,7 +475,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		// first). It is let end, with what it ran (its cgroups), then
 		// started afresh, rather than said to run.
 		m.awaitSupervisorEnd(sb)
-		m.removeCgroups(SpecID(sb))
+		m.removeCgroups(sb)
 		lock := filepath.Join(m.Dir(name), supervisorLockFile)
 		for i := 0; i < 300 && locked(lock); i++ {
 			time.Sleep(10 * time.Millisecond)
@@ -471,13 +501,13 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		if err := writeExpiry(dir, sb.ExpiresAt); err != nil {
 			return nil, err
 		}
-		m.removeCgroups(SpecID(sb))
+		m.removeCgroups(sb)
 		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log")); err != nil {
 			return nil, err
 		}
 		if err := m.copyFiles(ctx, name); err != nil {
 			stopSpawned(ctx, dir, pid, start)
-			m.removeCgroups(SpecID(sb))
+			m.removeCgroups(sb)
 			return nil, err
 		}
 	}
@@ -512,7 +542,7 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 		}
 		m.awaitSupervisorEnd(sb)
 	}
-	m.removeCgroups(SpecID(sb))
+	m.removeCgroups(sb)
 	sb, err = st.Update(ctx, name, func(s *store.Sandbox) error {
 		s.Status, s.SupervisorPID, s.SupervisorStart = store.StatusStopped, 0, 0
 		if s.StopReason == "" || reason != "" {
@@ -567,14 +597,17 @@ func (m *Manager) Remove(ctx context.Context, name string, force bool) error {
 	return m.deleteLocked(ctx, st, sb)
 }
 
-// deleteLocked deletes the stopped sandbox sb: its row, its host ids and
-// its directory (the writable layers with it). The caller holds its
+// deleteLocked deletes the stopped sandbox sb: its row, its cgroups, its
+// host ids and its directory (the writable layers with it). The caller holds its
 // lock.
 func (m *Manager) deleteLocked(ctx context.Context, st *store.Store, sb *store.Sandbox) error {
 	name := sb.Name
 	if err := st.Delete(ctx, name); err != nil {
 		return storeErr(name, err)
 	}
+	// What a supervisor killed before it could clean up left (its
+	// sandbox is stopped on record, and no stop removed them).
+	m.removeCgroups(sb)
 	var spec sandbox.Spec
 	if m.Reclaimer != nil && json.Unmarshal(sb.Spec, &spec) == nil {
 		spec.Name = name
@@ -667,7 +700,7 @@ func (m *Manager) GC(ctx context.Context, dryRun bool) (sandbox.GCResult, error)
 			continue
 		}
 		if sb.Status == sandbox.StatusStopped && !dryRun {
-			removed = append(removed, m.removeCgroups(strings.ReplaceAll(sb.UUID, "-", ""))...)
+			removed = append(removed, m.removeCgroupsOf(sb.Backend, strings.ReplaceAll(sb.UUID, "-", ""))...)
 		}
 	}
 	// Host uid ranges reserved for sandboxes that are gone (a remove

@@ -46,7 +46,7 @@ func TestManagerReclaimsThroughBackend(t *testing.T) {
 	rec := &recordingReclaimer{}
 	m := &Manager{DataDir: t.TempDir(), Reclaimer: rec}
 	defer m.Close()
-	info := &sandbox.Info{Name: "dev", Backend: "test"}
+	info := &sandbox.Info{Name: "dev", Backend: "native"}
 	spec := &sandbox.Spec{Image: "alpine:3.20"}
 	if err := m.Create(ctx, info, spec); err != nil {
 		t.Fatal(err)
@@ -78,6 +78,25 @@ func TestManagerReclaimsThroughBackend(t *testing.T) {
 	}
 	if _, err := os.Stat(m.Dir("dev")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("directory left: %v", err)
+	}
+
+	// Another backend's sandbox: its cgroups go through that backend's
+	// remover, at gc and at removal, never through native's Reclaimer.
+	other := &recordingReclaimer{}
+	m.CgroupRemovers = map[string]sandbox.CgroupRemover{"gvisor": other}
+	rec.cgroups = nil
+	gspec := &sandbox.Spec{Image: "alpine:3.20", Backend: "gvisor"}
+	if err := m.Create(ctx, &sandbox.Info{Name: "gv", Backend: "gvisor"}, gspec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.GC(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "gv", false); err != nil {
+		t.Fatal(err)
+	}
+	if rec.cgroups != nil || !reflect.DeepEqual(other.cgroups, []string{gspec.ID, gspec.ID}) {
+		t.Errorf("a gvisor sandbox's cgroups: native asked for %q, gvisor for %q (want %q twice)", rec.cgroups, other.cgroups, gspec.ID)
 	}
 
 	bare := &Manager{DataDir: t.TempDir()}

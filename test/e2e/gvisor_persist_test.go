@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +265,68 @@ func TestGVisorExecTTYResize(t *testing.T) {
 	go func() { _, _ = io.Copy(io.Discard, r) }()
 	if code := exitCode(t, c); code != 4 {
 		t.Errorf("exec -t's exit status: %d", code)
+	}
+}
+
+// TestGVisorSupervisorKilled: a persistent gvisor sandbox whose
+// supervisor was killed (kill -9, runsc with it) and that is removed
+// without booting again leaves none of runsc's cgroups behind.
+func TestGVisorSupervisorKilled(t *testing.T) {
+	a, ref := withGVisor(t)
+	a.must("sandbox", "create", "gvk", "-B", "gvisor", "--image", ref, "--network", "none", "--start")
+	defer a.run("sandbox", "rm", "-f", "gvk")
+	var spec struct {
+		ID string `json:"id"`
+	}
+	b, err := os.ReadFile(filepath.Join(a.dataDir, "sandboxes", "gvk", "spec.json"))
+	if err != nil || json.Unmarshal(b, &spec) != nil || spec.ID == "" {
+		t.Fatalf("spec.json: %v %s", err, b)
+	}
+	name := "agentkernel-gvisor-agentkernel-" + spec.ID
+	cgroups := func() []string {
+		var found []string
+		_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if d.Name() == name {
+				found = append(found, p)
+				return filepath.SkipDir
+			}
+			return nil
+		})
+		return found
+	}
+	if len(cgroups()) == 0 {
+		t.Fatalf("no cgroup %s while the sandbox runs: the check below would prove nothing", name)
+	}
+	sup := a.info("gvk").SupervisorPID
+	if sup <= 0 {
+		t.Fatal("no supervisor pid")
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(sup, 0) == nil && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// runsc's processes end with the supervisor, a moment after it.
+	procsLeft := func() bool {
+		for _, l := range gvisorLeftovers(a) {
+			if strings.HasPrefix(l, "process: ") {
+				return true
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(10 * time.Second); procsLeft() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if i := a.info("gvk"); i.Status != "stopped" {
+		t.Fatalf("after kill -9: %+v", i)
+	}
+	a.must("sandbox", "rm", "-f", "gvk")
+	if left := cgroups(); len(left) > 0 {
+		t.Errorf("cgroups left after the removal: %v", left)
 	}
 }

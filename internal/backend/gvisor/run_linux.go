@@ -401,9 +401,16 @@ func removeCgroups(name string) { removeCgroupsLeft(name) }
 // removeCgroupsLeft is removeCgroups, reporting whether any of them is
 // still there (a process of the sandbox still in it).
 func removeCgroupsLeft(name string) (left bool) {
+	_, left = removeCgroupDirs(name)
+	return left
+}
+
+// removeCgroupDirs is removeCgroupsLeft, also returning the directories
+// it removed.
+func removeCgroupDirs(name string) (removed []string, left bool) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return false
+		return nil, false
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
@@ -418,10 +425,14 @@ func removeCgroupsLeft(name string) (left bool) {
 			}
 		}
 		for _, dir := range []string{parts[2], filepath.Dir(parts[2])} {
-			if err := unix.Rmdir(filepath.Join(mnt, dir, name)); err != nil && err != unix.ENOENT {
+			p := filepath.Join(mnt, dir, name)
+			switch err := unix.Rmdir(p); {
+			case err == nil:
+				removed = append(removed, p)
+			case err != unix.ENOENT:
 				left = true
 			}
 		}
 	}
-	return left
+	return removed, left
 }
