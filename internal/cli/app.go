@@ -17,7 +17,12 @@ import (
 
 // App carries what every command needs (runcli.App: the streams, the
 // global flags, the logger).
-type App struct{ *runcli.App }
+type App struct {
+	*runcli.App
+	// Serve, when set, is where serve's sandboxes live instead of this
+	// machine (agentkernel-kube sets it for the kubernetes backend).
+	Serve *ServeBackend
+}
 
 // NewApp is an App for these streams and version.
 func NewApp(base runcli.App) *App {

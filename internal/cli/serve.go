@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/api"
 	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/detect"
+	"github.com/agentkernel/agentkernel/internal/fullbin"
 	"github.com/agentkernel/agentkernel/internal/mcp"
 	"github.com/agentkernel/agentkernel/internal/policy"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -260,6 +262,10 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// [sandbox] backend = "kubernetes": agentkernel-kube serves it.
+	if a.Serve == nil && !o.daemon && IsKubernetes(cfg.Sandbox.Backend) {
+		return kubeServeHandOff()
+	}
 	if o.daemon && o.unix != "" {
 		return usageError("--unix: the daemon's socket is <data-dir>/daemon/api.sock")
 	}
@@ -290,7 +296,15 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 			hosts = append(hosts, n)
 		}
 	}
-	m, done, err := a.serveManager()
+	var (
+		m    *sandbox.Manager
+		done func()
+	)
+	if a.Serve != nil {
+		m, done, err = a.Serve.Sandboxes(a)
+	} else {
+		m, done, err = a.serveManager()
+	}
 	if err != nil {
 		return err
 	}
@@ -338,10 +352,17 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	if defBackend == "" {
 		defBackend = "native"
 	}
+	if a.Serve != nil {
+		defBackend = a.Serve.Name
+	}
 	// "auto" stays a name: the Manager picks for each request's spec.
 	if err := m.Known(defBackend); err != nil {
 		closeAll()
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("[sandbox] backend %q: %w", defBackend, err), Hint: "'agentkernel doctor' says which backends work here; or remove the key"}
+	}
+	doctorFn := a.apiDoctor(cfg.Security.AllowDegraded)
+	if a.Serve != nil && a.Serve.Doctor != nil {
+		doctorFn = a.Serve.Doctor
 	}
 	mcpServer := mcp.NewServer(mcp.Options{
 		Manager:    m,
@@ -369,7 +390,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		Backend:        defBackend,
 		Logger:         accessLog,
 		MCP:            mcp.Handler(mcpServer, a.Logger),
-		Doctor:         a.apiDoctor(cfg.Security.AllowDegraded),
+		Doctor:         doctorFn,
 		// Warm pools for fast runs: [daemon] min_warm / max_warm; the
 		// default image's pool is filled at start only when min_warm is set.
 		Pool: api.PoolOptions{MinWarm: int(cfg.Daemon.MinWarm), MaxWarm: int(cfg.Daemon.MaxWarm),
@@ -402,6 +423,41 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil
+}
+
+// ServeBackend is a backend that serve's sandboxes live on in place of
+// this machine's: the binary that links it (agentkernel-kube) sets
+// App.Serve, and serve takes its Manager and its GET /doctor from here.
+type ServeBackend struct {
+	// Name is the backend's name: every request's default.
+	Name string
+	// Sandboxes is the Manager of serve's runs and persistent sandboxes
+	// (after the flags and configuration are read), and what to call
+	// when serve ends.
+	Sandboxes func(a *App) (*sandbox.Manager, func(), error)
+	// Doctor answers GET /doctor; nil: this machine's checks.
+	Doctor func(r *http.Request) any
+}
+
+// IsKubernetes reports whether a backend name is the kubernetes
+// backend's ("kubernetes" or "k8s").
+func IsKubernetes(name string) bool {
+	n := strings.ToLower(strings.TrimSpace(name))
+	return n == "kubernetes" || n == "k8s"
+}
+
+// kubeServeHandOff replaces this process with agentkernel-kube and the
+// same command line: serve with [sandbox] backend = "kubernetes" is
+// agentkernel-kube's, which links the cluster's client. It returns only
+// when that fails.
+func kubeServeHandOff() error {
+	kube, err := fullbin.KubePath()
+	if err == nil {
+		err = syscall.Exec(kube, os.Args, os.Environ())
+		err = fmt.Errorf("starting %s: %w", kube, err)
+	}
+	return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("[sandbox] backend = \"kubernetes\": %w", err),
+		Hint: "agentkernel-kube is built with agentkernel: go build -o bin/ ./cmd/..."}
 }
 
 // apiResolver turns an API request into a Spec the way 'agentkernel run'

@@ -25,8 +25,17 @@ const (
 	Podman = "podman"
 )
 
+// Kubernetes is the orchestrator backend held to the API suite alone:
+// `serve` with its sandboxes as pods of a cluster (test/e2e's
+// TestAPIContractKubernetes runs it against a real API server and node).
+const Kubernetes = "kubernetes"
+
 // Backends are the backends every suite runs against, native first.
 func Backends() []string { return []string{Native, GVisor, Docker, Podman} }
+
+// All are Backends and the orchestrator backends, which only the API
+// suite runs against: every backend with rows here.
+func All() []string { return append(Backends(), Kubernetes) }
 
 // The suites that take their per-backend expectations from here.
 const (
@@ -69,7 +78,7 @@ func Differences() []Difference {
 	sort.SliceStable(d, func(i, j int) bool {
 		a, b := d[i], d[j]
 		if a.Backend != b.Backend {
-			return slices.Index(Backends(), a.Backend) < slices.Index(Backends(), b.Backend)
+			return slices.Index(All(), a.Backend) < slices.Index(All(), b.Backend)
 		}
 		if a.Suite != b.Suite {
 			return a.Suite < b.Suite
@@ -109,7 +118,7 @@ func Lookup(backend, suite, check, profile string) (Difference, bool) {
 // docs/backend-differences.md, by backend.
 func Markdown() string {
 	var b strings.Builder
-	for _, be := range Backends() {
+	for _, be := range All() {
 		ds := For(be)
 		fmt.Fprintf(&b, "### %s\n\n", be)
 		if len(ds) == 0 {

@@ -17,8 +17,8 @@ func TestRows(t *testing.T) {
 	profiles := []string{"permissive", "moderate", "restrictive"}
 	seen := map[string]bool{}
 	for _, d := range Differences() {
-		if !slices.Contains(Backends(), d.Backend) || d.Backend == Native {
-			t.Errorf("%+v: backend must be one of %v but native", d, Backends()[1:])
+		if !slices.Contains(All(), d.Backend) || d.Backend == Native {
+			t.Errorf("%+v: backend must be one of %v but native", d, All()[1:])
 		}
 		if d.Check == "" || strings.TrimSpace(d.Why) == "" || strings.Contains(d.Why, "\n") {
 			t.Errorf("%+v: a row needs its check and a one-line reason", d)

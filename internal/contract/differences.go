@@ -67,5 +67,7 @@ func differences() []Difference {
 			Why: "start makes a new container: only the copy-on-write /workspace keeps its writable layer from one start to the next, the rest of the container's goes at stop (docs/backends.md)"},
 		{Backend: Podman, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,
 			Why: "as docker: start makes a new container, and only /workspace's writable layer is kept"},
+		{Backend: Kubernetes, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,
+			Why: "stop deletes the sandbox's pod and start makes a new one from the image: a pod's files do not outlive it (docs/kubernetes.md)"},
 	}
 }

@@ -96,7 +96,7 @@ type BackendContract struct {
 // contractReport is every backend's differences, native first.
 func contractReport() []BackendContract {
 	var out []BackendContract
-	for _, b := range contract.Backends() {
+	for _, b := range contract.All() {
 		d := contract.For(b)
 		if d == nil {
 			d = []contract.Difference{}

@@ -38,12 +38,14 @@ type app struct {
 	opts           kubernetes.Options
 	maxSandboxes   int64
 	quiet          bool
+	// args is the whole command line, for serve.
+	args []string
 }
 
 // Main runs one command line (args without the program name) and
 // returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+	a := &app{stdout: stdout, stderr: stderr, args: args}
 	root := a.root()
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -127,7 +129,7 @@ backend needs.`,
 			return b.InstallCRDs(cmd.Context())
 		},
 	})
-	root.AddCommand(sb, pool, crds, a.controllerCmd(), a.runCmd(), a.cpCmd())
+	root.AddCommand(sb, pool, crds, a.controllerCmd(), a.runCmd(), a.cpCmd(), a.serveCmd(a.args))
 	// The flat forms agentkernel also takes: create, list, remove, rm, ps, exec.
 	for _, c := range []*cobra.Command{a.createCmd(), a.listCmd(), a.removeCmd(), a.execCmd()} {
 		c.Hidden = true
@@ -160,6 +162,7 @@ func (a *app) load(cmd *cobra.Command) error {
 	set(&a.opts.RuntimeClass, o.RuntimeClass)
 	set(&a.opts.ServiceAccount, o.ServiceAccount)
 	a.maxSandboxes = o.MaxSandboxes
+	a.opts.NoUserNamespace = a.opts.NoUserNamespace || o.NoUserNamespace
 	return nil
 }
 

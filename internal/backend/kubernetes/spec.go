@@ -94,6 +94,13 @@ type Request struct {
 	// sandbox after that.
 	TTL time.Duration
 	Env []string // KEY=VALUE
+	// Workdir is the container's working directory, where exec'd
+	// commands start ("": the image's).
+	Workdir string
+	// Workspace gives the pod an empty, writable /workspace (an
+	// emptyDir): the directory a profile's project lives in elsewhere,
+	// whose files do not reach the cluster.
+	Workspace bool
 }
 
 // ParseNetwork reads a --network value: none, full, or a comma-separated
@@ -160,6 +167,9 @@ func (r *Request) Check() error {
 		}
 	default:
 		return fmt.Errorf("unknown network %q: use none, full or address ranges", n)
+	}
+	if r.Workdir != "" && (!strings.HasPrefix(r.Workdir, "/") || strings.ContainsRune(r.Workdir, 0)) {
+		return fmt.Errorf("working directory %q: give an absolute path inside the sandbox", r.Workdir)
 	}
 	if r.MemoryMB < 0 || r.CPUPercent < 0 || r.TTL < 0 {
 		return fmt.Errorf("memory, cpu and ttl must not be negative")
@@ -253,6 +263,7 @@ func buildPod(o podOptions, r *Request, now time.Time) *corev1.Pod {
 		SecurityContext: sc,
 		Stdin:           false,
 		TTY:             false,
+		WorkingDir:      r.Workdir,
 	}
 	for _, e := range r.Env {
 		k, v, _ := strings.Cut(e, "=")
@@ -276,6 +287,10 @@ func buildPod(o podOptions, r *Request, now time.Time) *corev1.Pod {
 		size := resource.MustParse("64Mi")
 		vols = append(vols, corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"})
+	}
+	if r.Workspace {
+		vols = append(vols, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "workspace", MountPath: "/workspace"})
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

@@ -1,0 +1,132 @@
+package kubecli
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentkernel/agentkernel/internal/audit"
+	"github.com/agentkernel/agentkernel/internal/backend/kubernetes"
+	"github.com/agentkernel/agentkernel/internal/cli"
+	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/contract"
+	"github.com/agentkernel/agentkernel/internal/doctor"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+)
+
+// serveCmd is `serve` with [sandbox] backend = "kubernetes" (agentkernel-full
+// hands such a command line here whole): agentkernel's own serve (its
+// flags, API keys, Host and Origin checks, MCP) over a sandbox.Manager
+// whose runs and persistent sandboxes are pods.
+func (a *app) serveCmd(args []string) *cobra.Command {
+	return &cobra.Command{
+		Use:                "serve [flags]",
+		Short:              "Serve the HTTP API with sandboxes as pods (agentkernel serve --help)",
+		DisableFlagParsing: true,
+		PersistentPreRunE:  func(*cobra.Command, []string) error { return nil },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			app := cli.NewApp(runcli.App{Stdin: os.Stdin, Stdout: a.stdout, Stderr: a.stderr,
+				Version: cli.VersionInfo{Version: "0.1.0-dev", Commit: runcli.Revision(), Go: runtime.Version()}})
+			app.Serve = &cli.ServeBackend{Name: kubernetes.BackendName, Sandboxes: kubeSandboxes, Doctor: a.kubeDoctor(app)}
+			argv := append([]string{"agentkernel"}, args...)
+			if code := runcli.ExitCode(cli.NewRootCommandFor(app, argv).Execute(), a.stderr); code != 0 {
+				return &exitError{code}
+			}
+			return nil
+		},
+	}
+}
+
+// orchestrator is the backend's options from [orchestrator] of the
+// user's configuration or the --config file (never a project's).
+func orchestrator(path string) (kubernetes.Options, config.Orchestrator, error) {
+	c, _, err := config.LoadUser(config.LoadOptions{UserPath: path})
+	if err != nil {
+		return kubernetes.Options{}, config.Orchestrator{}, fmt.Errorf("configuration: %w", err)
+	}
+	o := c.Orchestrator
+	return kubernetes.Options{Kubeconfig: o.Kubeconfig, Context: o.Context, Namespace: o.Namespace,
+		RuntimeClass: o.RuntimeClass, ServiceAccount: o.ServiceAccount, NoUserNamespace: o.NoUserNamespace}, o, nil
+}
+
+// kubeSandboxes is the Manager of serve on the kubernetes backend:
+// RunBackend for runs, Sandboxes for persistent sandboxes (records in
+// the data directory), ClusterImages (the nodes pull), the audit log of
+// the data directory. Snapshots, warm pools of this machine and host
+// statistics have no part here: the Manager refuses them
+// (sandbox.ErrUnsupported, 501 from the API).
+func kubeSandboxes(app *cli.App) (*sandbox.Manager, func(), error) {
+	opts, o, err := orchestrator(app.ConfigPath)
+	if err != nil {
+		return nil, nil, &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: err}
+	}
+	b, err := kubernetes.New(opts)
+	if err != nil {
+		return nil, nil, &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: err, Hint: "[orchestrator] kubeconfig names the cluster (docs/kubernetes.md)"}
+	}
+	if err := os.MkdirAll(app.DataDir, 0o700); err != nil {
+		return nil, nil, &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: err}
+	}
+	sbs := kubernetes.NewSandboxes(b, app.DataDir)
+	sbs.MaxSandboxes = o.MaxSandboxes
+	app.Warnf("sandboxes are pods in namespace %s: the server's working directory does not reach them (/workspace is an empty directory of each pod)", b.Namespace())
+	m := sandbox.NewManager(sandbox.ManagerOptions{
+		Images:     kubernetes.ClusterImages{},
+		Backends:   []sandbox.Backend{&kubernetes.RunBackend{B: b}},
+		Default:    kubernetes.BackendName,
+		Warn:       app.Warnf,
+		Store:      sbs,
+		Supervisor: sbs,
+		Connector:  sbs,
+		HostStats:  sbs,
+		Audit:      audit.New(app.DataDir),
+		Who:        runcli.Who("api"),
+		Info:       app.Infof,
+	})
+	return m, func() {}, nil
+}
+
+// kubeDoctor answers GET /doctor for serve on the kubernetes backend:
+// whether the cluster answers (a list of the namespace's sandboxes), and
+// the kubernetes backend's known differences from the contract.
+func (a *app) kubeDoctor(app *cli.App) func(r *http.Request) any {
+	var mu sync.Mutex
+	return func(r *http.Request) any {
+		mu.Lock()
+		defer mu.Unlock()
+		rep := &doctor.Report{Backend: kubernetes.BackendName, Isolation: "full", Healthy: true,
+			Why: "sandboxes are pods of the cluster [orchestrator] names, each with a NetworkPolicy of its own"}
+		for _, be := range contract.All() {
+			d := contract.For(be)
+			if d == nil {
+				d = []contract.Difference{}
+			}
+			rep.Contract = append(rep.Contract, doctor.BackendContract{Backend: be, Differences: d})
+		}
+		c := doctor.Check{Name: "cluster", Status: doctor.StatusOK}
+		opts, _, err := orchestrator(app.ConfigPath)
+		var b *kubernetes.Backend
+		if err == nil {
+			b, err = kubernetes.New(opts)
+		}
+		if err == nil {
+			start := time.Now()
+			var l []kubernetes.Sandbox
+			if l, err = b.List(r.Context()); err == nil {
+				c.Message = fmt.Sprintf("namespace %s answers (%d sandboxes, %v)", b.Namespace(), len(l), time.Since(start).Round(time.Millisecond))
+			}
+		}
+		if err != nil {
+			c.Status, c.Message, rep.Healthy = doctor.StatusError, err.Error(), false
+			c.Fix = "[orchestrator] kubeconfig, context and namespace in your configuration (docs/kubernetes.md)"
+		}
+		rep.Checks = append(rep.Checks, c)
+		return rep
+	}
+}
