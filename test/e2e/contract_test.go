@@ -312,145 +312,151 @@ func TestAPIContractBackends(t *testing.T) {
 		defer cancel()
 		const name = "contract-api"
 		t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
-		cases := []contractCase{
-			{"status names the backend", func() error {
-				st, err := c.Status(ctx)
-				if err != nil || st.Backend != backend {
-					return fmt.Errorf("status: %+v %v", st, err)
-				}
-				return nil
-			}},
-			{"run", func() error {
-				out, err := c.Run(ctx, []string{"sh", "-c", "echo hello; cat /etc/agentkernel-test"}, &client.RunOptions{Image: ref})
-				if err != nil || out != "hello\nregistry\n" {
-					return fmt.Errorf("run: %q %v", out, err)
-				}
-				out, err = c.Run(ctx, []string{"printf", "%s|", "a b", "c"}, &client.RunOptions{Image: ref, Profile: "restrictive"})
-				if err != nil || out != "a b|c|" {
-					return fmt.Errorf("argv: %q %v", out, err)
-				}
-				return nil
-			}},
-			{"run: a non-zero exit is a 409 with the output", func() error {
-				_, err := c.Run(ctx, []string{"sh", "-c", "echo partial; exit 3"}, &client.RunOptions{Image: ref})
-				var ae *client.APIError
-				if !errors.As(err, &ae) || ae.Status != 409 || ae.ExitCode == nil || *ae.ExitCode != 3 || ae.Output != "partial\n" {
-					return fmt.Errorf("non-zero exit: %#v", err)
-				}
-				return nil
-			}},
-			{"batch run", func() error {
-				res, err := c.BatchRun(ctx, []client.BatchCommand{
-					{Command: []string{"echo", "one"}, RunOptions: client.RunOptions{Image: ref}},
-					{Command: []string{"sh", "-c", "exit 5"}, RunOptions: client.RunOptions{Image: ref}},
-				})
-				if err != nil || len(res) != 2 || res[0].Output == nil || *res[0].Output != "one\n" || res[1].Error == nil || !strings.Contains(*res[1].Error, "code 5") {
-					return fmt.Errorf("batch: %+v %v", res, err)
-				}
-				return nil
-			}},
-			{"sandbox create, exec and info", func() error {
-				r := s.raw("POST", "/sandboxes", `{"name":"`+name+`","image":"`+ref+`","labels":{"team":"ml"}}`)
-				if r.status != 201 {
-					return fmt.Errorf("create: %d %s", r.status, r.body)
-				}
-				info, err := c.GetSandbox(ctx, name)
-				if err != nil || info.Status != "running" || info.Backend != backend || info.Labels["team"] != "ml" {
-					return fmt.Errorf("info: %+v %v", info, err)
-				}
-				out, err := c.Exec(ctx, name, []string{"sh", "-c", "echo $FOO; pwd"}, &client.ExecOptions{Env: []string{"FOO=bar"}, Workdir: "/tmp"})
-				if err != nil || out != "bar\n/tmp\n" {
-					return fmt.Errorf("exec: %q %v", out, err)
-				}
-				r = s.raw("POST", "/sandboxes/"+name+"/exec", `{"command":["sh","-c","echo no; exit 7"]}`)
-				if r.status != 409 || string(r.env["exit_code"]) != "7" || r.str("output") != "no\n" {
-					return fmt.Errorf("exec exit: %d %s", r.status, r.body)
-				}
-				return nil
-			}},
-			{"sandbox files: write, read, list by exec, delete", func() error {
-				if err := c.WriteFile(ctx, name, "/tmp/d/a.txt", []byte("héllo")); err != nil {
-					return fmt.Errorf("write: %v", err)
-				}
-				bin := []byte{0, 1, 0xff, 0xfe, 'x'}
-				if err := c.WriteFile(ctx, name, "/tmp/bin", bin); err != nil {
-					return fmt.Errorf("write binary: %v", err)
-				}
-				f, err := c.ReadFile(ctx, name, "/tmp/d/a.txt")
-				if err != nil || f.Content != "héllo" || f.Size != 6 {
-					return fmt.Errorf("read: %+v %v", f, err)
-				}
-				f, err = c.ReadFile(ctx, name, "/tmp/bin")
-				if b, _ := f.Bytes(); err != nil || f.Encoding != "base64" || !bytes.Equal(b, bin) {
-					return fmt.Errorf("read binary: %+v %v", f, err)
-				}
-				if n, err := c.WriteFiles(ctx, name, map[string]string{"/data/m/1": "a", "/data/m/2": "b"}); err != nil || n != 2 {
-					return fmt.Errorf("write files: %d %v", n, err)
-				}
-				if out, err := c.Exec(ctx, name, []string{"cat", "/data/m/1", "/data/m/2", "/tmp/d/a.txt"}, nil); err != nil || out != "abhéllo" {
-					return fmt.Errorf("the files in the sandbox: %q %v", out, err)
-				}
-				if r := s.raw("GET", "/sandboxes/"+name+"/files/tmp/../etc/passwd", ""); r.status != 400 {
-					return fmt.Errorf("a path with ..: %d %s", r.status, r.body)
-				}
-				if r := s.raw("DELETE", "/sandboxes/"+name+"/files//tmp/d/a.txt", ""); r.status != 200 {
-					return fmt.Errorf("delete: %d %s", r.status, r.body)
-				}
-				if _, err := c.ReadFile(ctx, name, "/tmp/d/a.txt"); !errors.Is(err, client.ErrNotFound) {
-					return fmt.Errorf("read deleted: %v", err)
-				}
-				return nil
-			}},
-			{"sandbox stop and start", func() error {
-				if r := s.raw("POST", "/sandboxes/"+name+"/stop", ""); r.status != 200 {
-					return fmt.Errorf("stop: %d %s", r.status, r.body)
-				}
-				if got, _ := c.GetSandbox(ctx, name); got == nil || got.Status != "stopped" {
-					return fmt.Errorf("after stop: %+v", got)
-				}
-				if r := s.raw("POST", "/sandboxes/"+name+"/exec", `{"command":["true"]}`); r.status != 409 {
-					return fmt.Errorf("exec in a stopped sandbox: %d %s", r.status, r.body)
-				}
-				if r := s.raw("POST", "/sandboxes/"+name+"/start", ""); r.status != 200 {
-					return fmt.Errorf("start: %d %s", r.status, r.body)
-				}
-				if out, err := c.Exec(ctx, name, []string{"echo", "up"}, nil); err != nil || out != "up\n" {
-					return fmt.Errorf("exec after a restart: %q %v", out, err)
-				}
-				return nil
-			}},
-			{"files written outside /workspace survive stop and start", func() error {
-				if out, err := c.Exec(ctx, name, []string{"cat", "/data/m/1"}, nil); err != nil || out != "a" {
-					return fmt.Errorf("after a restart: %q %v", out, err)
-				}
-				return nil
-			}},
-			{"sandbox remove", func() error {
-				if r := s.raw("DELETE", "/sandboxes/"+name, ""); r.status != 200 {
-					return fmt.Errorf("remove: %d %s", r.status, r.body)
-				}
-				if _, err := c.GetSandbox(ctx, name); !errors.Is(err, client.ErrNotFound) {
-					return fmt.Errorf("after remove: %v", err)
-				}
-				return nil
-			}},
-			{"doctor lists the backend's known differences", func() error {
-				d, err := c.Doctor(ctx)
-				if err != nil {
-					return err
-				}
-				for _, bc := range d.Contract {
-					if bc.Backend != backend {
-						continue
-					}
-					if len(bc.Differences) != len(contract.For(backend)) {
-						return fmt.Errorf("GET /doctor lists %d differences for %s, internal/contract %d", len(bc.Differences), backend, len(contract.For(backend)))
-					}
-					return nil
-				}
-				return fmt.Errorf("GET /doctor has no contract for %s: %+v", backend, d.Contract)
-			}},
-		}
-		checkContract(t, backend, contract.SuiteAPI, cases)
+		checkContract(t, backend, contract.SuiteAPI, apiContractCases(ctx, s, c, ref, backend, name))
 	})
+}
+
+// apiContractCases are the API suite's cases against the server s (c its
+// client) whose default backend is backend: ref is an image it can run,
+// name the persistent sandbox the cases create and remove.
+func apiContractCases(ctx context.Context, s *apiServer, c *client.Client, ref, backend, name string) []contractCase {
+	return []contractCase{
+		{"status names the backend", func() error {
+			st, err := c.Status(ctx)
+			if err != nil || st.Backend != backend {
+				return fmt.Errorf("status: %+v %v", st, err)
+			}
+			return nil
+		}},
+		{"run", func() error {
+			out, err := c.Run(ctx, []string{"sh", "-c", "echo hello; cat /etc/agentkernel-test"}, &client.RunOptions{Image: ref})
+			if err != nil || out != "hello\nregistry\n" {
+				return fmt.Errorf("run: %q %v", out, err)
+			}
+			out, err = c.Run(ctx, []string{"printf", "%s|", "a b", "c"}, &client.RunOptions{Image: ref, Profile: "restrictive"})
+			if err != nil || out != "a b|c|" {
+				return fmt.Errorf("argv: %q %v", out, err)
+			}
+			return nil
+		}},
+		{"run: a non-zero exit is a 409 with the output", func() error {
+			_, err := c.Run(ctx, []string{"sh", "-c", "echo partial; exit 3"}, &client.RunOptions{Image: ref})
+			var ae *client.APIError
+			if !errors.As(err, &ae) || ae.Status != 409 || ae.ExitCode == nil || *ae.ExitCode != 3 || ae.Output != "partial\n" {
+				return fmt.Errorf("non-zero exit: %#v", err)
+			}
+			return nil
+		}},
+		{"batch run", func() error {
+			res, err := c.BatchRun(ctx, []client.BatchCommand{
+				{Command: []string{"echo", "one"}, RunOptions: client.RunOptions{Image: ref}},
+				{Command: []string{"sh", "-c", "exit 5"}, RunOptions: client.RunOptions{Image: ref}},
+			})
+			if err != nil || len(res) != 2 || res[0].Output == nil || *res[0].Output != "one\n" || res[1].Error == nil || !strings.Contains(*res[1].Error, "code 5") {
+				return fmt.Errorf("batch: %+v %v", res, err)
+			}
+			return nil
+		}},
+		{"sandbox create, exec and info", func() error {
+			r := s.raw("POST", "/sandboxes", `{"name":"`+name+`","image":"`+ref+`","labels":{"team":"ml"}}`)
+			if r.status != 201 {
+				return fmt.Errorf("create: %d %s", r.status, r.body)
+			}
+			info, err := c.GetSandbox(ctx, name)
+			if err != nil || info.Status != "running" || info.Backend != backend || info.Labels["team"] != "ml" {
+				return fmt.Errorf("info: %+v %v", info, err)
+			}
+			out, err := c.Exec(ctx, name, []string{"sh", "-c", "echo $FOO; pwd"}, &client.ExecOptions{Env: []string{"FOO=bar"}, Workdir: "/tmp"})
+			if err != nil || out != "bar\n/tmp\n" {
+				return fmt.Errorf("exec: %q %v", out, err)
+			}
+			r = s.raw("POST", "/sandboxes/"+name+"/exec", `{"command":["sh","-c","echo no; exit 7"]}`)
+			if r.status != 409 || string(r.env["exit_code"]) != "7" || r.str("output") != "no\n" {
+				return fmt.Errorf("exec exit: %d %s", r.status, r.body)
+			}
+			return nil
+		}},
+		{"sandbox files: write, read, list by exec, delete", func() error {
+			if err := c.WriteFile(ctx, name, "/tmp/d/a.txt", []byte("héllo")); err != nil {
+				return fmt.Errorf("write: %v", err)
+			}
+			bin := []byte{0, 1, 0xff, 0xfe, 'x'}
+			if err := c.WriteFile(ctx, name, "/tmp/bin", bin); err != nil {
+				return fmt.Errorf("write binary: %v", err)
+			}
+			f, err := c.ReadFile(ctx, name, "/tmp/d/a.txt")
+			if err != nil || f.Content != "héllo" || f.Size != 6 {
+				return fmt.Errorf("read: %+v %v", f, err)
+			}
+			f, err = c.ReadFile(ctx, name, "/tmp/bin")
+			if b, _ := f.Bytes(); err != nil || f.Encoding != "base64" || !bytes.Equal(b, bin) {
+				return fmt.Errorf("read binary: %+v %v", f, err)
+			}
+			if n, err := c.WriteFiles(ctx, name, map[string]string{"/data/m/1": "a", "/data/m/2": "b"}); err != nil || n != 2 {
+				return fmt.Errorf("write files: %d %v", n, err)
+			}
+			if out, err := c.Exec(ctx, name, []string{"cat", "/data/m/1", "/data/m/2", "/tmp/d/a.txt"}, nil); err != nil || out != "abhéllo" {
+				return fmt.Errorf("the files in the sandbox: %q %v", out, err)
+			}
+			if r := s.raw("GET", "/sandboxes/"+name+"/files/tmp/../etc/passwd", ""); r.status != 400 {
+				return fmt.Errorf("a path with ..: %d %s", r.status, r.body)
+			}
+			if r := s.raw("DELETE", "/sandboxes/"+name+"/files//tmp/d/a.txt", ""); r.status != 200 {
+				return fmt.Errorf("delete: %d %s", r.status, r.body)
+			}
+			if _, err := c.ReadFile(ctx, name, "/tmp/d/a.txt"); !errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("read deleted: %v", err)
+			}
+			return nil
+		}},
+		{"sandbox stop and start", func() error {
+			if r := s.raw("POST", "/sandboxes/"+name+"/stop", ""); r.status != 200 {
+				return fmt.Errorf("stop: %d %s", r.status, r.body)
+			}
+			if got, _ := c.GetSandbox(ctx, name); got == nil || got.Status != "stopped" {
+				return fmt.Errorf("after stop: %+v", got)
+			}
+			if r := s.raw("POST", "/sandboxes/"+name+"/exec", `{"command":["true"]}`); r.status != 409 {
+				return fmt.Errorf("exec in a stopped sandbox: %d %s", r.status, r.body)
+			}
+			if r := s.raw("POST", "/sandboxes/"+name+"/start", ""); r.status != 200 {
+				return fmt.Errorf("start: %d %s", r.status, r.body)
+			}
+			if out, err := c.Exec(ctx, name, []string{"echo", "up"}, nil); err != nil || out != "up\n" {
+				return fmt.Errorf("exec after a restart: %q %v", out, err)
+			}
+			return nil
+		}},
+		{"files written outside /workspace survive stop and start", func() error {
+			if out, err := c.Exec(ctx, name, []string{"cat", "/data/m/1"}, nil); err != nil || out != "a" {
+				return fmt.Errorf("after a restart: %q %v", out, err)
+			}
+			return nil
+		}},
+		{"sandbox remove", func() error {
+			if r := s.raw("DELETE", "/sandboxes/"+name, ""); r.status != 200 {
+				return fmt.Errorf("remove: %d %s", r.status, r.body)
+			}
+			if _, err := c.GetSandbox(ctx, name); !errors.Is(err, client.ErrNotFound) {
+				return fmt.Errorf("after remove: %v", err)
+			}
+			return nil
+		}},
+		{"doctor lists the backend's known differences", func() error {
+			d, err := c.Doctor(ctx)
+			if err != nil {
+				return err
+			}
+			for _, bc := range d.Contract {
+				if bc.Backend != backend {
+					continue
+				}
+				if len(bc.Differences) != len(contract.For(backend)) {
+					return fmt.Errorf("GET /doctor lists %d differences for %s, internal/contract %d", len(bc.Differences), backend, len(contract.For(backend)))
+				}
+				return nil
+			}
+			return fmt.Errorf("GET /doctor has no contract for %s: %+v", backend, d.Contract)
+		}},
+	}
 }

@@ -1,0 +1,127 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/agentkernel/agentkernel/internal/contract"
+	"github.com/agentkernel/agentkernel/internal/testenv"
+	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
+)
+
+// TestAPIContractKubernetes: the API suite of TestAPIContractBackends
+// (the same cases, apiContractCases) against `agentkernel serve` whose
+// configuration says [sandbox] backend = "kubernetes": agentkernel-full
+// hands serve to agentkernel-kube, whose runs and persistent sandboxes
+// are pods on a real API server and node (internal/testenv/kubelab:
+// containerd and kubelet), the node holding the registry's test image
+// under its reference. What pods do not do as native does is in
+// internal/contract's kubernetes rows.
+func TestAPIContractKubernetes(t *testing.T) {
+	bin, ok := kubelab.Dir()
+	if !ok {
+		testenv.Missing(t, "%s", kubelab.MissingHint)
+	}
+	if m := kubelab.NodeReady(bin); len(m) > 0 {
+		testenv.Missing(t, "missing %s: %s", strings.Join(m, ", "), kubelab.NodeMissingHint)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	a, ref := withRegistry(t)
+	l, err := kubelab.Start(ctx, bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	images := map[string]v1.Image{kubelab.PauseImage: kubelab.PauseImageFor(t), ref: testImage(t, "registry")}
+	ndir, err := os.MkdirTemp("", "kls-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(ndir)
+	n, err := l.StartNode(ctx, bin, ndir, images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		n.Close()
+		if left := n.Leftovers(); len(left) > 0 {
+			t.Errorf("the node left behind: %v", left)
+		}
+	}()
+	build := exec.Command("go", "build", "-o", filepath.Dir(binary)+"/", "github.com/agentkernel/agentkernel/cmd/agentkernel-kube")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building agentkernel-kube: %v\n%s", err, out)
+	}
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: l.URL, BearerToken: l.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: l.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "serve"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := l.Kubeconfig("serve.kubeconfig", l.AdminToken, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// containerd 1.6 cannot give a pod a user namespace.
+	cfg := fmt.Sprintf("[sandbox]\nbackend = \"kubernetes\"\n\n[orchestrator]\nkubeconfig = %q\nno_user_namespace = true\n", kc)
+	p := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
+	c := s.client(apiKey)
+	const name = "contract-api"
+	t.Cleanup(func() { s.raw("DELETE", "/sandboxes/"+name, "") })
+	backend := contract.Kubernetes
+	checkContract(t, backend, contract.SuiteAPI, apiContractCases(ctx, s, c, ref, backend, name))
+
+	// What pods cannot do is refused in the API's words, and nothing
+	// was made for it.
+	if r := s.raw("POST", "/run", `{"command":["true"],"image":"`+ref+`","allow_domains":["example.com"]}`); r.status != 501 || !strings.Contains(string(r.body), "NetworkPolicy") {
+		t.Errorf("a domain allow-list: %d %s", r.status, r.body)
+	}
+	if r := s.raw("POST", "/sandboxes", `{"name":"snapsrc","image":"`+ref+`"}`); r.status != 201 {
+		t.Errorf("create: %d %s", r.status, r.body)
+	} else {
+		if r := s.raw("POST", "/snapshots", `{"sandbox":"snapsrc","name":"snap1"}`); r.status != 501 {
+			t.Errorf("a snapshot of a pod: %d %s", r.status, r.body)
+		}
+		if r := s.raw("DELETE", "/sandboxes/snapsrc", ""); r.status != 200 {
+			t.Errorf("remove: %d %s", r.status, r.body)
+		}
+	}
+	s.stop()
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			t.Errorf("pod %s left after the suite", p.Name)
+		}
+	}
+}
