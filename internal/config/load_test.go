@@ -553,6 +553,7 @@ kubeconfig = "/k"
 context = "ctx"
 runtime_class = "gvisor"
 service_account = "sa"
+no_user_namespace = true
 nomad_addr = "http://n:4646"
 nomad_token = "tok"
 nomad_driver = "docker"

@@ -25,7 +25,9 @@ const (
 // or a sandbox may be put on when -B/--backend names none. Native is the
 // built-in one; the others need agentkernel-full (docs/backends.md).
 // "auto" is the strongest of them that works for each run (docs/backends.md).
-func BackendNames() []string { return []string{"native", "gvisor", "docker", "podman", "auto"} }
+func BackendNames() []string {
+	return []string{"native", "gvisor", "docker", "podman", "auto", "kubernetes"}
+}
 
 // The protections [security] allow_degraded may name: a run goes on
 // without one of them, with a warning, only where the user allowed it.
