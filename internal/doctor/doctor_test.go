@@ -288,7 +288,7 @@ func TestContractShown(t *testing.T) {
 			}
 		}
 	}
-	for _, be := range contract.Backends() {
+	for _, be := range contract.All() {
 		n, ok := got[be]
 		if !ok {
 			t.Errorf("backend %s missing from the report's contract", be)

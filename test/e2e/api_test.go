@@ -680,6 +680,20 @@ func template(p string) string {
 // rejects 3.1's "null" type, so the document itself is only loaded, not
 // validated; its schemas, null types included, are applied to answers.)
 func (r *recorder) validate(t *testing.T) {
+	doc, checked := r.validateAnswers(t)
+	// Every documented operation but /mcp was exercised.
+	for _, p := range doc.Paths.InMatchingOrder() {
+		for m := range doc.Paths.Find(p).Operations() {
+			if k := m + " " + p; !checked[k] && p != "/mcp" {
+				t.Errorf("no answer of %s was validated", k)
+			}
+		}
+	}
+}
+
+// validateAnswers checks every recorded answer against openapi.yaml and
+// returns the document and the operations ("GET /status") it checked.
+func (r *recorder) validateAnswers(t *testing.T) (*openapi3.T, map[string]bool) {
 	doc, err := openapi3.NewLoader().LoadFromFile("../../api/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -719,15 +733,8 @@ func (r *recorder) validate(t *testing.T) {
 		}
 		checked[ex.method+" "+tmpl] = true
 	}
-	// Every documented operation but /mcp was exercised.
-	for _, p := range doc.Paths.InMatchingOrder() {
-		for m := range doc.Paths.Find(p).Operations() {
-			if k := m + " " + p; !checked[k] && p != "/mcp" {
-				t.Errorf("no answer of %s was validated", k)
-			}
-		}
-	}
 	t.Logf("%d answers validated against openapi.yaml", len(r.exs))
+	return doc, checked
 }
 
 func checkSchema(t *testing.T, doc *openapi3.T, name string, ex exchange) {

@@ -113,6 +113,8 @@ func TestAPIContractKubernetes(t *testing.T) {
 			t.Errorf("remove: %d %s", r.status, r.body)
 		}
 	}
+	// Every answer, refusals included, is one openapi.yaml describes.
+	t.Run("openapi", func(t *testing.T) { s.rec.validateAnswers(t) })
 	// A case that failed half-way leaves its sandbox: remove it while
 	// the server runs.
 	if _, err := c.GetSandbox(ctx, name); err == nil {
