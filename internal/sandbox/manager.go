@@ -69,7 +69,7 @@ type Manager struct {
 
 // plannedBackends are names users may know from other runtimes; asking for
 // one gives a clear "not built yet" rather than "unknown".
-var plannedBackends = []string{"microvm", "firecracker", "kubernetes", "nomad"}
+var plannedBackends = []string{"microvm", "firecracker", "nomad"}
 
 // NewManager returns a Manager over the given backends.
 func NewManager(opts ManagerOptions) *Manager {
@@ -125,6 +125,9 @@ func (m *Manager) Backend(name string) (Backend, error) {
 	}
 	if b, ok := m.backends[strings.ToLower(name)]; ok {
 		return b, nil
+	}
+	if strings.EqualFold(name, "kubernetes") || strings.EqualFold(name, "k8s") {
+		return nil, fmt.Errorf("backend kubernetes is served by agentkernel-kube: name it on the command line (run -B kubernetes, sandbox create -B kubernetes, ...), or serve the HTTP API with it ([sandbox] backend = \"kubernetes\"); available here: %s: %w", m.backendNames(), ErrUnsupported)
 	}
 	for _, p := range plannedBackends {
 		if strings.EqualFold(p, name) {

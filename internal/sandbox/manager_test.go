@@ -94,6 +94,9 @@ func TestManagerBackendChoice(t *testing.T) {
 	if _, err := m.Backend("microvm"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "not built yet") {
 		t.Fatalf("planned backend: %v", err)
 	}
+	if _, err := m.Backend("kubernetes"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "-B kubernetes") {
+		t.Fatalf("kubernetes in a Manager without it: %v", err)
+	}
 	if _, err := m.Backend("zzz"); err == nil || !strings.Contains(err.Error(), "unknown backend") || !strings.Contains(err.Error(), "native") {
 		t.Fatalf("unknown backend: %v", err)
 	}
