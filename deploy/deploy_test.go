@@ -37,6 +37,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/cli"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
+	"github.com/agentkernel/agentkernel/internal/config"
 )
 
 const chartDir = "helm/agentkernel"
@@ -51,7 +52,9 @@ func serveFlags(t *testing.T) *pflag.FlagSet {
 	if err != nil || c.Name() != "serve" {
 		t.Fatalf("no serve command: %v", err)
 	}
-	return c.Flags()
+	fs := c.Flags()
+	fs.AddFlagSet(c.InheritedFlags()) // --config, --data-dir, ...
+	return fs
 }
 
 // checkServeArgs checks a serve command line: "serve" first, then flags
@@ -276,7 +279,8 @@ func TestChartRenders(t *testing.T) {
 	}
 	// The Role: pods, their exec and logs, NetworkPolicies; no
 	// ClusterRole, nothing else, no wildcard.
-	want := map[string]bool{"pods": true, "pods/exec": true, "pods/log": true, "networkpolicies": true}
+	want := map[string]bool{"pods": true, "pods/exec": true, "pods/log": true, "networkpolicies": true,
+		"agentsandboxes": true, "agentsandboxpools": true, "agentsandboxes/status": true, "agentsandboxpools/status": true}
 	for _, r := range dig(objs["Role"][0], "rules").([]any) {
 		for _, res := range dig(r, "resources").([]any) {
 			if !want[res.(string)] {
@@ -291,6 +295,17 @@ func TestChartRenders(t *testing.T) {
 	}
 	if len(objs["ClusterRole"])+len(objs["ClusterRoleBinding"]) > 0 {
 		t.Error("the chart grants cluster-wide rights")
+	}
+	// serve's configuration: the file --config names, from the ConfigMap
+	// mounted there, read by agentkernel's own loader.
+	if !slices.Equal(flags["config"], []string{"/etc/agentkernel/config.toml"}) ||
+		dig(c, "volumeMounts", 0, "mountPath") != "/etc/agentkernel" ||
+		dig(pod, "volumes", 0, "configMap", "name") != dig(objs["ConfigMap"][0], "metadata", "name") {
+		t.Errorf("the configuration file does not reach serve: %q %v %v", flags["config"], dig(c, "volumeMounts"), dig(pod, "volumes"))
+	}
+	cfg := loadChartConfig(t, objs)
+	if cfg.Sandbox.Backend != "kubernetes" || cfg.Orchestrator.Namespace != "agentkernel-system" || cfg.Orchestrator.Controller != "auto" {
+		t.Errorf("serve's configuration: backend %q, namespace %q, controller %q", cfg.Sandbox.Backend, cfg.Orchestrator.Namespace, cfg.Orchestrator.Controller)
 	}
 
 	// Values users set: a RuntimeClass, more allowed hosts, no
@@ -313,6 +328,28 @@ func TestChartRenders(t *testing.T) {
 	if len(objs["ServiceAccount"])+len(objs["Role"])+len(objs["RoleBinding"]) != 0 {
 		t.Error("serviceAccount.create false still makes a ServiceAccount or its Role")
 	}
+	values["backend"] = "native"
+	if cfg := loadChartConfig(t, render(t, values)); cfg.Sandbox.Backend != "native" || cfg.Orchestrator.Namespace != "" {
+		t.Errorf("backend native: %q, orchestrator namespace %q", cfg.Sandbox.Backend, cfg.Orchestrator.Namespace)
+	}
+}
+
+// loadChartConfig reads the chart's ConfigMap's config.toml with
+// agentkernel's configuration loader (which validates it).
+func loadChartConfig(t *testing.T, objs map[string][]map[string]any) *config.Config {
+	t.Helper()
+	if len(objs["ConfigMap"]) != 1 {
+		t.Fatalf("%d ConfigMaps, want 1", len(objs["ConfigMap"]))
+	}
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte(fmt.Sprint(dig(objs["ConfigMap"][0], "data", "config.toml"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.LoadUser(config.LoadOptions{UserPath: p})
+	if err != nil {
+		t.Fatalf("the chart's config.toml: %v", err)
+	}
+	return cfg
 }
 
 // TestChartFunctions: a template that calls a function this check does

@@ -214,6 +214,7 @@ type Orchestrator struct {
 	RuntimeClass    string   `toml:"runtime_class"`     // Kubernetes: e.g. gvisor, kata
 	ServiceAccount  string   `toml:"service_account"`   // Kubernetes: pods' service account
 	NoUserNamespace bool     `toml:"no_user_namespace"` // Kubernetes: do not ask for hostUsers: false
+	Controller      string   `toml:"controller"`        // Kubernetes: serve reconciles the CRDs: auto (in a cluster), on, off
 	NomadAddr       string   `toml:"nomad_addr"`        // Nomad: API address
 	NomadToken      string   `toml:"nomad_token"`       // Nomad: ACL token (masked in 'config show')
 	NomadDriver     string   `toml:"nomad_driver"`      // Nomad: docker, exec or raw_exec

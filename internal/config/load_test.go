@@ -554,6 +554,7 @@ context = "ctx"
 runtime_class = "gvisor"
 service_account = "sa"
 no_user_namespace = true
+controller = "off"
 nomad_addr = "http://n:4646"
 nomad_token = "tok"
 nomad_driver = "docker"

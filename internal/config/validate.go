@@ -259,6 +259,11 @@ func (c *Config) validate() error {
 	default:
 		return fail("orchestrator.nomad_driver", "unknown driver %q: use docker, exec or raw_exec", o.NomadDriver)
 	}
+	switch o.Controller {
+	case "", "auto", "on", "off":
+	default:
+		return fail("orchestrator.controller", "unknown value %q: use auto, on or off", o.Controller)
+	}
 	if o.WarmPoolSize < 0 {
 		return fail("orchestrator.warm_pool_size", "must not be negative")
 	}

@@ -1,6 +1,7 @@
 package kubecli
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -89,7 +90,71 @@ func kubeSandboxes(app *cli.App) (*sandbox.Manager, func(), error) {
 		Who:        runcli.Who("api"),
 		Info:       app.Infof,
 	})
-	return m, func() {}, nil
+	stop := func() {}
+	if runController(o.Controller) {
+		stop = serveController(app, b)
+	}
+	return m, stop, nil
+}
+
+// inClusterEnv is set in every container of a pod (the API server's
+// service address), with the service account's token mounted beside it.
+const inClusterEnv = "KUBERNETES_SERVICE_HOST"
+
+// runController reports whether serve reconciles the CRDs: [orchestrator]
+// controller "on", or "auto" (the default) inside a cluster.
+func runController(setting string) bool {
+	switch setting {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	if os.Getenv(inClusterEnv) == "" {
+		return false
+	}
+	_, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/token")
+	return err == nil
+}
+
+// serveController runs the reconciler of AgentSandbox and
+// AgentSandboxPool objects (agentkernel-kube controller's) for as long
+// as serve runs, and returns what stops it. What it does goes to serve's
+// log; a pass that fails is retried at the next event or resync.
+func serveController(app *cli.App, b *kubernetes.Backend) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	app.Infof("reconciling AgentSandbox and AgentSandboxPool objects in namespace %s", b.Namespace())
+	go func() {
+		defer close(done)
+		var lastErr string
+		b.RunController(ctx, 30*time.Second, func(rc kubernetes.Reconciled, rp kubernetes.Reaped, err error) {
+			for _, n := range rc.Created {
+				app.Infof("controller: created %s", n)
+			}
+			for _, n := range append(rc.Expired, rp.Expired...) {
+				app.Infof("controller: expired %s", n)
+			}
+			for _, n := range rc.Removed {
+				app.Infof("controller: removed %s", n)
+			}
+			for _, n := range rc.Failed {
+				app.Warnf("controller: %s failed", n)
+			}
+			// The same failure at every pass is said once.
+			if err != nil && ctx.Err() == nil && err.Error() != lastErr {
+				app.Warnf("controller: %v", err)
+			}
+			lastErr = ""
+			if err != nil {
+				lastErr = err.Error()
+			}
+		})
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // kubeDoctor answers GET /doctor for serve on the kubernetes backend:

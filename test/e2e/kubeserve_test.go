@@ -15,8 +15,12 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	kbe "github.com/agentkernel/agentkernel/internal/backend/kubernetes"
 
 	"github.com/agentkernel/agentkernel/internal/contract"
 	"github.com/agentkernel/agentkernel/internal/testenv"
@@ -84,7 +88,9 @@ func TestAPIContractKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// containerd 1.6 cannot give a pod a user namespace.
-	cfg := fmt.Sprintf("[sandbox]\nbackend = \"kubernetes\"\n\n[orchestrator]\nkubeconfig = %q\nno_user_namespace = true\n", kc)
+	// controller = "on": serve also reconciles AgentSandbox objects, as
+	// it does by default inside a cluster.
+	cfg := fmt.Sprintf("[sandbox]\nbackend = \"kubernetes\"\n\n[orchestrator]\nkubeconfig = %q\nno_user_namespace = true\ncontroller = \"on\"\n", kc)
 	p := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -92,6 +98,7 @@ func TestAPIContractKubernetes(t *testing.T) {
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	a.must("crds", "install", "-B", "kubernetes")
 	s := startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
 	c := s.client(apiKey)
 	const name = "contract-api"
@@ -113,6 +120,31 @@ func TestAPIContractKubernetes(t *testing.T) {
 			t.Errorf("remove: %d %s", r.status, r.body)
 		}
 	}
+	// serve reconciles the CRDs: an AgentSandbox gets its pod, and loses
+	// it with the object.
+	t.Run("controller", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(&rest.Config{Host: l.URL, BearerToken: l.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: l.CAData}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := dyn.Resource(kbe.SandboxResource).Namespace(ns)
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "agentkernel.io/v1alpha1", "kind": "AgentSandbox",
+			"metadata": map[string]any{"name": "crd-sb"}, "spec": map[string]any{"image": ref}}}
+		if _, err := objs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		podIs := func(live bool) func() bool {
+			return func() bool {
+				p, err := cs.CoreV1().Pods(ns).Get(ctx, kbe.PodName("crd-sb"), metav1.GetOptions{})
+				return live == (err == nil && p.DeletionTimestamp == nil)
+			}
+		}
+		waitUntil(t, "pod of the AgentSandbox", podIs(true))
+		if err := objs.Delete(ctx, "crd-sb", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "removal of the pod with its AgentSandbox", podIs(false))
+	})
 	// Every answer, refusals included, is one openapi.yaml describes.
 	t.Run("openapi", func(t *testing.T) { s.rec.validateAnswers(t) })
 	// A case that failed half-way leaves its sandbox: remove it while
