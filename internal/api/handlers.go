@@ -303,13 +303,22 @@ func (s *Server) execute(ctx context.Context, spec *sandbox.Spec, fast bool, std
 
 // RunLocal runs spec for a local client of the daemon (its run socket),
 // forwarding sigs: in a warm sandbox from the pool when there is one
-// ("hit"), else in a sandbox prepared for it ("prepared"). Specs the
-// pools cannot take fail with sandbox.ErrUnsupported, and nothing runs.
+// ("hit"), else, on native, in a sandbox prepared for it ("prepared").
+// On another backend (spec.Backend: gvisor, docker, podman) a run that
+// finds its pool empty fails with sandbox.ErrUnsupported, nothing having
+// run: booting such a sandbox and then exec'ing the command costs more
+// than the client's own cold run, which it does instead while the pool
+// fills for the next one. Specs the pools cannot take, and backends
+// without pools, fail the same way.
 func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio, sigs <-chan os.Signal, warn func(string)) (sandbox.Result, string, error) {
 	start := time.Now()
 	defer func() { s.metrics.run(time.Since(start)) }()
 	if !poolable(spec) {
 		return sandbox.Result{}, "", fmt.Errorf("this run cannot use a prepared sandbox: %w", sandbox.ErrUnsupported)
+	}
+	native := spec.Backend == "" || strings.EqualFold(spec.Backend, "native")
+	if !native && !s.pools.preparable(spec.Backend) {
+		return sandbox.Result{}, "", fmt.Errorf("backend %q has no warm pools in this daemon: %w", spec.Backend, sandbox.ErrUnsupported)
 	}
 	// A refused command must not use up a warm sandbox, nor have one
 	// prepared for it.
@@ -320,6 +329,9 @@ func (s *Server) RunLocal(ctx context.Context, spec *sandbox.Spec, stdio sandbox
 	defer done()
 	s.metrics.poolRun(why)
 	served := "hit"
+	if sb == nil && !native {
+		return sandbox.Result{}, "", fmt.Errorf("no warm %s sandbox ready (%s): %w", spec.Backend, why, sandbox.ErrUnsupported)
+	}
 	if sb == nil {
 		var err error
 		if sb, err = s.opts.Manager.Prepare(ctx, spec.Backend, spec); err != nil {

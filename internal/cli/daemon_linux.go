@@ -42,8 +42,10 @@ environment: everything but the command), created by the first run of a
 spec and grown with the load, between [daemon] min_warm (default 1) and
 max_warm (default 8) sandboxes; 'daemon prewarm' fills one ahead of time
 and keeps it. Other pools go after 10 minutes without a run. The gvisor,
-docker and podman backends have pools of their own, which the API's fast
-runs naming that backend take ('daemon prewarm -B docker' fills one).
+docker and podman backends have pools of their own, which 'run -B' of that
+backend and the API's fast runs naming it take ('daemon prewarm -B docker'
+fills one); such a run that finds its pool empty builds its own sandbox, as
+without a daemon, while the pool fills.
 
 The daemon also serves the HTTP API (as 'agentkernel serve') on a unix
 socket under the data directory (daemon/api.sock, mode 0600: your user,
@@ -512,10 +514,10 @@ agentkernel.toml, then the project files. Commands that pick their own image
 (python3 → python:3.12-alpine) get their pool on first use, or name the image
 here with --image.
 
--B gvisor, docker or podman fills that backend's pool instead, which the
-API's fast runs naming the backend ("backend": "docker") take: a sandbox
-booted ahead with its idle first process, the command run in it as an exec.
-'agentkernel run' itself uses native's pools only.`,
+-B gvisor, docker or podman fills that backend's pool instead, which
+'agentkernel run -B' of that backend (with the same flags) and the API's
+fast runs naming it ("backend": "docker") take: a sandbox booted ahead with
+its idle first process, the command run in it as an exec.`,
 		Example: `  agentkernel daemon prewarm --mode claude
   agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4
   agentkernel daemon prewarm -B docker --image alpine:3.20 --count 2`,
@@ -532,7 +534,14 @@ booted ahead with its idle first process, the command run in it as an exec.
 			if p.PID() == 0 {
 				return &ExitError{Code: ExitAgentkernel, Err: errors.New("no agentkernel daemon is running"), Hint: "'agentkernel daemon start' starts one"}
 			}
-			spec, err := a.ResolveRunSpec(&ov, []string{"true"})
+			// Resolved as 'run -B' resolves its spec (a backend with
+			// loopback only keeps it to loopback), so that its runs
+			// find this pool.
+			b := strings.ToLower(strings.TrimSpace(backend))
+			if b == "native" {
+				b = ""
+			}
+			spec, err := a.ResolveRunSpecFor(&ov, []string{"true"}, b)
 			if err != nil {
 				return err
 			}
@@ -540,7 +549,7 @@ booted ahead with its idle first process, the command run in it as an exec.
 			if err != nil {
 				return err
 			}
-			if b := strings.ToLower(strings.TrimSpace(backend)); b != "" && b != "native" {
+			if b != "" {
 				be, err := mgr.Backend(b)
 				if err != nil {
 					return usageError("-B: %v", err)

@@ -280,6 +280,9 @@ func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 	if len(req.Args) == 0 {
 		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: syscall.ENOENT, Msg: "no command"}
 	}
+	if err := i.lookExec(req); err != nil {
+		return nil, err
+	}
 	var fds [3]int
 	for n, fd := range stdio {
 		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)

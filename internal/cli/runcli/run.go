@@ -56,8 +56,12 @@ When 'agentkernel daemon start' runs a daemon for the same data directory,
 run hands the command to it (unless --no-daemon or AGENTKERNEL_NO_DAEMON=1):
 the sandbox comes ready from the daemon's warm pool, built from the same
 spec, and the command gets this terminal's stdin, stdout and stderr, its
-signals and its exit status exactly as here. Runs with -t, --interactive
-or --keep, and any run when no daemon answers, build their sandbox here.
+signals and its exit status exactly as here. A run with -B gvisor, docker or
+podman takes that backend's pool ('daemon prewarm -B gvisor' fills one): a
+sandbox booted ahead, the command run in it; when that pool has no sandbox
+ready, the run builds its own here, as without a daemon. Runs with -t,
+--interactive or --keep, and any run when no daemon answers, build their
+sandbox here.
 
 Signals reach the command as in a terminal: Ctrl-C (SIGINT) and SIGQUIT go to
 its whole foreground job, the others to the command; a command still running
@@ -249,7 +253,7 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if res, err, ok := a.runViaDaemon(ctx, mgr, o.daemon, spec); ok {
+	if res, err, ok := a.runViaDaemon(ctx, mgr, o.daemon, spec, o.backend); ok {
 		if res.NetworkSummary != "" {
 			a.Warnf("%s", res.NetworkSummary)
 		}

@@ -15,6 +15,6 @@ func (*daemonClient) Close() {}
 
 func (a *App) startDaemonRun(o *RunOptions) *daemonClient { return nil }
 
-func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, dc *daemonClient, spec *sandbox.Spec) (sandbox.Result, error, bool) {
+func (a *App) runViaDaemon(ctx context.Context, mgr *sandbox.Manager, dc *daemonClient, spec *sandbox.Spec, backend string) (sandbox.Result, error, bool) {
 	return sandbox.Result{}, nil, false
 }
