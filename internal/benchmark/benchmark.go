@@ -55,7 +55,9 @@ type BackendReport struct {
 	Scores              Scores  `json:"scores"`
 }
 
-// Report is the whole report, as `benchmark --json` writes it.
+// Report is the whole report, as `benchmark --json` writes it: upstream's
+// fields, then the backends that could not be measured (with why) and
+// the one-off runs (Runs).
 type Report struct {
 	GeneratedAt        string          `json:"generated_at"`
 	Image              string          `json:"image"`
@@ -64,6 +66,111 @@ type Report struct {
 	PrimaryMetric      string          `json:"primary_metric"`
 	TotalScore         float64         `json:"total_score"`
 	Backends           []BackendReport `json:"backends"`
+	// Unavailable are the backends asked for whose lifecycles could not
+	// be measured here, each with the reason.
+	Unavailable []Unavailable `json:"unavailable"`
+	// Runs are the one-off runs of /bin/true per backend (absent with
+	// --runs=false).
+	Runs []BackendRuns `json:"runs,omitempty"`
+}
+
+// Unavailable is a backend that was not measured, and why.
+type Unavailable struct {
+	Backend string `json:"backend"`
+	Reason  string `json:"reason"`
+}
+
+// The cases of a backend's runs.
+const (
+	// CaseCold is a run of /bin/true in a sandbox built for it.
+	CaseCold = "cold"
+	// CasePooled is the same run in a sandbox prepared ahead (a warm
+	// pool's), its preparation not timed.
+	CasePooled = "pooled"
+	// CaseExec is /bin/true exec'd in a running persistent sandbox.
+	CaseExec = "exec"
+	// CaseTool is the tool underneath running /bin/true itself (docker
+	// run, podman run, runsc run).
+	CaseTool = "tool"
+)
+
+// RunCase is one timed case of a backend's runs, in milliseconds; a case
+// that could not be timed here has Unavailable set and no figures.
+type RunCase struct {
+	Case        string  `json:"case"`
+	Command     string  `json:"command"`
+	Runs        int     `json:"runs"`
+	MedianMS    float64 `json:"median_ms"`
+	MinMS       float64 `json:"min_ms"`
+	P95MS       float64 `json:"p95_ms"`
+	MaxMS       float64 `json:"max_ms"`
+	Unavailable string  `json:"unavailable,omitempty"`
+}
+
+// BackendRuns are one backend's run cases and the ratios of their
+// medians: pooled_over_cold, cold_over_tool, pooled_over_tool,
+// exec_over_tool (each only where both cases were timed). A backend
+// that could not be run at all has Available false and the reason.
+type BackendRuns struct {
+	Backend   string             `json:"backend"`
+	Available bool               `json:"available"`
+	Reason    string             `json:"reason,omitempty"`
+	Cases     []RunCase          `json:"cases"`
+	Ratios    map[string]float64 `json:"ratios"`
+}
+
+// Median is the middle of the values (the mean of the two middle ones
+// for an even count; 0 for none).
+func Median(v []float64) float64 {
+	n := len(v)
+	if n == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// Case makes a timed case of its durations.
+func Case(name, command string, times []time.Duration) RunCase {
+	c := RunCase{Case: name, Command: command, Runs: len(times)}
+	if len(times) == 0 {
+		return c
+	}
+	v := make([]float64, len(times))
+	for i, d := range times {
+		v[i] = ms(d)
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	c.MedianMS, c.MinMS, c.P95MS, c.MaxMS = Round2(Median(v)), Round2(s[0]), Round2(Percentile(s, 0.95)), Round2(s[len(s)-1])
+	return c
+}
+
+// Runs makes a backend's runs of its cases, with the ratios of their
+// medians.
+func Runs(backend string, cases []RunCase) BackendRuns {
+	r := BackendRuns{Backend: backend, Available: true, Cases: cases, Ratios: map[string]float64{}}
+	if r.Cases == nil {
+		r.Cases = []RunCase{}
+	}
+	med := map[string]float64{}
+	for _, c := range cases {
+		if c.Unavailable == "" && c.Runs > 0 && c.MedianMS > 0 {
+			med[c.Case] = c.MedianMS
+		}
+	}
+	for _, q := range [][2]string{{CasePooled, CaseCold}, {CaseCold, CaseTool}, {CasePooled, CaseTool}, {CaseExec, CaseTool}} {
+		a, okA := med[q[0]]
+		b, okB := med[q[1]]
+		if okA && okB {
+			r.Ratios[q[0]+"_over_"+q[1]] = Round2(a / b)
+		}
+	}
+	return r
 }
 
 // Sample is one measured lifecycle.
@@ -143,6 +250,7 @@ func New(now time.Time, image string, measured, warmup int, backends []BackendRe
 	if r.Backends == nil {
 		r.Backends = []BackendReport{}
 	}
+	r.Unavailable = []Unavailable{}
 	if len(backends) > 0 {
 		sum := 0.0
 		for _, b := range backends {
@@ -165,6 +273,57 @@ func WriteTable(w io.Writer, r Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nTotal score: %.2f (%d measured, %d warm-up iterations per backend, image %s)\n", r.TotalScore, r.MeasuredIterations, r.WarmupIterations, r.Image)
-	return err
+	if _, err := fmt.Fprintf(w, "\nTotal score: %.2f (%d measured, %d warm-up iterations per backend, image %s)\n", r.TotalScore, r.MeasuredIterations, r.WarmupIterations, r.Image); err != nil {
+		return err
+	}
+	for _, u := range r.Unavailable {
+		if _, err := fmt.Fprintf(w, "%s: not measured: %s\n", u.Backend, u.Reason); err != nil {
+			return err
+		}
+	}
+	return WriteRuns(w, r.Runs)
+}
+
+// WriteRuns writes the runs as a table: per backend and case the median,
+// min and p95, and the median over the cold run's and over the tool's;
+// a case or backend not timed says why.
+func WriteRuns(w io.Writer, runs []BackendRuns) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\nOne-off runs of /bin/true (medians):"); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Backend\tCase\tRuns\tMedian\tMin\tp95\t× cold\t× tool\tCommand")
+	for _, b := range runs {
+		if !b.Available {
+			fmt.Fprintf(tw, "%s\tnot available\t\t\t\t\t\t\t%s\n", b.Backend, b.Reason)
+			continue
+		}
+		var cold, tool float64
+		for _, c := range b.Cases {
+			if c.Unavailable == "" && c.Case == CaseCold {
+				cold = c.MedianMS
+			}
+			if c.Unavailable == "" && c.Case == CaseTool {
+				tool = c.MedianMS
+			}
+		}
+		for _, c := range b.Cases {
+			if c.Unavailable != "" {
+				fmt.Fprintf(tw, "%s\t%s\tnot timed\t\t\t\t\t\t%s: %s\n", b.Backend, c.Case, c.Command, c.Unavailable)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t%s\t%s\n", b.Backend, c.Case, c.Runs, c.MedianMS, c.MinMS, c.P95MS, ratio(c.MedianMS, cold), ratio(c.MedianMS, tool), c.Command)
+		}
+	}
+	return tw.Flush()
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
 }

@@ -89,7 +89,9 @@ func TestReportJSON(t *testing.T) {
 		sort.Strings(k)
 		return strings.Join(k, ",")
 	}
-	if got := keys(doc); got != "backends,generated_at,image,measured_iterations,primary_metric,total_score,warmup_iterations" {
+	// Upstream's keys, and the backends not measured (none here); the
+	// runs only when they were timed.
+	if got := keys(doc); got != "backends,generated_at,image,measured_iterations,primary_metric,total_score,unavailable,warmup_iterations" {
 		t.Fatalf("top-level keys %s", got)
 	}
 	if doc["primary_metric"] != "total_score" || doc["generated_at"] != "2026-11-26T18:00:00Z" || doc["measured_iterations"] != 1.0 || doc["warmup_iterations"] != 2.0 {
@@ -119,6 +121,49 @@ func TestReportJSON(t *testing.T) {
 	for _, want := range []string{"Backend", "Startup", "Exec", "Total", "Throughput", "Score", "native", "33.50", "p95", "Total score: 18.43"} {
 		if !strings.Contains(tab.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tab.String())
+		}
+	}
+}
+
+func TestRunsMediansAndRatios(t *testing.T) {
+	if Median([]float64{3, 1, 2}) != 2 || Median([]float64{4, 1, 3, 2}) != 2.5 || Median(nil) != 0 {
+		t.Fatal("Median")
+	}
+	msd := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	cold := Case(CaseCold, "run", msd(400, 100, 300, 200))
+	if cold.Runs != 4 || cold.MedianMS != 250 || cold.MinMS != 100 || cold.MaxMS != 400 || cold.P95MS != 400 {
+		t.Fatalf("cold %+v", cold)
+	}
+	r := Runs("gvisor", []RunCase{cold, Case(CasePooled, "pooled", msd(50, 50, 60)), Case(CaseExec, "exec", msd(20)),
+		Case(CaseTool, "runsc run", msd(200)), {Case: "other", Unavailable: "why"}})
+	want := map[string]float64{"pooled_over_cold": 0.2, "cold_over_tool": 1.25, "pooled_over_tool": 0.25, "exec_over_tool": 0.1}
+	if !r.Available || len(r.Ratios) != len(want) {
+		t.Fatalf("ratios %v", r.Ratios)
+	}
+	for k, v := range want {
+		if r.Ratios[k] != v {
+			t.Errorf("%s = %v, want %v", k, r.Ratios[k], v)
+		}
+	}
+	// No tool: no ratio over it.
+	r = Runs("native", []RunCase{cold, {Case: CaseTool, Unavailable: "no tool underneath"}})
+	if len(r.Ratios) != 0 {
+		t.Errorf("ratios without the other case: %v", r.Ratios)
+	}
+	var b strings.Builder
+	if err := WriteRuns(&b, []BackendRuns{Runs("gvisor", []RunCase{cold, Case(CaseTool, "runsc run", msd(200))}),
+		{Backend: "docker", Reason: "no engine answers"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"250.00 ms", "1.25", "docker", "not available", "no engine answers"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, b.String())
 		}
 	}
 }

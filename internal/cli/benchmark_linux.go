@@ -27,10 +27,11 @@ type benchmarkOptions struct {
 	image      string
 	asJSON     bool
 	output     string
+	runs       bool
 }
 
 func newBenchmarkCmd(a *App) *cobra.Command {
-	o := benchmarkOptions{backends: benchmarkBackends}
+	o := benchmarkOptions{backends: benchmarkBackends, runs: true}
 	cmd := &cobra.Command{
 		Use:   "benchmark [flags]",
 		Short: "Time persistent sandboxes' lifecycles on each backend and score them",
@@ -41,7 +42,22 @@ it. --warmup lifecycles come first and are not counted; then --iterations
 are measured. The image is made ready once before anything is timed.
 
 A backend that cannot host persistent sandboxes here (no engine answers,
-no runsc, not root, ...) is skipped with one line saying why.
+no runsc, not root, ...) is not measured: one line on stderr says why, and
+the report names it with the reason (the table's last lines, "unavailable"
+in JSON).
+
+Then, unless --runs=false, one-off runs of /bin/true on each backend (the
+restrictive profile, the same limits, no network), interleaved, --warmup
+untimed first: "cold" (a sandbox built for the run, as 'agentkernel run
+--no-daemon'), "pooled" (a sandbox prepared ahead, as a warm pool's, its
+preparation not timed), "exec" (a round trip into a running persistent
+sandbox) and "tool", the tool underneath running /bin/true by itself where
+it is installed: docker run or podman run (--rm, no network, the same
+limits) of the image the backend loaded into the engine, runsc run of a
+bundle whose root is the image's layers. Each case's median, min and p95,
+and the medians over the cold run's and the tool's ("runs" in JSON, with
+"ratios": pooled_over_cold, cold_over_tool, pooled_over_tool,
+exec_over_tool). A case that cannot be timed here says why.
 
 The report (the table, or --json) gives per backend the startup (create
 and start), exec and whole-lifecycle times (min, mean, p50, p95, max: the
@@ -67,6 +83,7 @@ machine and on what else runs on it.`,
 	fs.StringVar(&o.image, "image", "alpine:3.20", "image of the sandboxes")
 	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON instead of a table")
 	fs.StringVarP(&o.output, "output", "o", "", "also write the report as JSON to FILE")
+	fs.BoolVar(&o.runs, "runs", o.runs, "also time one-off runs of /bin/true per backend: cold, pooled, exec, and the tool underneath")
 	return cmd
 }
 
@@ -89,6 +106,8 @@ func (a *App) benchmark(ctx context.Context, o *benchmarkOptions) error {
 	}
 	defer done()
 	var reports []benchmark.BackendReport
+	var unavailable []benchmark.Unavailable
+	var runs []benchmark.BackendRuns
 	for _, name := range o.backends {
 		name = strings.ToLower(strings.TrimSpace(name))
 		if name == "" {
@@ -100,11 +119,21 @@ func (a *App) benchmark(ctx context.Context, o *benchmarkOptions) error {
 				return ctx.Err()
 			}
 			fmt.Fprintf(a.Stderr, "agentkernel: benchmark: skipping %s: %s\n", name, oneLine(err))
-			continue
+			unavailable = append(unavailable, benchmark.Unavailable{Backend: name, Reason: oneLine(err)})
+		} else {
+			reports = append(reports, benchmark.Backend(name, samples))
 		}
-		reports = append(reports, benchmark.Backend(name, samples))
+		if o.runs {
+			br := a.benchmarkRuns(ctx, m, name, o)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			runs = append(runs, br)
+		}
 	}
 	r := benchmark.New(time.Now(), o.image, o.iterations, o.warmup, reports)
+	r.Unavailable = append(r.Unavailable, unavailable...)
+	r.Runs = runs
 	raw, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
