@@ -15,6 +15,12 @@
 // 0.45·startup + 0.10·exec + 0.30·latency + 0.15·throughput; the
 // report's total_score is the mean of its backends'. Every figure is
 // rounded to 2 decimals.
+//
+// Beside upstream's report: the backends that could not be measured,
+// each with the reason (Unavailable), and one-off runs of /bin/true per
+// backend (BackendRuns): the cases cold, pooled, exec and the tool
+// underneath, each's median (the middle value, or the mean of the two
+// middle ones), min, p95 and max, and the ratios of their medians.
 package benchmark
 
 import (

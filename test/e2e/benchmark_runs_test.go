@@ -18,6 +18,10 @@ import (
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
+// benchRunsEnv, set to a number N, makes TestBenchmarkRuns first run the
+// benchmark with N iterations and log its table (bench/README.md).
+const benchRunsEnv = "AGENTKERNEL_E2E_BENCH_RUNS"
+
 // TestBenchmarkRuns: benchmark's one-off runs on real backends (native,
 // gvisor with runsc, docker on a private dockerd): per backend the cold,
 // pooled and exec cases and the tool underneath (runsc run, docker run)
@@ -48,7 +52,20 @@ func TestBenchmarkRuns(t *testing.T) {
 		backends += ",docker"
 		docker = true
 	}
-	r := a.runFor(5*time.Minute, "benchmark", "--backends", backends, "--iterations", "3", "--warmup", "1", "--image", ref, "--json")
+	if host, stop, err := harness.StartPodmanService(filepath.Join(work, "podman")); err != nil {
+		testenv.Missing(t, "podman: %v", err)
+	} else {
+		t.Cleanup(stop)
+		a.env = append(a.env, "CONTAINER_HOST="+host)
+		backends += ",podman"
+	}
+	iterations := "3"
+	if n := os.Getenv(benchRunsEnv); n != "" {
+		// Measuring: the table of n runs per case, logged.
+		r := a.runFor(30*time.Minute, "benchmark", "--backends", strings.Replace(backends, ",firecracker", "", 1), "--iterations", n, "--warmup", "2", "--image", ref)
+		t.Logf("benchmark, %s iterations:\n%s\n%s", n, r.stdout, r.stderr)
+	}
+	r := a.runFor(5*time.Minute, "benchmark", "--backends", backends, "--iterations", iterations, "--warmup", "1", "--image", ref, "--json")
 	if r.code != 0 {
 		t.Fatalf("benchmark: %v", r)
 	}
@@ -84,6 +101,9 @@ func TestBenchmarkRuns(t *testing.T) {
 	want := map[string][]string{"native": {"cold", "pooled", "exec"}, "gvisor": {"cold", "pooled", "exec", "tool"}}
 	if docker {
 		want["docker"] = want["gvisor"]
+	}
+	if strings.Contains(backends, "podman") {
+		want["podman"] = want["gvisor"]
 	}
 	for b, cases := range want {
 		if !runs[b].Available {
