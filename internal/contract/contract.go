@@ -50,6 +50,10 @@ const (
 	// SuiteAPI is the HTTP API contract test with the backend as the
 	// server's default: Check is a step's name, Want as SuiteFiles.
 	SuiteAPI = "api"
+	// SuiteNodeSDK is the official Node SDK's script against serve with
+	// the backend as the server's default: Check is an SDK call's case,
+	// Want as SuiteFiles.
+	SuiteNodeSDK = "nodesdk"
 )
 
 // Wants that are not a probe's result.

@@ -32,7 +32,7 @@ func TestRows(t *testing.T) {
 			if !ok {
 				t.Errorf("%+v: an attack row wants allowed, n-a or error (a host check: fails, for every profile)", d)
 			}
-		case SuiteFiles, SuiteAPI:
+		case SuiteFiles, SuiteAPI, SuiteNodeSDK:
 			if (d.Want != Differs && d.Want != Unsupported) || d.Profiles != nil {
 				t.Errorf("%+v: a %s row wants %s or %s, for every profile", d, d.Suite, Differs, Unsupported)
 			}
