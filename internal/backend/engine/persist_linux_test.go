@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/backend/engine"
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/supervisor"
 )
 
@@ -111,8 +113,17 @@ func testPersistent(t *testing.T, f *fixture) {
 	if code, out := execOut(t, c, "", "cat", "/proc/1/cmdline"); code != 0 || !strings.HasPrefix(out, "/.agentkernel-idle") {
 		t.Errorf("PID 1: %d %q", code, out)
 	}
-	if code, _ := execOut(t, c, "", "/no/such/command"); code != 126 && code != 127 {
-		t.Errorf("missing command: exit %d", code)
+	// A command that is not there is not found (127), as a run's and as
+	// on native and gvisor, never the engine's 126 with its runtime's
+	// words on the command's output; by path and by name in the PATH.
+	for _, cmd := range []string{"/no/such/command", "no-such-command-here"} {
+		in, out := tempFile(t, ""), tempFile(t, "")
+		if _, err := c.Exec(ctx, agent.ExecRequest{Args: []string{cmd}}, in, out, out, nil); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("missing command %s: %v, want sandbox.ErrNotFound", cmd, err)
+		}
+		if b, _ := os.ReadFile(out.Name()); len(b) != 0 {
+			t.Errorf("missing command %s wrote %q", cmd, b)
+		}
 	}
 	// The workspace is copy-on-write; the root is writable.
 	if code, out := execOut(t, c, "", "sh", "-c", "echo changed > /workspace/src && echo kept > /workspace/new && echo root > /root-file && cat /workspace/src"); code != 0 || out != "changed\n" {
