@@ -29,10 +29,12 @@ func (r *run) start(stdio sandbox.Stdio, errLog *os.File, con *console) (*exec.C
 	if err := r.prepare(con); err != nil {
 		return nil, err
 	}
+	r.trace.stage("bundle written")
 	if r.tun != nil {
 		if err := r.startNetwork(); err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
+		r.trace.stage("network helper started")
 	}
 	cmd := r.runCmd(r.state(), r.id, con)
 	if con != nil {
@@ -117,13 +119,16 @@ func (r *run) prepare(con *console) error {
 			return err
 		}
 	}
+	r.trace.stage("namespace unshared")
 	if err := r.mountRoot(); err != nil {
 		return err
 	}
+	r.trace.stage("root mounted")
 	mounts, err := r.volumes()
 	if err != nil {
 		return err
 	}
+	r.trace.stage("volumes mounted")
 	pspec := r.spec
 	if r.keep != "" {
 		c := *r.spec
@@ -171,6 +176,8 @@ func (r *run) prepare(con *console) error {
 		// remove what runsc could not (Boot).
 		s.Linux.CgroupsPath = cgroupName(r.id)
 	}
+	// The CPU quota from the command's start, not over gVisor's boot.
+	cpuQuotaHook(s)
 	if netNeeded(r.spec) {
 		for i := range s.Linux.Namespaces {
 			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {

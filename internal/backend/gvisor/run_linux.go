@@ -56,6 +56,8 @@ type run struct {
 	// keep is a persistent sandbox's directory (its writable layer);
 	// "" for a run.
 	keep string
+	// trace writes the run's stage lines (TraceEnv).
+	trace tracer
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -65,6 +67,8 @@ func (r *run) rootfs() string { return r.dir + "/bundle/rootfs" }
 // Run runs spec.Args under runsc to completion and removes every trace
 // of the sandbox: its container state, mounts, cgroup and directory.
 func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Stdio) (sandbox.Result, error) {
+	trace := newTracer()
+	trace.stage("Run")
 	// A prestarted native sandbox thread is of no use here.
 	prestart.Discard()
 	if err := refuse(b, spec); err != nil {
@@ -84,7 +88,8 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 	if err := checkRunsc(ctx, runsc, base); err != nil {
 		return sandbox.Result{}, err
 	}
-	r := &run{b: b, spec: spec, runsc: runsc, id: "agentkernel-" + randomHex()}
+	trace.stage("runsc checked")
+	r := &run{b: b, spec: spec, runsc: runsc, id: "agentkernel-" + randomHex(), trace: trace}
 	r.dir = filepath.Join(base, r.id)
 	if err := os.Mkdir(r.dir, 0o700); err != nil {
 		return sandbox.Result{}, err
@@ -181,6 +186,7 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 		}
 	})
 	st := <-startCh
+	r.trace.stage("runsc started")
 	if st.err != nil {
 		if con != nil {
 			con.close()
@@ -248,6 +254,7 @@ wait:
 			}
 		}
 	}
+	r.trace.stage("runsc exited")
 	if con != nil {
 		con.close()
 	}
@@ -342,16 +349,20 @@ func (r *run) command() string {
 // cleanup removes what the run left: runsc's container (when runsc did
 // not delete it itself) and the run's directory.
 func (r *run) cleanup() {
+	r.trace.stage("cleanup")
 	_ = r.stopNetwork(nil)
 	if left, _ := os.ReadDir(r.state()); containerLeft(left) {
 		_ = exec.Command(r.runsc, "--root", r.state(), "delete", "--force", r.id).Run()
+		r.trace.stage("runsc delete")
 	}
 	if resources(r.spec.Resources) != nil || r.keep != "" {
 		removeCgroups(cgroupName(r.id))
+		r.trace.stage("cgroups removed")
 	}
 	if err := os.RemoveAll(r.dir); err != nil {
 		r.b.opts.Warn(fmt.Sprintf("removing the gvisor sandbox's directory: %v", err))
 	}
+	r.trace.stage("directory removed")
 }
 
 // containerLeft reports whether runsc's state directory still holds a
