@@ -1,7 +1,8 @@
 // Command enginebench times `agentkernel run -B docker`, `-B podman` and
 // `-B gvisor` against the tools underneath, `docker run --rm --network
-// none`, `podman run --rm --network none` and `runsc run` of a bundle,
-// on the same busybox image, interleaved run by run, and prints a
+// none`, `podman run --rm --network none` and `runsc run` of a bundle
+// (bare, and with the cgroup limits of the profile the runs use), on the
+// same busybox image, interleaved run by run, and prints a
 // Markdown table of medians. With -pooled (the default) it also times
 // the same run through the API server (`agentkernel-full serve` on a
 // unix socket, one curl request each): cold ("fast": false) and from the
@@ -92,10 +93,21 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 			if err != nil {
 				return err
 			}
+			limited, err := limitedBundle(bundle, filepath.Join(work, "gvisor", "limited"))
+			if err != nil {
+				return err
+			}
 			// One container id per run ($$ is the shell's pid): runsc
-			// run creates, starts, waits for and deletes it.
-			cases = append(cases, harness.Case{Name: "runsc run", Argv: []string{"sh", "-c",
-				"exec " + runsc + " --root " + filepath.Join(work, "gvisor", "state") + " --network=none run --bundle " + bundle + " enginebench-$$"}})
+			// run creates, starts, waits for and deletes it. The first
+			// bundle is runsc spec's alone; the second adds the cgroup
+			// limits of agentkernel's restrictive profile, which the
+			// agentkernel case runs under.
+			state := filepath.Join(work, "gvisor", "state")
+			cases = append(cases,
+				harness.Case{Name: "runsc run", Argv: []string{"sh", "-c",
+					"exec " + runsc + " --root " + state + " --network=none run --bundle " + bundle + " enginebench-$$"}},
+				harness.Case{Name: "runsc run, limits", Argv: []string{"sh", "-c",
+					"exec " + runsc + " --root " + state + " --network=none run --bundle " + limited + " enginebench-$$"}})
 			gvisorCase = true
 			continue
 		default:
@@ -258,6 +270,40 @@ func runscBundle(dir string) (string, error) {
 		return "", fmt.Errorf("runsc spec: %v: %s", err, out)
 	}
 	return bundle, nil
+}
+
+// limitedBundle makes a bundle in dir that is bundle (its root named by
+// absolute path) with the restrictive profile's cgroup limits: 512 MiB
+// of memory, half a CPU, 256 processes, in a cgroup runsc makes beside
+// its own and removes after each run.
+func limitedBundle(bundle, dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return "", err
+	}
+	root, _ := cfg["root"].(map[string]any)
+	linux, _ := cfg["linux"].(map[string]any)
+	if root == nil || linux == nil {
+		return "", errors.New("runsc spec: no root or linux section")
+	}
+	root["path"] = filepath.Join(bundle, "rootfs")
+	linux["cgroupsPath"] = "enginebench-limits"
+	linux["resources"] = map[string]any{
+		"memory": map[string]any{"limit": 512 << 20},
+		"cpu":    map[string]any{"quota": 50000, "period": 100000},
+		"pids":   map[string]any{"limit": 256},
+	}
+	if b, err = json.Marshal(cfg); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
 }
 
 // startServe starts `agentkernel-full serve` on a unix socket and waits
