@@ -37,8 +37,13 @@
 //     native.ResolveUser), host name, the profile's capabilities (bounding
 //     set; effective and permitted for root only, as setuid leaves them),
 //     no_new_privs, the open-files limit, a read-only root, the spec's
-//     mounts, and memory, CPU and process limits as cgroup resources
-//     (runsc creates the cgroup below agentkernel's own, and removes it).
+//     mounts, and memory and process limits as cgroup resources (runsc
+//     creates the cgroup below agentkernel's own, and removes it). The
+//     CPU quota is written into that cgroup by a createRuntime hook,
+//     after gVisor's boot and before the command starts, so that the
+//     boot does not run under it (cpuquota_linux.go).
+//   - AGENTKERNEL_TRACE_STAGES=1 writes the run's stages to stderr
+//     (trace_linux.go; bench/cmd/stagetrace reads them).
 //   - A sandbox with network egress or published ports gets native's
 //     network (network_linux.go): a network namespace of the run's own
 //     with the TUN device eth0, whose other end is the network helper
