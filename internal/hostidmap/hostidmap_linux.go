@@ -1,0 +1,189 @@
+package hostidmap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
+)
+
+// Owner is whom a mount's writes are for.
+type Owner struct {
+	// UID and GID stand for the sandbox's root (0).
+	UID, GID int
+	// Base is the first host id of the sandbox's block: its id n
+	// (1 ≤ n < idrange.Size) is host id Base+n.
+	Base uint32
+}
+
+// InvokingUser is who runs agentkernel: under sudo the user who ran sudo
+// (SUDO_UID, SUDO_GID), else the real ids of this process (as the native
+// backend decides it).
+func InvokingUser() (uid, gid int) {
+	uid, gid = os.Getuid(), os.Getgid()
+	if uid != 0 {
+		return uid, gid
+	}
+	u, err1 := strconv.Atoi(os.Getenv("SUDO_UID"))
+	g, err2 := strconv.Atoi(os.Getenv("SUDO_GID"))
+	if err1 == nil && err2 == nil && u > 0 && g >= 0 {
+		return u, g
+	}
+	return uid, gid
+}
+
+// Lease takes a block of host ids for one sandbox (held until the
+// lease's Release or this process's end) and returns the invoking
+// user's Owner over it.
+func Lease() (Owner, *idrange.Lease, error) {
+	l, err := idrange.Default().Acquire()
+	if err != nil {
+		return Owner{}, nil, fmt.Errorf("allocating the sandbox's host id range: %w", err)
+	}
+	uid, gid := InvokingUser()
+	o := Owner{UID: uid, GID: gid, Base: l.Base}
+	if err := o.check(); err != nil {
+		l.Release()
+		return Owner{}, nil, err
+	}
+	return o, l, nil
+}
+
+func (o Owner) check() error {
+	in := func(id int) bool { return id > int(o.Base) && id < int(o.Base)+idrange.Size }
+	switch {
+	case o.UID < 0 || o.GID < 0:
+		return fmt.Errorf("owner %d:%d is not a host user", o.UID, o.GID)
+	case o.Base < idrange.First:
+		return fmt.Errorf("host id block %d is below the sandboxes' range (%d)", o.Base, idrange.First)
+	case in(o.UID) || in(o.GID):
+		return fmt.Errorf("the invoking user %d:%d has ids inside the sandbox's host id range %d-%d", o.UID, o.GID, o.Base, o.Base+idrange.Size-1)
+	}
+	return nil
+}
+
+// maps are the user namespace's uid_map and gid_map.
+func (o Owner) maps() (uidMap, gidMap string) {
+	line := func(owner int) string {
+		return strconv.Itoa(owner) + " 0 1\n" +
+			strconv.FormatUint(uint64(o.Base)+1, 10) + " 1 " + strconv.Itoa(idrange.Size-1) + "\n"
+	}
+	return line(o.UID), line(o.GID)
+}
+
+// Userns makes a user namespace with o's maps and returns a descriptor
+// of it (close-on-exec). Its one process is a child that execve stops
+// (ptrace) before it runs anything, killed once the namespace is open.
+func Userns(o Owner) (int, error) {
+	if err := o.check(); err != nil {
+		return -1, err
+	}
+	uidMap, gidMap := o.maps()
+	// ptrace's tracer is a thread: the child is stopped, opened and
+	// killed from this one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return -1, err
+	}
+	defer devnull.Close()
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"agentkernel-idmap"}, &syscall.ProcAttr{
+		Env:   []string{},
+		Files: []uintptr{devnull.Fd(), devnull.Fd(), devnull.Fd()},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER,
+			Ptrace:     true,
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return -1, fmt.Errorf("a user namespace for the idmapped mount: %w", err)
+	}
+	defer func() {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	p := "/proc/" + strconv.Itoa(pid)
+	if err := os.WriteFile(p+"/uid_map", []byte(uidMap), 0); err != nil {
+		return -1, fmt.Errorf("the idmapped mount's uid map: %w", err)
+	}
+	if err := os.WriteFile(p+"/gid_map", []byte(gidMap), 0); err != nil {
+		return -1, fmt.Errorf("the idmapped mount's gid map: %w", err)
+	}
+	fd, err := unix.Open(p+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("the idmapped mount's user namespace: %w", err)
+	}
+	return fd, nil
+}
+
+// Clone is a detached idmapped clone of src (a directory or a file, the
+// mount it is on without the mounts below it) through userns, nosuid and
+// nodev, read-only with ro: a descriptor for move_mount.
+func Clone(src string, userns int, ro bool) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", src, err)
+	}
+	flags := uint64(unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if ro {
+		flags |= unix.MOUNT_ATTR_RDONLY
+	}
+	attr := &unix.MountAttr{Attr_set: flags, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM) {
+			return -1, fmt.Errorf("idmapping %s (its file system must support idmapped mounts): %w", src, err)
+		}
+		return -1, fmt.Errorf("idmapping %s: %w", src, err)
+	}
+	return fd, nil
+}
+
+// Mount attaches at dst (an existing directory, or file for a file src)
+// an idmapped clone of src for o: see the package's doc.
+func Mount(src, dst string, o Owner) error {
+	ns, err := Userns(o)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ns)
+	fd, err := Clone(src, ns, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// MountPoint makes dst as a mount point for src: a directory for a
+// directory, an empty file otherwise.
+func MountPoint(src, dst string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return os.Mkdir(dst, 0o700)
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package hostidmap
+
+import "errors"
+
+// Owner is whom a mount's writes are for (Linux only).
+type Owner struct {
+	UID, GID int
+	Base     uint32
+}
+
+var errLinux = errors.New("idmapped mounts are Linux's")
+
+// Mount is Linux's.
+func Mount(src, dst string, o Owner) error { return errLinux }
+
+// MountPoint is Linux's.
+func MountPoint(src, dst string) error { return errLinux }
