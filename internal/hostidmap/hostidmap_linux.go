@@ -187,3 +187,91 @@ func MountPoint(src, dst string) error {
 	}
 	return f.Close()
 }
+
+// MountIn is Mount of each srcs[i] on dsts[i] in the mount namespace of
+// process pid (a container engine's daemon, which may have one of its
+// own), its mount points already made. The clones are taken here, where
+// the sources are the caller's paths, and attached there by a thread
+// that enters that namespace and ends with the call. unmount detaches
+// them again (the containers that bound them keep their own copies).
+func MountIn(pid int, o Owner, srcs, dsts []string) (unmount func() error, err error) {
+	ns, err := Userns(o)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(ns)
+	var trees []int
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	for _, src := range srcs {
+		fd, err := Clone(src, ns, false)
+		if err != nil {
+			return nil, err
+		}
+		trees = append(trees, fd)
+	}
+	err = inMountNS(pid, func() error {
+		for i, fd := range trees {
+			if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dsts[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				for _, d := range dsts[:i] {
+					_ = unix.Unmount(d, unix.MNT_DETACH)
+				}
+				return fmt.Errorf("move_mount %s: %w", dsts[i], err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		return inMountNS(pid, func() error {
+			var errs []error
+			for _, d := range dsts {
+				if err := unix.Unmount(d, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+					errs = append(errs, fmt.Errorf("unmounting %s: %w", d, err))
+				}
+			}
+			return errors.Join(errs...)
+		})
+	}, nil
+}
+
+// inMountNS runs f in the mount namespace of pid: on this thread where
+// it is already this process's, else on a thread of its own that enters
+// it and is never used again.
+func inMountNS(pid int, f func() error) error {
+	target := "/proc/" + strconv.Itoa(pid) + "/ns/mnt"
+	var a, b unix.Stat_t
+	if err := unix.Stat(target, &a); err != nil {
+		return fmt.Errorf("the engine's mount namespace: %w", err)
+	}
+	if err := unix.Stat("/proc/self/ns/mnt", &b); err == nil && a.Ino == b.Ino && a.Dev == b.Dev {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine, in the
+		// other namespace.
+		runtime.LockOSThread()
+		fd, err := unix.Open(target, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			done <- fmt.Errorf("the engine's mount namespace: %w", err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
+			done <- fmt.Errorf("entering the engine's mount namespace: %w", err)
+			return
+		}
+		done <- f()
+	}()
+	return <-done
+}

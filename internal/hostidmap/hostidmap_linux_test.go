@@ -1,8 +1,11 @@
 package hostidmap
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -99,5 +102,46 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMountIn attaches the clone in another process's mount namespace,
+// as for an engine daemon that has one of its own: written through that
+// namespace the files are the owner's; this namespace never sees the
+// mount; unmount takes it away there.
+func TestMountIn(t *testing.T) {
+	testenv.RequireRoot(t)
+	l, err := idrange.Default().Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	o := Owner{UID: 4321, GID: 4322, Base: l.Base}
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	must(t, os.Mkdir(src, 0o755))
+	must(t, os.Chown(src, o.UID, o.GID))
+	must(t, MountPoint(src, dst))
+	other := exec.Command("sleep", "60")
+	other.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	must(t, other.Start())
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	unmount, err := MountIn(other.Process.Pid, o, []string{src}, []string{dst})
+	if err != nil {
+		testenv.Missing(t, "idmapped mounts on %s: %v", dir, err)
+	}
+	there := fmt.Sprintf("/proc/%d/root%s", other.Process.Pid, dst)
+	must(t, os.WriteFile(there+"/new", []byte("x"), 0o644))
+	var st unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(src, "new"), &st))
+	if st.Uid != 4321 || st.Gid != 4322 {
+		t.Errorf("written in the other namespace, the file is host %d:%d, want 4321:4322", st.Uid, st.Gid)
+	}
+	if ents, _ := os.ReadDir(dst); len(ents) != 0 {
+		t.Errorf("this namespace sees the mount: %v", ents)
+	}
+	must(t, unmount())
+	if _, err := os.Stat(there + "/new"); err == nil {
+		t.Error("the mount is still there after unmount")
 	}
 }

@@ -29,6 +29,6 @@ func GC(ctx context.Context, dataDir string) ([]string, error) { return nil, nil
 func ConfineProcess() error { return sandbox.ErrUnsupported }
 
 // SeccompProfileJSON builds profiles from Linux's tables only.
-func SeccompProfileJSON(profile string, caps []string) ([]byte, error) {
+func SeccompProfileJSON(profile string, caps []string, guardSetid bool) ([]byte, error) {
 	return nil, fmt.Errorf("seccomp profiles are built on Linux: %w", sandbox.ErrUnsupported)
 }
