@@ -227,14 +227,23 @@ func (b *Backend) securityOpts(spec *sandbox.Spec) (opts []string, cleanup func(
 	if spec.Security.NoNewPrivs {
 		opts = append(opts, "no-new-privileges")
 	}
-	switch p := spec.Security.Seccomp; p {
-	case sandbox.SeccompUnconfined:
+	// A writable host directory's files are the invoking user's
+	// (ownedBinds): no set-id file or file capability may be left there.
+	guard := writableBind(spec)
+	switch p := spec.Security.Seccomp; {
+	case p == sandbox.SeccompUnconfined && !guard:
 		opts = append(opts, "seccomp=unconfined")
 	default:
 		if p == "" {
 			p = sandbox.SeccompDefault
 		}
-		prof, err := native.SeccompProfileJSON(string(p), spec.Security.Capabilities)
+		var prof []byte
+		var err error
+		if p == sandbox.SeccompUnconfined {
+			prof, err = native.SetidGuardJSON()
+		} else {
+			prof, err = native.SeccompProfileJSON(string(p), spec.Security.Capabilities, guard)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend %s: seccomp profile %s: %w", b.name, p, err)
 		}
@@ -443,6 +452,12 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 			}
 		}
 	}
+	owned, unmount, release, err := b.ownedBinds(spec)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	defer release()
+	defer unmount() // after the container's removal, below
 	cli, err := client.New(client.WithHost(b.host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return sandbox.Result{}, fmt.Errorf("backend %s: engine address %q: %w", b.name, b.host, err)
@@ -471,7 +486,7 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 		defer removeVolumes() // after the container's removal, below
 	}
 	stdin := stdio.Stdin != nil
-	created, err := cli.ContainerCreate(ctx, b.createOptions(spec, ref, secOpts, stdin, volumes))
+	created, err := cli.ContainerCreate(ctx, b.createOptions(owned, ref, secOpts, stdin, volumes))
 	cleanup()
 	if err != nil {
 		return sandbox.Result{}, b.engineError("creating the container", err)
@@ -488,6 +503,16 @@ func runDirPrefix(spec *sandbox.Spec) string {
 		return n + "."
 	}
 	return "agentkernel-run."
+}
+
+// writableBind says whether spec binds a host path writable.
+func writableBind(spec *sandbox.Spec) bool {
+	for _, m := range spec.Mounts {
+		if m.Kind == sandbox.MountBind && !m.ReadOnly {
+			return true
+		}
+	}
+	return false
 }
 
 // hasCow says whether spec has a writable copy-on-write mount.

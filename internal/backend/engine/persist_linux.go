@@ -81,6 +81,19 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 			}
 		}
 	}
+	owned, unmount, release, err := b.ownedBinds(spec)
+	if err != nil {
+		return nil, err
+	}
+	// The started container keeps its own copies of the mounts; the
+	// block of ids stays the sandbox's until its end (removeVolumes).
+	defer unmount()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
 	cli, err := client.New(client.WithHost(b.host), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: engine address %q: %w", b.name, b.host, err)
@@ -97,11 +110,16 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	}
 	// A container of an earlier boot whose supervisor was killed.
 	b.remove(cli, containerName(spec))
-	volumes, removeVolumes, err := b.cowVolumes(ctx, cli, spec, dir)
+	volumes, removeCow, err := b.cowVolumes(ctx, cli, spec, dir)
 	if err != nil {
 		return nil, err
 	}
-	boot := *spec
+	released = true
+	removeVolumes := func() {
+		removeCow()
+		release()
+	}
+	boot := *owned
 	boot.Args = []string{idlePath}
 	boot.TTY = false
 	opts := b.createOptions(&boot, ref, secOpts, false, volumes)

@@ -32,3 +32,8 @@ func ConfineProcess() error { return sandbox.ErrUnsupported }
 func SeccompProfileJSON(profile string, caps []string, guardSetid bool) ([]byte, error) {
 	return nil, fmt.Errorf("seccomp profiles are built on Linux: %w", sandbox.ErrUnsupported)
 }
+
+// SetidGuardJSON builds profiles from Linux's tables only.
+func SetidGuardJSON() ([]byte, error) {
+	return nil, fmt.Errorf("seccomp profiles are built on Linux: %w", sandbox.ErrUnsupported)
+}

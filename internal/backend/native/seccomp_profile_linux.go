@@ -144,3 +144,6 @@ func SetidGuardProfile() *specs.LinuxSeccomp {
 	GuardSetid(p)
 	return p
 }
+
+// SetidGuardJSON is SetidGuardProfile in docker's JSON format.
+func SetidGuardJSON() ([]byte, error) { return json.Marshal(SetidGuardProfile()) }
