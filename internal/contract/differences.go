@@ -6,12 +6,10 @@ package contract
 // shrinks as backends improve.
 func differences() []Difference {
 	const (
-		pid1Alone     = "the command is the sandbox's PID 1 (no init of agentkernel's above it), so there is no other process whose status the probe could read: it cannot tell (caps_dangerous and nnp_seccomp_status check the command's own)"
-		pid1Mem       = "the command is PID 1 itself: /proc/1/mem is its own memory, never another process's"
-		rawSocket     = "permissive keeps the engine's default capabilities, CAP_NET_RAW included, held by the container's root: the socket opens, on the container's own network namespace, which has loopback only (network none)"
-		rootfulChown  = "a rootful engine without userns-remap runs the container's root as host root: a chown in permissive's read-write project gives host files to host ids 1000, 1001 and 65534 (podman rootless or userns-remap maps them)"
-		rootfulSetuid = "as workspace_chown: the container's root is host root, so set-user-ID-root files reach permissive's host project"
-		engineDisk    = "the writable layer is in the engine's storage on the host's disk, with no limit (the engines refuse [resources] disk_mb); native's in-memory upper layer counts against the memory limit"
+		pid1Alone  = "the command is the sandbox's PID 1 (no init of agentkernel's above it), so there is no other process whose status the probe could read: it cannot tell (caps_dangerous and nnp_seccomp_status check the command's own)"
+		pid1Mem    = "the command is PID 1 itself: /proc/1/mem is its own memory, never another process's"
+		rawSocket  = "permissive keeps the engine's default capabilities, CAP_NET_RAW included, held by the container's root: the socket opens, on the container's own network namespace, which has loopback only (network none)"
+		engineDisk = "the writable layer is in the engine's storage on the host's disk, with no limit (the engines refuse [resources] disk_mb); native's in-memory upper layer counts against the memory limit"
 	)
 	all := []string(nil)
 	pm := []string{"permissive", "moderate"}
@@ -27,9 +25,8 @@ func differences() []Difference {
 	return []Difference{
 		// gvisor: the command's kernel is gVisor's Sentry. Most of these
 		// reach the Sentry's own objects, never the host's: different
-		// from native's answer, not an escape. The workspace rows and
-		// disk_fill are real gaps.
-		a(GVisor, "nnp_seccomp_status", all, "allowed", "the command runs under no seccomp filter of agentkernel's (Seccomp=0): the Sentry serves its system calls itself, and runsc's own filter confines the Sentry on the host"),
+		// from native's answer, not an escape. disk_fill is a real gap.
+		a(GVisor, "nnp_seccomp_status", []string{"restrictive"}, "allowed", "with no host directory it may write (restrictive: a read-only project), the command runs under no seccomp filter of agentkernel's (Seccomp=0): the Sentry serves its system calls itself, and runsc's own filter confines the Sentry on the host; where it writes one, the Sentry loads the set-id guard"),
 		a(GVisor, "keyring", all, "allowed", "the Sentry implements keyrings itself: the key lives in the sandbox's kernel, not the host's"),
 		a(GVisor, "unshare_ns", all, "allowed", "namespaces made inside gVisor are the Sentry's, nested in the sandbox: no host namespace is created"),
 		a(GVisor, "userns_regain_caps", perm, "allowed", "the user namespace and its tmpfs are the Sentry's, inside the sandbox; the host never sees them"),
@@ -42,31 +39,19 @@ func differences() []Difference {
 		a(GVisor, "dmesg", all, "allowed", "syslog(2) reads the Sentry's own short kernel log, not the host's"),
 		a(GVisor, "dev_inventory", all, "allowed", "/dev/fuse and /dev/net/tun are devices the Sentry emulates, not the host's"),
 		a(GVisor, "disk_fill", pm, "allowed", "the root's writes go to a file on the host's disk in the run's directory (runsc --overlay2), bounded only by [resources] disk_mb, which is unset by default; native's in-memory upper layer counts against the memory limit"),
-		a(GVisor, "workspace_chown", perm, "allowed", "permissive's read-write project is served by runsc's gofer as host root with no id map: a chown inside gives the host file to the same host ids"),
-		a(GVisor, "workspace_setuid", pm, "allowed", "the gofer keeps set-id bits: in permissive a set-user-ID-root file reaches the host project, in moderate its copy-on-write layer"),
-		a(GVisor, "check:no set-id file or file capability reaches a host workspace", all, Fails, "as workspace_setuid: permissive's project gets set-user-ID-root files"),
-		a(GVisor, "check:no file in a host workspace belongs to another host user", all, Fails, "as workspace_chown: files given to host ids 1000, 1001 and 65534"),
 
 		// docker and podman: containers of the engine, rootful here.
 		a(Docker, "pid1_privileges", all, "error", pid1Alone),
 		a(Docker, "ptrace_init", all, "allowed", pid1Mem),
 		a(Docker, "raw_socket", perm, "allowed", rawSocket),
 		a(Docker, "packet_socket", perm, "allowed", rawSocket),
-		a(Docker, "workspace_chown", perm, "allowed", rootfulChown),
-		a(Docker, "workspace_setuid", perm, "allowed", rootfulSetuid),
 		a(Docker, "disk_fill", pm, "allowed", engineDisk),
-		a(Docker, "check:no set-id file or file capability reaches a host workspace", all, Fails, "as workspace_setuid: permissive's project gets set-user-ID-root files"),
-		a(Docker, "check:no file in a host workspace belongs to another host user", all, Fails, "as workspace_chown: files given to host ids 1000, 1001 and 65534"),
 		a(Podman, "pid1_privileges", all, "error", pid1Alone),
 		a(Podman, "ptrace_init", all, "allowed", pid1Mem),
 		a(Podman, "raw_socket", perm, "allowed", rawSocket),
 		a(Podman, "packet_socket", perm, "allowed", rawSocket),
-		a(Podman, "workspace_chown", perm, "allowed", rootfulChown),
-		a(Podman, "workspace_setuid", perm, "allowed", rootfulSetuid),
 		a(Podman, "disk_fill", pm, "allowed", engineDisk),
 		a(Podman, "disk_fill", []string{"restrictive"}, "error", "the memory limit ends the probe filling its tmpfs /tmp (exit 137) before it reports, and podman's API does not say the container was OOM-killed, so the battery cannot tell the limit from a crash"),
-		a(Podman, "check:no set-id file or file capability reaches a host workspace", all, Fails, "as workspace_setuid: permissive's project gets set-user-ID-root files"),
-		a(Podman, "check:no file in a host workspace belongs to another host user", all, Fails, "as workspace_chown: files given to host ids 1000, 1001 and 65534"),
 		{Backend: Docker, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,
 			Why: "start makes a new container: only the copy-on-write /workspace keeps its writable layer from one start to the next, the rest of the container's goes at stop (docs/backends.md)"},
 		{Backend: Podman, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,

@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -170,6 +171,9 @@ func (r *run) prepare(con *console) error {
 		mounts = append(netMounts, mounts...)
 	}
 	s := ociSpec(r.spec, p, mounts, cgroupName(r.id))
+	if hostWritable(r.spec) {
+		s.Linux.Seccomp = native.SetidGuardProfile()
+	}
 	if r.keep != "" && s.Linux.CgroupsPath == "" {
 		// Named by us even without limits (runsc would name it after
 		// the container), so that a boot after a killed supervisor can
@@ -208,6 +212,9 @@ func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 	if r.keep != "" {
 		// Files copied in from the host are seen at once.
 		args = append(args, "--file-access=shared")
+	}
+	if hostWritable(r.spec) {
+		args = append(args, "--oci-seccomp") // the set-id guard
 	}
 	if d := os.Getenv(DebugLogEnv); d != "" {
 		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(d, "/")+"/")
@@ -373,6 +380,12 @@ func (r *run) volumes() ([]specs.Mount, error) {
 				return nil, fmt.Errorf("mount %s:%s: %w", m.Source, m.Dest, err)
 			}
 			src = merged
+		} else if m.Kind == sandbox.MountBind && !m.ReadOnly {
+			owned, err := r.ownedBind(i, src)
+			if err != nil {
+				return nil, fmt.Errorf("mount %s:%s: %w", m.Source, m.Dest, err)
+			}
+			src = owned
 		}
 		mode := "rw"
 		if m.ReadOnly {

@@ -58,6 +58,9 @@ type run struct {
 	keep string
 	// trace writes the run's stage lines (TraceEnv).
 	trace tracer
+	// ids: writable binds are idmapped for the invoking user
+	// (ownedBind), into a block of host ids held until cleanup.
+	ids ownedIDs
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -363,6 +366,7 @@ func (r *run) cleanup() {
 		r.b.opts.Warn(fmt.Sprintf("removing the gvisor sandbox's directory: %v", err))
 	}
 	r.trace.stage("directory removed")
+	r.ids.release()
 }
 
 // containerLeft reports whether runsc's state directory still holds a
