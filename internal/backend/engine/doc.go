@@ -25,7 +25,13 @@
 // filter (the native backend's rules as docker's JSON profile,
 // native.SeccompProfileJSON), a read-only root where the spec asks,
 // memory (without swap), CPU and process limits, the spec's bind and
-// tmpfs mounts, and no network (network mode "none"). What the engine
+// tmpfs mounts, and no network (network mode "none"). A writable bind's
+// source reaches the engine as an idmapped clone that agentkernel
+// attaches in the daemon's mount namespace (owned_linux.go, package
+// hostidmap): the container's root, host root on a rootful engine,
+// stands there for the invoking user and its other ids for a block of
+// host ids leased for the sandbox; its seccomp profile then also refuses
+// set-id modes, xattrs and openat2 (native.GuardSetid). What the engine
 // cannot give is refused or, where [security] allow_degraded allows it,
 // run without, with one warning: never silently weaker. Every container
 // carries the labels agentkernel.managed=true and agentkernel.id, and is

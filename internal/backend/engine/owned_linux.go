@@ -42,6 +42,9 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 	fail := func(err error) (*sandbox.Spec, func(), func(), error) {
 		return nil, nil, nil, fmt.Errorf("backend %s: a writable host directory as the invoking user's: %w", b.name, err)
 	}
+	if !strings.HasPrefix(b.host, "unix://") {
+		return nil, nil, nil, b.unsupported("the engine at %s is not local (a unix socket): its containers cannot be given a writable host directory as the invoking user's; make the workspace read-only or copy-on-write (-p moderate)", b.host)
+	}
 	pid, err := b.daemonPid()
 	if err != nil {
 		return fail(err)
@@ -112,7 +115,7 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 func (b *Backend) daemonPid() (int, error) {
 	path, ok := strings.CutPrefix(b.host, "unix://")
 	if !ok {
-		return 0, fmt.Errorf("the engine at %s is not local (a unix socket): its containers cannot be given an idmapped host directory; use -B native, or a read-only or copy-on-write workspace", b.host)
+		return 0, fmt.Errorf("the engine at %s is not local (a unix socket)", b.host)
 	}
 	conn, err := net.Dial("unix", path)
 	if err != nil {

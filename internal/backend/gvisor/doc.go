@@ -22,7 +22,13 @@
 //     (mount points of volumes). A read-only root (restrictive) gets no
 //     gVisor overlay and a tmpfs /tmp, as native gives it. Copy-on-write
 //     volumes (moderate's /workspace) are host overlays whose upper
-//     layer is in the run's directory, bound into the bundle.
+//     layer is in the run's directory, bound into the bundle. A writable
+//     bind is bound from an idmapped clone of its source in the run's
+//     directory (idmap_linux.go, package hostidmap): the gofer writes as
+//     host root, which the clone turns into the invoking user, and other
+//     ids into a block of host ids leased for the run. A sandbox with a
+//     writable or copy-on-write volume gets native's set-id guard as the
+//     spec's seccomp filter, which the Sentry loads (--oci-seccomp).
 //   - Those mounts are made in a mount namespace of the run's own: a
 //     locked OS thread unshares it, mounts, and starts runsc from that
 //     thread, so that runsc, its gofer and its sandbox inherit it. The
