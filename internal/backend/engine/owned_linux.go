@@ -27,7 +27,8 @@ import (
 // and the returned spec names them. unmount detaches them, once the
 // container has started (its mounts are its own copies by then);
 // release gives the block back, at the sandbox's end. A spec without a
-// writable bind is returned as it is.
+// writable bind, or of a caller that is not root (whose engine can only
+// be rootless), is returned as it is.
 func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, release func(), err error) {
 	nothing := func() {}
 	var idx []int
@@ -36,7 +37,9 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 			idx = append(idx, i)
 		}
 	}
-	if len(idx) == 0 {
+	if len(idx) == 0 || os.Geteuid() != 0 {
+		// Not root: the engine is rootless (its daemon ours), and its
+		// user namespace already maps the container's root to us.
 		return spec, nothing, nothing, nil
 	}
 	fail := func(err error) (*sandbox.Spec, func(), func(), error) {
