@@ -240,18 +240,11 @@ func MountIn(pid int, o Owner, srcs, dsts []string) (unmount func() error, err e
 	}, nil
 }
 
-// inMountNS runs f in the mount namespace of pid: on this thread where
-// it is already this process's, else on a thread of its own that enters
-// it and is never used again.
+// inMountNS runs f in the mount namespace of pid, on a thread of its own
+// that enters it (even where it looks like this process's: the calling
+// thread's may differ from the process's) and is never used again.
 func inMountNS(pid int, f func() error) error {
 	target := "/proc/" + strconv.Itoa(pid) + "/ns/mnt"
-	var a, b unix.Stat_t
-	if err := unix.Stat(target, &a); err != nil {
-		return fmt.Errorf("the engine's mount namespace: %w", err)
-	}
-	if err := unix.Stat("/proc/self/ns/mnt", &b); err == nil && a.Ino == b.Ino && a.Dev == b.Dev {
-		return f()
-	}
 	done := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread ends with the goroutine, in the
