@@ -30,6 +30,70 @@ type Sandbox interface {
 	Stop()
 }
 
+// RemoteFiles is a Sandbox whose files are not below a root this
+// process can open (a sandbox on another machine, a job of an
+// orchestrator): the server does every file operation through it and
+// never calls FS. Errors follow FS's: ErrRefused for a path never
+// allowed, a syscall.Errno (ENOENT for a missing file) where one
+// applies.
+type RemoteFiles interface {
+	// ReadFile copies the regular file at p to w.
+	ReadFile(p string, w io.Writer) (int64, error)
+	// WriteFile creates or replaces the regular file at p (its parents
+	// created) with r's bytes.
+	WriteFile(p string, mode uint32, r io.Reader) (int64, error)
+	Delete(p string, recursive bool) error
+	Stat(p string) (Entry, error)
+	List(p string) ([]Entry, error)
+	// TarOut writes a tar stream of p; TarIn extracts one into the
+	// directory dir (created when missing).
+	TarOut(p string, w io.Writer) error
+	TarIn(dir string, r io.Reader) error
+}
+
+// files is the sandbox's file operations: its RemoteFiles, else its FS.
+func (s *Server) files() RemoteFiles {
+	if rf, ok := s.sb.(RemoteFiles); ok {
+		return rf
+	}
+	return localFiles{s.sb.FS()}
+}
+
+// localFiles are FS's operations as RemoteFiles.
+type localFiles struct{ fs *FS }
+
+func (l localFiles) ReadFile(p string, w io.Writer) (int64, error) {
+	f, err := l.fs.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return io.Copy(w, f)
+}
+
+func (l localFiles) WriteFile(p string, mode uint32, r io.Reader) (int64, error) {
+	f, err := l.fs.Create(p, mode)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+func (l localFiles) Delete(p string, recursive bool) error { return l.fs.Delete(p, recursive) }
+func (l localFiles) Stat(p string) (Entry, error)          { return l.fs.Stat(p) }
+func (l localFiles) List(p string) ([]Entry, error)        { return l.fs.List(p) }
+func (l localFiles) TarOut(p string, w io.Writer) error    { return l.fs.TarOut(p, w) }
+func (l localFiles) TarIn(dir string, r io.Reader) error {
+	if err := l.fs.MkdirAll(dir); err != nil {
+		return err
+	}
+	return l.fs.TarIn(dir, r)
+}
+
 // OOMCounter is a Sandbox that can tell when its memory limit killed
 // processes; the server then says so in a command's Exited answer.
 type OOMCounter interface {
@@ -227,7 +291,7 @@ func (c *serverConn) handle(req Request, fds []int) {
 		}
 		return true
 	}
-	fs := c.s.sb.FS()
+	fs := c.s.files()
 	switch req.Op {
 	case OpPing:
 		_ = c.conn.Send(Response{ID: req.ID})
@@ -247,13 +311,7 @@ func (c *serverConn) handle(req Request, fds []int) {
 		if !needFile() {
 			return
 		}
-		f, err := fs.Open(req.Path)
-		if err != nil {
-			c.fail(req.ID, err)
-			return
-		}
-		n, err := io.Copy(file, f)
-		f.Close()
+		n, err := fs.ReadFile(req.Path, file)
 		file.Close()
 		if err != nil {
 			c.fail(req.ID, err)
@@ -264,15 +322,7 @@ func (c *serverConn) handle(req Request, fds []int) {
 		if !needFile() {
 			return
 		}
-		f, err := fs.Create(req.Path, req.Mode)
-		if err != nil {
-			c.fail(req.ID, err)
-			return
-		}
-		n, err := io.Copy(f, file)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		n, err := fs.WriteFile(req.Path, req.Mode, file)
 		if err != nil {
 			c.fail(req.ID, err)
 			return
@@ -316,10 +366,6 @@ func (c *serverConn) handle(req Request, fds []int) {
 		c.detachedLogs(req, file)
 	case OpTarIn:
 		if !needFile() {
-			return
-		}
-		if err := fs.MkdirAll(req.Path); err != nil {
-			c.fail(req.ID, err)
 			return
 		}
 		if err := fs.TarIn(req.Path, file); err != nil {

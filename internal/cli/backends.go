@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/agentkernel/agentkernel/internal/backend/engine"
 	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
+	"github.com/agentkernel/agentkernel/internal/backend/nomad"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/image"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -24,12 +26,31 @@ func (a *App) moreBackends() []sandbox.Backend {
 		gvisor.New(gvisor.Options{DataDir: a.DataDir, Warn: func(s string) { a.Warnf("%s", s) }}),
 		engine.Docker(a.engineOptions()),
 		engine.Podman(a.engineOptions()),
+		nomadSandboxes(a.ConfigPath),
 	}
 }
 
+// nomadSandboxes is the nomad backend over [orchestrator] of the trusted
+// configuration (the user's file, and the --config file configPath over
+// it), read when a sandbox first needs it: runs and persistent sandboxes
+// as Nomad jobs, for `serve` (and [sandbox] backend = "nomad"); the -B
+// nomad command lines are package nomadcli's.
+func nomadSandboxes(configPath string) sandbox.Backend {
+	if configPath != "" {
+		if abs, err := filepath.Abs(configPath); err == nil {
+			configPath = abs
+		}
+	}
+	return nomad.NewSandboxes(func() (nomad.ServeOptions, error) {
+		o, err := nomad.LoadOptions(configPath)
+		return nomad.ServeOptions{Options: o}, err
+	})
+}
+
 // moreBackendsFor are moreBackends as a sandbox's supervisor makes them:
-// its data directory, logger, warnings and [security] allow_degraded.
-func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), allowDegraded []string) []sandbox.Backend {
+// its data directory, logger, warnings, [security] allow_degraded and
+// the --config file its starter read.
+func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), allowDegraded []string, configPath string) []sandbox.Backend {
 	a := &App{App: &runcli.App{DataDir: dataDir, Logger: logger, Stderr: io.Discard, Quiet: true}}
 	o := a.engineOptions()
 	o.Warn = warn
@@ -38,6 +59,7 @@ func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), all
 		gvisor.New(gvisor.Options{DataDir: dataDir, Warn: warn}),
 		engine.Docker(o),
 		engine.Podman(o),
+		nomadSandboxes(configPath),
 	}
 }
 

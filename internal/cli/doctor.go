@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/doctor"
 	"github.com/agentkernel/agentkernel/internal/plugin"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 const doctorLong = `Check what isolation 'agentkernel run' gets on this host, and why.
@@ -257,11 +259,31 @@ func fileExists(p string) bool {
 // apiDoctor is GET /doctor's answer: the report for the server's user
 // and its configuration's allow_degraded, one request's probes at a time
 // (each starts child processes).
-func (a *App) apiDoctor(allow []string) func(r *http.Request) any {
+func (a *App) apiDoctor(allow []string, m *sandbox.Manager, backend string) func(r *http.Request) any {
 	var mu sync.Mutex
 	return func(r *http.Request) any {
 		mu.Lock()
 		defer mu.Unlock()
-		return doctor.Run(r.Context(), doctor.Options{DataDir: a.DataDir, AllowDegraded: allow})
+		rep := doctor.Run(r.Context(), doctor.Options{DataDir: a.DataDir, AllowDegraded: allow})
+		// A server whose sandboxes are a cluster's jobs says so, and
+		// whether the cluster answers.
+		if b, err := m.Backend(backend); err == nil {
+			if rm, ok := b.(sandbox.Remote); ok {
+				rep.Backend = b.Name()
+				rep.Why = "the server's backend is " + b.Name() + ": each sandbox is " + rm.Remote() + ", isolated by the node that runs it; " + rep.Why
+				if p, ok := b.(interface {
+					Probe(context.Context) (string, error)
+				}); ok {
+					c := doctor.Check{Name: b.Name(), Status: doctor.StatusOK}
+					if line, err := p.Probe(r.Context()); err != nil {
+						c.Status, c.Message = doctor.StatusError, err.Error()
+					} else {
+						c.Message = line
+					}
+					rep.Checks = append(rep.Checks, c)
+				}
+			}
+		}
+		return rep
 	}
 }

@@ -125,10 +125,18 @@ func (a *App) sandboxesFor(face string) (*sandbox.Manager, func(), error) {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	be := native.New(native.Options{DataDir: a.DataDir, Logger: a.Logger, Warn: func(s string) { a.Warnf("%s", s) }, AllowDegraded: a.AllowDegradedNow})
+	// The --config file, for what the supervisor reads of the
+	// configuration itself ([orchestrator], for a nomad sandbox).
+	configPath := a.ConfigPath
+	if configPath != "" {
+		if abs, err := filepath.Abs(configPath); err == nil {
+			configPath = abs
+		}
+	}
 	sv := &supervisor.Manager{DataDir: a.DataDir, SuperviseCommand: func(name string) []string {
 		// exe is run with SuperviseArgv0 as its argv[0] (SuperviseMain);
 		// the last argument is [security] allow_degraded, comma-separated.
-		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel, strings.Join(a.AllowDegradedNow(), ",")}
+		return []string{exe, SuperviseArgv0, a.DataDir, name, a.LogLevel, strings.Join(a.AllowDegradedNow(), ","), configPath}
 	}, Reclaimer: be, Meter: be, Freezers: a.freezers(), CgroupRemovers: a.cgroupRemovers()}
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		return nil, nil, &ExitError{Code: ExitAgentkernel, Err: err}
@@ -840,7 +848,7 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return supervise(a.DataDir, args[0], a.Logger, func(s string) { a.Warnf("%s", s) }, a.AllowDegradedNow())
+			return supervise(a.DataDir, args[0], a.Logger, func(s string) { a.Warnf("%s", s) }, a.AllowDegradedNow(), a.ConfigPath)
 		},
 	}
 }
@@ -850,7 +858,7 @@ func newSandboxSuperviseCmd(a *App) *cobra.Command {
 // exit code.
 func SuperviseMain(args []string) int {
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "agentkernel: supervise: want DATA-DIR NAME [LOG-LEVEL [ALLOW-DEGRADED]]")
+		fmt.Fprintln(os.Stderr, "agentkernel: supervise: want DATA-DIR NAME [LOG-LEVEL [ALLOW-DEGRADED [CONFIG]]]")
 		return ExitAgentkernel
 	}
 	level := slog.LevelWarn
@@ -863,7 +871,11 @@ func SuperviseMain(args []string) int {
 	if len(args) > 3 && args[3] != "" {
 		allow = strings.Split(args[3], ",")
 	}
-	if err := supervise(args[0], args[1], logger, warn, allow); err != nil {
+	configPath := ""
+	if len(args) > 4 {
+		configPath = args[4]
+	}
+	if err := supervise(args[0], args[1], logger, warn, allow, configPath); err != nil {
 		fmt.Fprintf(os.Stderr, "agentkernel: %v\n", err)
 		return runcli.ExitCode(err, io.Discard)
 	}
@@ -873,7 +885,7 @@ func SuperviseMain(args []string) int {
 // supervise boots and serves sandbox name (supervisor.Serve over the
 // native backend), telling the starter on fd 3 when
 // AGENTKERNEL_SUPERVISOR_READY_FD says so.
-func supervise(dataDir, name string, logger *slog.Logger, warn func(string), allowDegraded []string) error {
+func supervise(dataDir, name string, logger *slog.Logger, warn func(string), allowDegraded []string, configPath string) error {
 	var ready *os.File
 	if os.Getenv("AGENTKERNEL_SUPERVISOR_READY_FD") == "3" {
 		ready = os.NewFile(3, "ready")
@@ -922,7 +934,7 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 		OnSecretInjections: func(spec *sandbox.Spec, is []sandbox.SecretInjection) {
 			auditor.AuditInjections(spec, is, time.Now())
 		}})
-	booter, err := persistentBooter(spec.Backend, be, moreBackendsFor(dataDir, logger, warn, allowDegraded))
+	booter, err := persistentBooter(spec.Backend, be, moreBackendsFor(dataDir, logger, warn, allowDegraded, configPath))
 	if err != nil {
 		return fail(err)
 	}

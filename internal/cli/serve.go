@@ -101,6 +101,9 @@ type serveOptions struct {
 	// file.
 	daemon bool
 	tcp    string
+	// backend: -B, the default backend of requests that name none
+	// (else [sandbox] backend).
+	backend string
 }
 
 func newServeCmd(a *App) *cobra.Command {
@@ -136,6 +139,7 @@ func newServeCmd(a *App) *cobra.Command {
 	fs.StringArrayVar(&o.allowedOrigins, "allowed-origin", nil, "let web pages of this origin (scheme://host[:port]) call the API, with CORS (repeatable)")
 	fs.StringArrayVar(&o.oldOrigins, "allow-origin", nil, "the former name of --allowed-origin")
 	_ = fs.MarkHidden("allow-origin")
+	fs.StringVarP(&o.backend, "backend", "B", "", "the backend of requests that name none: native, gvisor, docker, podman, auto, or nomad (sandboxes as Nomad jobs, [orchestrator] of your configuration: docs/nomad.md); default: [sandbox] backend of the configuration")
 	fs.DurationVar(&o.grace, "grace", 30*time.Second, "how long requests in flight may finish on shutdown")
 	fs.BoolVar(&o.daemon, "daemon", false, "serve as the background daemon ('agentkernel daemon start')")
 	fs.StringVar(&o.tcp, "tcp", "", "with --daemon: also serve the HTTP API on this TCP address")
@@ -349,6 +353,9 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 	home, _ := os.UserHomeDir()
 	// [sandbox] backend is the default of requests that name none.
 	defBackend := cfg.Sandbox.Backend
+	if o.backend != "" {
+		defBackend = o.backend
+	}
 	if defBackend == "" {
 		defBackend = "native"
 	}
@@ -360,7 +367,21 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		closeAll()
 		return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("[sandbox] backend %q: %w", defBackend, err), Hint: "'agentkernel doctor' says which backends work here; or remove the key"}
 	}
-	doctorFn := a.apiDoctor(cfg.Security.AllowDegraded)
+	// A backend that reads configuration of its own (nomad's
+	// [orchestrator]) is checked now, not at the first request.
+	if b, err := m.Backend(defBackend); err == nil {
+		if p, ok := b.(interface {
+			Probe(context.Context) (string, error)
+		}); ok {
+			line, err := p.Probe(ctx)
+			if err != nil {
+				closeAll()
+				return &ExitError{Code: ExitAgentkernel, Err: err, Hint: "see docs/nomad.md for [orchestrator]"}
+			}
+			a.Infof("backend %s: %s", defBackend, line)
+		}
+	}
+	doctorFn := a.apiDoctor(cfg.Security.AllowDegraded, m, defBackend)
 	if a.Serve != nil && a.Serve.Doctor != nil {
 		doctorFn = a.Serve.Doctor
 	}

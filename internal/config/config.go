@@ -206,21 +206,25 @@ type DaemonAgent struct {
 // Orchestrator is [orchestrator]: the Kubernetes and Nomad backends. The
 // keys follow upstream's design (plan/orchestration.md).
 type Orchestrator struct {
-	Provider        string   `toml:"provider"`          // kubernetes (or k8s) or nomad
-	Namespace       string   `toml:"namespace"`         // where sandboxes are created
-	WarmPoolSize    int64    `toml:"warm_pool_size"`    // sandboxes kept ready
-	Kubeconfig      string   `toml:"kubeconfig"`        // Kubernetes: kubeconfig path
-	Context         string   `toml:"context"`           // Kubernetes: kubeconfig context
-	RuntimeClass    string   `toml:"runtime_class"`     // Kubernetes: e.g. gvisor, kata
-	ServiceAccount  string   `toml:"service_account"`   // Kubernetes: pods' service account
-	NoUserNamespace bool     `toml:"no_user_namespace"` // Kubernetes: do not ask for hostUsers: false
-	Controller      string   `toml:"controller"`        // Kubernetes: serve reconciles the CRDs: auto (in a cluster), on, off
-	NomadAddr       string   `toml:"nomad_addr"`        // Nomad: API address
-	NomadToken      string   `toml:"nomad_token"`       // Nomad: ACL token (masked in 'config show')
-	NomadDriver     string   `toml:"nomad_driver"`      // Nomad: docker, exec or raw_exec
-	NomadDatacenter string   `toml:"nomad_datacenter"`  // Nomad: datacenter
-	MaxSandboxes    int64    `toml:"max_sandboxes"`     // cap on concurrent sandboxes
-	WarmPoolImages  []string `toml:"warm_pool_images"`  // images the pool keeps ready
+	Provider        string `toml:"provider"`          // kubernetes (or k8s) or nomad
+	Namespace       string `toml:"namespace"`         // where sandboxes are created
+	WarmPoolSize    int64  `toml:"warm_pool_size"`    // sandboxes kept ready
+	Kubeconfig      string `toml:"kubeconfig"`        // Kubernetes: kubeconfig path
+	Context         string `toml:"context"`           // Kubernetes: kubeconfig context
+	RuntimeClass    string `toml:"runtime_class"`     // Kubernetes: e.g. gvisor, kata
+	ServiceAccount  string `toml:"service_account"`   // Kubernetes: pods' service account
+	NoUserNamespace bool   `toml:"no_user_namespace"` // Kubernetes: do not ask for hostUsers: false
+	Controller      string `toml:"controller"`        // Kubernetes: serve reconciles the CRDs: auto (in a cluster), on, off
+	NomadAddr       string `toml:"nomad_addr"`        // Nomad: API address
+	NomadToken      string `toml:"nomad_token"`       // Nomad: ACL token (masked in 'config show')
+	NomadDriver     string `toml:"nomad_driver"`      // Nomad: docker, exec or raw_exec
+	NomadDatacenter string `toml:"nomad_datacenter"`  // Nomad: datacenter
+	// NomadAgentkernelPath is agentkernel-full's path on the Nomad
+	// nodes, NomadNodeDataDir its --data-dir there ("" its default).
+	NomadAgentkernelPath string   `toml:"nomad_agentkernel_path"`
+	NomadNodeDataDir     string   `toml:"nomad_node_data_dir"`
+	MaxSandboxes         int64    `toml:"max_sandboxes"`    // cap on concurrent sandboxes
+	WarmPoolImages       []string `toml:"warm_pool_images"` // images the pool keeps ready
 }
 
 // Defaults returns the configuration used when no file sets a value.

@@ -298,7 +298,7 @@ func TestBadValues(t *testing.T) {
 		{"[agent]\npreferred = \"copilot\"\n", 2, "agent.preferred", "unknown agent"},
 		{"[sandbox]\nname = \"a--b\"\n", 2, "sandbox.name", "consecutive"},
 		{"[sandbox]\nruntime = \"cobol\"\n", 2, "sandbox.runtime", "unknown runtime"},
-		{"[sandbox]\n\nbackend = \"firecracker\"\n", 3, "sandbox.backend", "unknown backend \"firecracker\": use native, gvisor, docker, podman, auto"},
+		{"[sandbox]\n\nbackend = \"firecracker\"\n", 3, "sandbox.backend", "unknown backend \"firecracker\": use native, gvisor, docker, podman, kubernetes, nomad, auto"},
 		{"[sandbox]\nbackend = \"../native\"\n", 2, "sandbox.backend", "unknown backend"},
 		{"[sandbox]\nbase_image = \"x; rm -rf /\"\n", 2, "sandbox.base_image", "invalid character"},
 		{"[network]\nports = [\"99999\"]\n", 2, "network.ports", "not a port number"},

@@ -26,7 +26,7 @@ const (
 // built-in one; the others need agentkernel-full (docs/backends.md).
 // "auto" is the strongest of them that works for each run (docs/backends.md).
 func BackendNames() []string {
-	return []string{"native", "gvisor", "docker", "podman", "auto", "kubernetes"}
+	return []string{"native", "gvisor", "docker", "podman", "kubernetes", "nomad", "auto"}
 }
 
 // The protections [security] allow_degraded may name: a run goes on

@@ -14,10 +14,6 @@ var noEffect = []struct{ prefix, why string }{
 	{"orchestrator.provider", "the backend is chosen with -B kubernetes on each command"},
 	{"orchestrator.warm_pool_size", "kubernetes warm pools are AgentSandboxPool objects or 'pool fill -B kubernetes'"},
 	{"orchestrator.warm_pool_images", "kubernetes warm pools are AgentSandboxPool objects or 'pool fill -B kubernetes'"},
-	{"orchestrator.nomad_addr", "the Nomad backend is not part of this build"},
-	{"orchestrator.nomad_token", "the Nomad backend is not part of this build"},
-	{"orchestrator.nomad_driver", "the Nomad backend is not part of this build"},
-	{"orchestrator.nomad_datacenter", "the Nomad backend is not part of this build"},
 }
 
 // NoEffect reports why key (a dotted key as Values lists it) has no

@@ -30,12 +30,20 @@ const (
 // TestAPIContractKubernetes runs it against a real API server and node).
 const Kubernetes = "kubernetes"
 
+// Nomad is the nomad backend as `serve` runs it: its sandboxes are
+// Nomad jobs, run by the nodes' agentkernel.
+const Nomad = "nomad"
+
 // Backends are the backends every suite runs against, native first.
 func Backends() []string { return []string{Native, GVisor, Docker, Podman} }
 
-// All are Backends and the orchestrator backends, which only the API
-// suite runs against: every backend with rows here.
-func All() []string { return append(Backends(), Kubernetes) }
+// Orchestrated are the backends whose sandboxes run on a cluster's
+// nodes: the HTTP API suite runs against them, each in a test of its
+// own that starts the cluster (test/e2e), the other suites do not.
+func Orchestrated() []string { return []string{Kubernetes, Nomad} }
+
+// All are Backends, then Orchestrated: every backend with rows here.
+func All() []string { return append(Backends(), Orchestrated()...) }
 
 // The suites that take their per-backend expectations from here.
 const (

@@ -114,29 +114,22 @@ func (a *app) load() error {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	o := c.Orchestrator
+	from, err := nomad.OptionsOf(o)
+	if err != nil {
+		return err
+	}
 	set := func(dst *string, v string) {
 		if *dst == "" {
 			*dst = v
 		}
 	}
-	set(&a.opts.Address, o.NomadAddr)
-	set(&a.opts.Token, o.NomadToken)
-	set(&a.opts.Namespace, o.Namespace)
-	if a.opts.Driver == "" {
-		switch o.NomadDriver {
-		case "", "raw_exec", nomad.DriverAgentkernel:
-			// raw_exec alone isolates nothing: it runs the node's
-			// agentkernel, which does.
-			a.opts.Driver = nomad.DriverAgentkernel
-		case nomad.DriverExec:
-			a.opts.Driver = nomad.DriverExec
-		default:
-			return fmt.Errorf("[orchestrator] nomad_driver = %q: the nomad backend takes raw_exec (the node's agentkernel) or exec", o.NomadDriver)
-		}
-	}
-	if o.NomadDatacenter != "" {
-		a.opts.Datacenters = []string{o.NomadDatacenter}
-	}
+	set(&a.opts.Address, from.Address)
+	set(&a.opts.Token, from.Token)
+	set(&a.opts.Namespace, from.Namespace)
+	set(&a.opts.Driver, from.Driver)
+	set(&a.opts.NodeAgentkernel, from.NodeAgentkernel)
+	set(&a.opts.NodeDataDir, from.NodeDataDir)
+	a.opts.Datacenters = from.Datacenters
 	a.maxSandboxes = o.MaxSandboxes
 	return nil
 }
@@ -166,24 +159,8 @@ func (a *app) backend() (*nomad.Backend, error) { return nomad.New(a.opts) }
 // ready waits until the sandbox's task runs and a command runs in it,
 // at most timeout.
 func ready(ctx context.Context, b *nomad.Backend, name string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if _, err := b.Wait(ctx, name); err != nil {
-		return err
-	}
-	for {
-		code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil)
-		if err == nil && code == 0 {
-			return nil
-		}
-		if ctx.Err() != nil {
-			if err == nil {
-				err = fmt.Errorf("exit %d", code)
-			}
-			return fmt.Errorf("sandbox %q: its task runs but the sandbox does not answer (%v): look at `nomad alloc logs` of job %s", name, err, nomad.JobID(name))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	_, err := b.Ready(ctx, name, timeout)
+	return err
 }
 
 func (a *app) createCmd() *cobra.Command {

@@ -145,6 +145,16 @@ type LoopbackOnly interface {
 	LoopbackOnly() bool
 }
 
+// Remote is a Backend whose sandboxes run on other machines (the jobs
+// of an orchestrator): their images are fetched where they run, so the
+// Manager prepares no root filesystem for them, and nothing of their
+// files is on this host, so the Manager refuses what needs it (a
+// snapshot) with ErrUnsupported, in the words Remote returns: what the
+// sandboxes are ("a Nomad job").
+type Remote interface {
+	Remote() string
+}
+
 // Anticipator is a Backend that can start on what Run(spec) will need
 // (a cgroup, say) while the Manager still prepares the spec's root
 // filesystem. Anticipate returns a function that undoes that work, for

@@ -141,7 +141,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (info *Info, cr
 	if err != nil {
 		return nil, false, err
 	}
-	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+	if m.remote(backend) == "" && len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
 		if err := m.PrepareRootfs(ctx, spec); err != nil {
 			return nil, false, err
 		}

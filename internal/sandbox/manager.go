@@ -195,7 +195,7 @@ func (m *Manager) Run(ctx context.Context, backend string, spec *Spec, stdio Std
 			return Result{}, err
 		}
 	}
-	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+	if _, remote := b.(Remote); !remote && len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
 		forget := func() {}
 		if a, ok := b.(Anticipator); ok {
 			forget = a.Anticipate(spec)
@@ -253,6 +253,22 @@ func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prep
 		return p, err
 	}
 	return checkedPrepared{Prepared: p, rules: spec.Commands}, nil
+}
+
+// remote says what name's sandboxes are when its backend is Remote
+// ("" otherwise, and for a name the Manager does not know).
+func (m *Manager) remote(name string) string {
+	if name == "" {
+		return ""
+	}
+	b, ok := m.backends[strings.ToLower(name)]
+	if !ok {
+		return ""
+	}
+	if r, ok := b.(Remote); ok {
+		return r.Remote()
+	}
+	return ""
 }
 
 // Drain waits until the sandboxes of finished runs are completely torn

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -146,6 +147,13 @@ func (m *Manager) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snap
 	}
 	if err := ValidateSnapshotName(name); err != nil {
 		return nil, err
+	}
+	if st := m.opts.Store; st != nil {
+		if info, err := st.Get(ctx, sandbox); err == nil {
+			if what := m.remote(info.Backend); what != "" {
+				return nil, fmt.Errorf("sandbox %s is %s on backend %s: its files are not on this host, so it has no snapshots: %w", sandbox, what, info.Backend, ErrUnsupported)
+			}
+		}
 	}
 	start := time.Now()
 	s, err := sn.TakeSnapshot(ctx, sandbox, name)

@@ -307,12 +307,11 @@ func TestAPIContractBackends(t *testing.T) {
 	contractBackends(t, func(t *testing.T, backend string) {
 		a, ref := withBackend(t, backend)
 		s := startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
-		c := s.client(apiKey)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		const name = "contract-api"
 		t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
-		checkContract(t, backend, contract.SuiteAPI, apiContractCases(ctx, s, c, ref, backend, name))
+		checkContract(t, backend, contract.SuiteAPI, apiContractCases(ctx, s, s.client(apiKey), ref, backend, name))
 	})
 }
 

@@ -141,6 +141,7 @@ type Sandbox struct {
 	Created   time.Time
 	ExpiresAt time.Time // zero: no TTL
 	Labels    map[string]string
+	Owner     string // OwnerMeta
 }
 
 // Create registers r's job. The job ID claims the name: registration
@@ -201,6 +202,32 @@ func (b *Backend) Wait(ctx context.Context, name string) (string, error) {
 	}
 }
 
+// Ready waits until the sandbox's task runs and a command runs in it,
+// at most timeout, and returns its allocation (what exec needs of it).
+func (b *Backend) Ready(ctx context.Context, name string, timeout time.Duration) (*api.Allocation, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := b.Wait(ctx, name); err != nil {
+		return nil, err
+	}
+	for {
+		code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil)
+		if err == nil && code == 0 {
+			return b.runningAlloc(ctx, name)
+		}
+		if ctx.Err() != nil {
+			if err == nil {
+				err = fmt.Errorf("exit %d", code)
+			}
+			return nil, fmt.Errorf("sandbox %q: its task runs but the sandbox does not answer (%v): look at `nomad alloc logs` of job %s", name, err, JobID(name))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func lastEvent(ts *api.TaskState) string {
 	if ts == nil || len(ts.Events) == 0 {
 		return ""
@@ -213,7 +240,7 @@ func sandboxOf(meta map[string]string, id, status string, submit int64) Sandbox 
 	s := Sandbox{
 		Name: meta[SandboxMeta], JobID: id, Status: status,
 		Profile: meta[ProfileMeta], Network: meta[NetworkMeta], Driver: meta[DriverMeta],
-		Labels: labelsOf(meta),
+		Labels: labelsOf(meta), Owner: meta[OwnerMeta],
 	}
 	if submit > 0 {
 		s.Created = time.Unix(0, submit)
@@ -305,12 +332,22 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	}
 	cmd := argv
 	if b.opts.Driver == DriverAgentkernel {
-		cmd = []string{b.opts.NodeAgentkernel}
-		if b.opts.NodeDataDir != "" {
-			cmd = append(cmd, "--data-dir", b.opts.NodeDataDir)
-		}
-		cmd = append(append(cmd, "exec", "-i", name, "--"), argv...)
+		cmd = b.nodeCommand(append([]string{"exec", "-i", name, "--"}, argv...)...)
 	}
+	return b.execIn(ctx, alloc, name, cmd, false, stdin, stdout, stderr)
+}
+
+// nodeCommand is the node's agentkernel with args (and its --data-dir).
+func (b *Backend) nodeCommand(args ...string) []string {
+	cmd := []string{b.opts.NodeAgentkernel}
+	if b.opts.NodeDataDir != "" {
+		cmd = append(cmd, "--data-dir", b.opts.NodeDataDir)
+	}
+	return append(cmd, args...)
+}
+
+// execIn runs cmd in alloc's task through the exec API.
+func (b *Backend) execIn(ctx context.Context, alloc *api.Allocation, name string, cmd []string, tty bool, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	if stdin == nil {
 		stdin = bytes.NewReader(nil)
 	}
@@ -320,7 +357,7 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, false, cmd, stdin, stdout, stderr, nil, b.q(ctx))
+	code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, tty, cmd, stdin, stdout, stderr, nil, b.q(ctx))
 	if err != nil {
 		return code, fmt.Errorf("exec in sandbox %q: %w", name, err)
 	}

@@ -18,6 +18,10 @@ const (
 	NetworkMeta  = "agentkernel.network"
 	DriverMeta   = "agentkernel.driver"
 	ExpiresMeta  = "agentkernel.expires-at" // RFC 3339, UTC
+	// OwnerMeta is the backend id (sandbox.Spec.ID) of the persistent
+	// sandbox of an HTTP API server whose job this is: its next boot
+	// replaces a job its earlier, killed supervisor left.
+	OwnerMeta = "agentkernel.owner"
 	// LabelMetaPrefix starts the meta key of each user label.
 	LabelMetaPrefix = "agentkernel.label."
 

@@ -44,6 +44,8 @@ type Request struct {
 	CPUMHz       int           // Nomad's CPU shares; 0: 100
 	TTL          time.Duration // > 0: ExpiresMeta = Now+TTL, then Reap removes it
 	Labels       map[string]string
+	// Owner, when set, is OwnerMeta.
+	Owner string
 }
 
 // Check refuses a request that cannot become a job, before any request
@@ -80,6 +82,9 @@ func (r *Request) Check(driver string) error {
 	}
 	if r.MemoryMB < 0 || r.MemoryMB > 1<<20 || r.CPUMHz < 0 || r.CPUMHz > 1<<20 {
 		return fmt.Errorf("memory and cpu must be positive and sane")
+	}
+	if len(r.Owner) > 128 || strings.ContainsAny(r.Owner, "\x00\n") {
+		return fmt.Errorf("owner %.20q… is not a sandbox id", r.Owner)
 	}
 	if r.TTL < 0 {
 		return fmt.Errorf("ttl must be positive")
@@ -162,6 +167,9 @@ func buildJob(o jobOptions, r *Request, now time.Time) *api.Job {
 		ProfileMeta: r.Profile,
 		NetworkMeta: r.Network,
 		DriverMeta:  o.Driver,
+	}
+	if r.Owner != "" {
+		meta[OwnerMeta] = r.Owner
 	}
 	if r.TTL > 0 {
 		meta[ExpiresMeta] = now.Add(r.TTL).UTC().Format(time.RFC3339)

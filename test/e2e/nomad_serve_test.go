@@ -1,0 +1,139 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/contract"
+	"github.com/agentkernel/agentkernel/internal/testenv"
+	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
+)
+
+// TestNomadServeContract: `serve` with [sandbox] backend = "nomad" and
+// a real Nomad dev agent, whose raw_exec tasks run this tree's
+// agentkernel-full as the node's (with a data directory of its own): the
+// HTTP API suite's cases (apiContractCases, through pkg/client and raw
+// requests), held to internal/contract's nomad rows, with each run and
+// persistent sandbox a job on the agent; then what only Nomad shows: a
+// running sandbox is a job of the agent, a snapshot is refused as the
+// API refuses what a backend cannot do, and no job is left.
+func TestNomadServeContract(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin, ok := nomadlab.Binary()
+	if !ok {
+		testenv.Missing(t, "%s", nomadlab.MissingHint)
+	}
+	dir, err := os.MkdirTemp("", "nomadlab-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	l, err := nomadlab.Start(ctx, bin, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	defer func() {
+		l.Close()
+		if t.Failed() {
+			t.Logf("nomad agent log:\n%s", l.Log())
+		}
+		os.RemoveAll(dir)
+	}()
+	nodeData, err := os.MkdirTemp("", "nomad-node-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// The node's sandboxes end with their tasks; wait for that before
+		// removing their data directory.
+		for i := 0; i < 150; i++ {
+			out, err := newAK(t).cmd(context.Background(), "--data-dir", nodeData, "-q", "sandbox", "list", "--all").Output()
+			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		os.RemoveAll(nodeData)
+	}()
+	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
+	a, ref := withRegistry(t)
+	cfg := fmt.Sprintf("[sandbox]\nbackend = \"nomad\"\n[orchestrator]\nnomad_addr = %q\nnomad_agentkernel_path = %q\nnomad_node_data_dir = %q\n", l.Address, full, nodeData)
+	p := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
+	if !strings.Contains(s.errb.String(), "backend nomad: Nomad at "+l.Address) {
+		t.Errorf("serve did not say which cluster it serves:\n%s", s.errb.String())
+	}
+	const name = "contract-api"
+	t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
+	jobs := func() []string {
+		var list []struct {
+			ID, Status string
+		}
+		resp, err := http.Get(l.Address + "/v1/jobs?prefix=agentkernel-")
+		if err != nil {
+			t.Errorf("nomad jobs: %v", err)
+			return nil
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			t.Errorf("nomad jobs: %v", err)
+		}
+		var out []string
+		for _, j := range list {
+			out = append(out, j.ID+"="+j.Status)
+		}
+		return out
+	}
+	cases := apiContractCases(ctx, s, s.client(apiKey), ref, contract.Nomad, name)
+	// While the persistent sandbox runs, it is a job of the agent.
+	for k, c := range cases {
+		if c.name != "sandbox create, exec and info" {
+			continue
+		}
+		run := c.run
+		cases[k].run = func() error {
+			if err := run(); err != nil {
+				return err
+			}
+			if js := jobs(); !strings.Contains(strings.Join(js, " "), "agentkernel-"+name+"=running") {
+				return fmt.Errorf("the sandbox is no running job of the agent: %v", js)
+			}
+			r := s.raw("POST", "/snapshots", `{"sandbox":"`+name+`","name":"snap"}`)
+			if r.status != http.StatusNotImplemented || !strings.Contains(string(r.body), "Nomad job") {
+				return fmt.Errorf("a snapshot of a job's sandbox: %d %s", r.status, r.body)
+			}
+			return nil
+		}
+	}
+	checkContract(t, contract.Nomad, contract.SuiteAPI, cases)
+	// Runs and the removed sandbox leave no job.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		js := jobs()
+		if len(js) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("jobs left on the agent: %v", js)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
