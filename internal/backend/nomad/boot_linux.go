@@ -59,10 +59,7 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 		if gerr != nil || old.Owner != spec.ID {
 			return nil, fmt.Errorf("%w: job %s belongs to another sandbox of that name (another server's, or `-B nomad sandbox create`)", err, JobID(spec.Name))
 		}
-		if err := b.Remove(ctx, spec.Name); err != nil {
-			return nil, err
-		}
-		if err := b.waitGone(ctx, spec.Name); err != nil {
+		if err := b.stopAndPurge(ctx, spec.Name); err != nil {
 			return nil, err
 		}
 		_, err = b.Create(ctx, r)
@@ -84,6 +81,41 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 		fmt.Fprintf(log, "backend nomad: job %s, allocation %s on node %s\n", JobID(spec.Name), alloc.ID, alloc.NodeID)
 	}
 	return i, nil
+}
+
+// stopAndPurge stops name's job, waits until none of its allocations
+// runs (the node's sandbox of that name is removed by then), and purges
+// it: a job registered under the name next finds nothing of it.
+func (b *Backend) stopAndPurge(ctx context.Context, name string) error {
+	if _, _, err := b.client.Jobs().Deregister(JobID(name), false, b.w(ctx)); err != nil && !isNotFound(err) {
+		return b.apiError("stop job", err)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		allocs, _, err := b.client.Jobs().Allocations(JobID(name), true, b.q(ctx2))
+		if err != nil && !isNotFound(err) {
+			return b.apiError("list allocations", err)
+		}
+		live := 0
+		for _, a := range allocs {
+			if a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending {
+				live++
+			}
+		}
+		if live == 0 {
+			break
+		}
+		select {
+		case <-ctx2.Done():
+			return fmt.Errorf("job %s: its task did not stop: %w", JobID(name), ctx2.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, _, err := b.client.Jobs().Deregister(JobID(name), true, b.w(ctx)); err != nil && !isNotFound(err) {
+		return b.apiError("purge job", err)
+	}
+	return b.waitGone(ctx, name)
 }
 
 // waitGone waits until name's job is purged (a purge is asynchronous
@@ -114,46 +146,56 @@ type instance struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
+	qcancel  context.CancelFunc // the watch's query in flight
 	stopping bool
 	reason   string
 	stopOnce sync.Once
 }
 
 // watch waits until the job's allocation is no longer running (or is
-// gone), with Nomad's blocking queries on the allocation itself (a purged
-// job's allocation stays readable until it has stopped).
+// gone), with Nomad's blocking queries on the allocation itself; once
+// the instance is told to end (poke), it asks every 100 ms instead (a
+// blocking query does not always wake for a stop).
 func (i *instance) watch(ctx context.Context) {
 	defer close(i.done)
 	b := i.b
 	var index uint64
 	for {
-		q := b.q(ctx)
-		q.WaitIndex, q.WaitTime = index, 30*time.Second
+		qctx, qcancel := context.WithCancel(ctx)
+		i.mu.Lock()
+		stopping := i.stopping
+		i.qcancel = qcancel
+		i.mu.Unlock()
+		q := b.q(qctx)
+		if !stopping {
+			q.WaitIndex, q.WaitTime = index, 30*time.Second
+		}
 		a, meta, err := b.client.Allocations().Info(i.alloc.ID, q)
+		qcancel()
 		if ctx.Err() != nil {
 			i.ended("")
 			return
 		}
-		if err != nil {
-			if isNotFound(err) {
-				i.ended("its job is gone")
-				return
-			}
-			// The agent is unreachable for now: keep asking.
+		if err == nil && a.ClientStatus != api.AllocClientStatusRunning && a.ClientStatus != api.AllocClientStatusPending {
+			i.ended(fmt.Sprintf("its job's task ended (%s)%s", a.ClientStatus, lastEvent(a.TaskStates[TaskName])))
+			return
+		}
+		if err != nil && isNotFound(err) {
+			i.ended("its job is gone")
+			return
+		}
+		if err == nil && meta.LastIndex > index {
+			index = meta.LastIndex
+		}
+		if err != nil || stopping {
+			// The agent is unreachable for now, or the task is being
+			// stopped: ask again shortly.
 			select {
 			case <-ctx.Done():
 				i.ended("")
 				return
-			case <-time.After(time.Second):
+			case <-time.After(100 * time.Millisecond):
 			}
-			continue
-		}
-		if a.ClientStatus != api.AllocClientStatusRunning && a.ClientStatus != api.AllocClientStatusPending {
-			i.ended(fmt.Sprintf("its job's task ended (%s)%s", a.ClientStatus, lastEvent(a.TaskStates[TaskName])))
-			return
-		}
-		if meta.LastIndex > index {
-			index = meta.LastIndex
 		}
 	}
 }
@@ -177,21 +219,29 @@ func (i *instance) ExitReason() string {
 	return i.reason
 }
 
-// end purges the job; stopping says it was asked for.
+// end stops the job (deregistered, not yet purged: its allocation
+// stays readable until the task has ended, which watch waits for);
+// stopping says it was asked for.
 func (i *instance) end() {
 	i.stopOnce.Do(func() {
 		i.mu.Lock()
 		i.stopping = true
+		qcancel := i.qcancel
 		i.mu.Unlock()
-		purge(i.b, i.name)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _, _ = i.b.client.Jobs().Deregister(JobID(i.name), false, i.b.w(ctx))
+		if qcancel != nil {
+			qcancel()
+		}
 	})
 }
 
-// Kill purges the job (sandbox.Instance).
+// Kill stops the job (sandbox.Instance); Close purges it.
 func (i *instance) Kill() { i.end() }
 
-// Stop purges the job and returns once its allocation has ended
-// (agent.Sandbox).
+// Stop stops the job and returns once its task has ended, the node's
+// sandbox with it, then purges the job (agent.Sandbox).
 func (i *instance) Stop() {
 	i.end()
 	select {
@@ -200,12 +250,15 @@ func (i *instance) Stop() {
 		i.cancel()
 		<-i.done
 	}
+	purge(i.b, i.name)
 }
 
-// Close waits until the sandbox has ended (sandbox.Instance).
+// Close waits until the sandbox has ended and purges its job
+// (sandbox.Instance).
 func (i *instance) Close() {
 	<-i.done
 	i.cancel()
+	purge(i.b, i.name)
 }
 
 // FS is nil: the instance is an agent.RemoteFiles, which the agent

@@ -1,0 +1,275 @@
+//go:build linux
+
+package nomad
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentkernel/agentkernel/internal/agent"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
+	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
+)
+
+// serveSandboxes is the backend as `serve` holds it, over the lab, the
+// node's agentkernel this tree's.
+func serveSandboxes(t *testing.T, l *nomadlab.Lab) *Sandboxes {
+	t.Helper()
+	ak := buildAgentkernel(t)
+	data := nodeDataDir(t, ak)
+	return NewSandboxes(func() (ServeOptions, error) {
+		return ServeOptions{Options: Options{Address: l.Address, NodeAgentkernel: ak, NodeDataDir: data}, StartTimeout: time.Minute}, nil
+	})
+}
+
+func hostSpec(name, id string) *sandbox.Spec {
+	return &sandbox.Spec{Name: name, ID: id, Image: "host", Profile: "moderate", Network: sandbox.Network{Mode: sandbox.NetworkNone}}
+}
+
+// execFds runs req through the instance as the agent server would, with
+// pipes as its stdio, and returns its status and output.
+func execFds(t *testing.T, sb agent.Sandbox, req *agent.ExecRequest, stdin string) (syscall.WaitStatus, string, string) {
+	t.Helper()
+	var fds [3]int
+	var closers []*os.File
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	errR, errW, _ := os.Pipe()
+	fds = [3]int{int(inR.Fd()), int(outW.Fd()), int(errW.Fd())}
+	closers = append(closers, inR, outW, errW)
+	p, err := sb.Exec(req, fds)
+	for _, f := range closers {
+		f.Close() // the instance keeps its own copies
+	}
+	if err != nil {
+		t.Fatalf("exec %v: %v", req.Args, err)
+	}
+	go func() { inW.Write([]byte(stdin)); inW.Close() }()
+	outc, errc := make(chan string), make(chan string)
+	go func() { b, _ := io.ReadAll(outR); outc <- string(b) }()
+	go func() { b, _ := io.ReadAll(errR); errc <- string(b) }()
+	ws := p.Wait()
+	return ws, <-outc, <-errc
+}
+
+// TestSandboxesBoot: a persistent sandbox booted as a job (the
+// supervisor's view): commands with their status, streams, environment,
+// directory and stdin; files written (parents made), read, listed,
+// stated, deleted, tar streams both ways, a hostile archive kept inside
+// the sandbox; a signal ends a command; Stop purges the job at once and
+// the sandbox ends with it. A second boot of the same sandbox replaces
+// a job its killed supervisor left; another sandbox's job is refused.
+func TestSandboxesBoot(t *testing.T) {
+	l := startLab(t)
+	s := serveSandboxes(t, l)
+	b, err := s.backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanupJob(t, b, "boot")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	start := time.Now()
+	inst, err := s.Boot(ctx, hostSpec("boot", "id-1"), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("boot: %v", time.Since(start))
+	i := inst.(*instance)
+	ws, out, errs := execFds(t, i, &agent.ExecRequest{Args: []string{"sh", "-c", "echo $A; pwd; cat; echo e >&2; exit 3"}, Env: []string{"A=b"}, Workdir: "/tmp"}, "in\n")
+	if ws.ExitStatus() != 3 || out != "b\n/tmp\nin\n" || errs != "e\n" {
+		t.Errorf("exec: %v %q %q", ws, out, errs)
+	}
+	if _, err := i.Exec(&agent.ExecRequest{Args: []string{"true"}, Env: []string{"HOME"}}, [3]int{0, 1, 2}); err == nil {
+		t.Errorf("an environment entry without a value (the node's own) was taken")
+	}
+	// A signal ends a long command.
+	inR, _, _ := os.Pipe()
+	_, outW, _ := os.Pipe()
+	p, err := i.Exec(&agent.ExecRequest{Args: []string{"sleep", "600"}}, [3]int{int(inR.Fd()), int(outW.Fd()), int(outW.Fd())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_ = p.Signal(syscall.SIGTERM)
+	done := make(chan syscall.WaitStatus, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case ws := <-done:
+		if !ws.Signaled() {
+			t.Errorf("a signalled command: %v", ws)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("a signal did not end the command")
+	}
+
+	if n, err := i.WriteFile("/tmp/x/y/z.txt", 0o600, strings.NewReader("héllo")); err != nil || n != 6 {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	var buf bytes.Buffer
+	if n, err := i.ReadFile("/tmp/x/y/z.txt", &buf); err != nil || n != 6 || buf.String() != "héllo" {
+		t.Errorf("read: %d %q %v", n, buf.String(), err)
+	}
+	if e, err := i.Stat("/tmp/x/y/z.txt"); err != nil || e.Size != 6 || os.FileMode(e.Mode).Perm() != 0o600 || e.Name != "z.txt" {
+		t.Errorf("stat: %+v %v", e, err)
+	}
+	if ents, err := i.List("/tmp/x"); err != nil || len(ents) != 1 || ents[0].Name != "y" || !os.FileMode(ents[0].Mode).IsDir() {
+		t.Errorf("list: %+v %v", ents, err)
+	}
+	if _, err := i.ReadFile("/tmp/none", io.Discard); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("read of a missing file: %v", err)
+	}
+	if _, err := i.ReadFile("/tmp/x", io.Discard); !errors.Is(err, syscall.EISDIR) {
+		t.Errorf("read of a directory: %v", err)
+	}
+	if err := i.Delete("/tmp/x", false); err == nil {
+		t.Errorf("a non-empty directory deleted without recursive")
+	}
+	if err := i.Delete("/tmp/x", true); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if _, err := i.Stat("/tmp/x"); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("stat after delete: %v", err)
+	}
+	if err := i.Delete("/tmp/x", true); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("delete of a missing path: %v", err)
+	}
+	// A tar stream out and back in elsewhere.
+	ws, _, errs = execFds(t, i, &agent.ExecRequest{Args: []string{"sh", "-c", "mkdir -p /tmp/t/s && echo one > /tmp/t/s/f"}}, "")
+	if ws.ExitStatus() != 0 {
+		t.Fatalf("mkdir: %v %s", ws, errs)
+	}
+	buf.Reset()
+	if err := i.TarOut("/tmp/t", &buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := i.TarIn("/tmp/back/new", &buf); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	if _, err := i.ReadFile("/tmp/back/new/t/s/f", &buf); err != nil || buf.String() != "one\n" {
+		t.Errorf("tar round trip: %q %v", buf.String(), err)
+	}
+	// Attack: an archive whose entries climb out through a link and
+	// "..": the node's extraction keeps it inside the sandbox, and the
+	// host's directory stays empty.
+	outside := t.TempDir()
+	var evil bytes.Buffer
+	tw := tar.NewWriter(&evil)
+	for _, h := range []*tar.Header{
+		{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "/"},
+		{Name: "up" + outside + "/pwned", Typeflag: tar.TypeReg, Mode: 0o644, Size: 6},
+		{Name: "../../../.." + outside + "/pwned2", Typeflag: tar.TypeReg, Mode: 0o644, Size: 6},
+	} {
+		_ = tw.WriteHeader(h)
+		if h.Size > 0 {
+			_, _ = tw.Write([]byte("pwned\n"))
+		}
+	}
+	_ = tw.Close()
+	_ = i.TarIn("/tmp", &evil)
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("a hostile archive wrote %v on the host", ents)
+	}
+
+	// A job of this name that is another sandbox's is never taken over.
+	if _, err := s.Boot(ctx, hostSpec("boot", "id-2"), t.TempDir(), nil); !errors.Is(err, ErrExists) {
+		t.Errorf("a second sandbox of the name: %v", err)
+	}
+	// The same sandbox booting again (its supervisor was killed) replaces
+	// its own job.
+	start = time.Now()
+	again, err := s.Boot(ctx, hostSpec("boot", "id-1"), t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("reboot over a left job: %v", err)
+	}
+	select {
+	case <-i.Done():
+		t.Logf("the old instance ended: %q", i.ExitReason())
+	case <-time.After(30 * time.Second):
+		t.Errorf("the replaced job's instance did not end")
+	}
+	t.Logf("reboot: %v", time.Since(start))
+	a := again.(*instance)
+	// The instance's watch is in its blocking query by now.
+	time.Sleep(2 * time.Second)
+	start = time.Now()
+	a.Stop()
+	t.Logf("stop: %v", time.Since(start))
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("stop took %v", d)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Errorf("not done after Stop")
+	}
+	if r := a.ExitReason(); r != "" {
+		t.Errorf("a stop asked for has the reason %q", r)
+	}
+	a.Close()
+	if _, err := b.Get(ctx, "boot"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the job after stop: %v", err)
+	}
+}
+
+// TestSandboxesRun: a run is a job of its own, purged after: its status,
+// output, stdin, a timeout (124), and nothing left; what a job cannot
+// carry is refused before any request.
+func TestSandboxesRun(t *testing.T) {
+	l := startLab(t)
+	s := serveSandboxes(t, l)
+	b, _ := s.backend()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	spec := hostSpec("", "")
+	spec.Args, spec.Interactive, spec.Env = []string{"sh", "-c", "cat; echo $V; exit 4"}, true, []string{"V=w"}
+	var out, errb bytes.Buffer
+	res, err := s.Run(ctx, spec, sandbox.Stdio{Stdin: strings.NewReader("in\n"), Stdout: &out, Stderr: &errb})
+	if err != nil || res.ExitCode != 4 || out.String() != "in\nw\n" {
+		t.Errorf("run: %+v %v %q %q", res, err, out.String(), errb.String())
+	}
+	spec = hostSpec("", "")
+	spec.Args, spec.Resources.Timeout = []string{"sleep", "600"}, 2*time.Second
+	if res, err := s.Run(ctx, spec, sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard}); err != nil || res.ExitCode != 124 || !res.TimedOut {
+		t.Errorf("a run past its timeout: %+v %v", res, err)
+	}
+	if l, err := b.List(ctx); err != nil || len(l) != 0 {
+		t.Errorf("runs left jobs: %+v %v", l, err)
+	}
+
+	// Refusals, before any request.
+	for what, mod := range map[string]func(*sandbox.Spec){
+		"ports":   func(s *sandbox.Spec) { s.Network.Ports = []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}} },
+		"blocked": func(s *sandbox.Spec) { s.Network.Mode, s.Network.BlockDomains = sandbox.NetworkFull, []string{"x.example"} },
+		"ssh":     func(s *sandbox.Spec) { s.SSH = &sandbox.SSHAccess{} },
+		"secrets": func(s *sandbox.Spec) {
+			s.SecretBindings = &sandbox.SecretBindings{Bindings: []sandbox.SecretRef{{Key: "k", Host: "h"}}}
+		},
+		"volume":  func(s *sandbox.Spec) { s.Mounts = []sandbox.Mount{{Kind: sandbox.MountBind, Source: "/etc", Dest: "/etc2"}} },
+		"name":    func(s *sandbox.Spec) { s.Name = "Bad_Name" },
+		"profile": func(s *sandbox.Spec) { s.Profile = "custom" },
+		"image":   func(s *sandbox.Spec) { s.Image = "--privileged" },
+	} {
+		sp := hostSpec("", "")
+		sp.Args = []string{"true"}
+		mod(sp)
+		if err := s.Check(sp); err == nil {
+			t.Errorf("%s: not refused", what)
+		}
+	}
+	exec := NewSandboxes(func() (ServeOptions, error) {
+		return ServeOptions{Options: Options{Address: l.Address, Driver: DriverExec}}, nil
+	})
+	if err := exec.Check(hostSpec("", "")); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("the exec driver: %v", err)
+	}
+}
