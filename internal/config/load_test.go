@@ -559,6 +559,8 @@ nomad_addr = "http://n:4646"
 nomad_token = "tok"
 nomad_driver = "docker"
 nomad_datacenter = "dc1"
+nomad_agentkernel_path = "/usr/local/bin/agentkernel-full"
+nomad_node_data_dir = "/var/lib/ak"
 max_sandboxes = 10
 warm_pool_images = ["alpine:3.20"]
 `

@@ -248,13 +248,17 @@ func TestSandboxesRun(t *testing.T) {
 
 	// Refusals, before any request.
 	for what, mod := range map[string]func(*sandbox.Spec){
-		"ports":   func(s *sandbox.Spec) { s.Network.Ports = []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}} },
-		"blocked": func(s *sandbox.Spec) { s.Network.Mode, s.Network.BlockDomains = sandbox.NetworkFull, []string{"x.example"} },
-		"ssh":     func(s *sandbox.Spec) { s.SSH = &sandbox.SSHAccess{} },
+		"ports": func(s *sandbox.Spec) { s.Network.Ports = []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}} },
+		"blocked": func(s *sandbox.Spec) {
+			s.Network.Mode, s.Network.BlockDomains = sandbox.NetworkFull, []string{"x.example"}
+		},
+		"ssh": func(s *sandbox.Spec) { s.SSH = &sandbox.SSHAccess{} },
 		"secrets": func(s *sandbox.Spec) {
 			s.SecretBindings = &sandbox.SecretBindings{Bindings: []sandbox.SecretRef{{Key: "k", Host: "h"}}}
 		},
-		"volume":  func(s *sandbox.Spec) { s.Mounts = []sandbox.Mount{{Kind: sandbox.MountBind, Source: "/etc", Dest: "/etc2"}} },
+		"volume": func(s *sandbox.Spec) {
+			s.Mounts = []sandbox.Mount{{Kind: sandbox.MountBind, Source: "/etc", Dest: "/etc2"}}
+		},
 		"name":    func(s *sandbox.Spec) { s.Name = "Bad_Name" },
 		"profile": func(s *sandbox.Spec) { s.Profile = "custom" },
 		"image":   func(s *sandbox.Spec) { s.Image = "--privileged" },
