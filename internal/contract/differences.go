@@ -16,6 +16,7 @@ func differences() []Difference {
 	mr := []string{"moderate", "restrictive"}
 	perm := []string{"permissive"}
 	const noEngineSnapshots = "persistent sandboxes on an engine have no snapshots yet: POST /snapshots answers 'not supported' (native's and gvisor's have them), so there is nothing to list, get, restore or delete"
+	const noJobSnapshots = "a Nomad job's files are on its node, not on the server's host: POST /snapshots answers 'not supported', so there is nothing to list, get, restore or delete"
 	n := func(backend, check, why string) Difference {
 		return Difference{Backend: backend, Suite: SuiteNodeSDK, Check: check, Want: Unsupported, Why: why}
 	}
@@ -70,6 +71,12 @@ func differences() []Difference {
 		n(Podman, "listSnapshots and getSnapshot", noEngineSnapshots),
 		n(Podman, "restoreSnapshot", noEngineSnapshots),
 		n(Podman, "deleteSnapshot", noEngineSnapshots),
+		{Backend: Nomad, Suite: SuiteNodeSDK, Check: "execDetached", Want: Differs,
+			Why: "a detached command reports pid 0: it runs on the job's node through Nomad's exec API, which does not say the command's pid"},
+		n(Nomad, "takeSnapshot", noJobSnapshots),
+		n(Nomad, "listSnapshots and getSnapshot", noJobSnapshots),
+		n(Nomad, "restoreSnapshot", noJobSnapshots),
+		n(Nomad, "deleteSnapshot", noJobSnapshots),
 		{Backend: Nomad, Suite: SuiteAPI, Check: "files written outside /workspace survive stop and start", Want: Differs,
 			Why: "stop purges the sandbox's Nomad job, and the node's sandbox, its writable layer with it, ends with the job's task; start registers a new job (docs/nomad.md)"},
 	}

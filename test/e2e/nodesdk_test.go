@@ -322,25 +322,39 @@ func TestNodeSDKContract(t *testing.T) {
 				s.a.run("sandbox", "rm", "--force", n)
 			}
 		})
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "node", "sdk.mjs")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "AK_URL="+s.url, "AK_KEY="+apiKey, "AK_IMAGE="+ref, "AK_FIRST_IMAGE="+ref)
-		b, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("node: %v\n%s", err, b)
-		}
-		var out nodeSDKAnswer
-		if err := json.Unmarshal(b, &out); err != nil {
-			t.Fatalf("the script's answer: %v\n%s", err, b)
-		}
-		cases := append([]contractCase{{"the script runs to its end", func() error {
-			if out.Error != "" {
-				return fmt.Errorf("the SDK failed: %s", out.Error)
-			}
-			return nil
-		}}}, nodeSDKCases(&out)...)
-		checkContract(t, backend, contract.SuiteNodeSDK, cases)
+		out := runNodeSDKScript(t, dir, s.url, ref)
+		checkContract(t, backend, contract.SuiteNodeSDK, nodeSDKContractCases(&out))
 	})
+}
+
+// runNodeSDKScript runs the SDK script (installed in dir by
+// TestNodeSDKContract's way) against the server at url, every sandbox
+// of the image ref, and returns its answer.
+func runNodeSDKScript(t *testing.T, dir, url, ref string) nodeSDKAnswer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "sdk.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AK_URL="+url, "AK_KEY="+apiKey, "AK_IMAGE="+ref, "AK_FIRST_IMAGE="+ref)
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, b)
+	}
+	var out nodeSDKAnswer
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("the script's answer: %v\n%s", err, b)
+	}
+	return out
+}
+
+// nodeSDKContractCases are nodeSDKCases after a first case: the script
+// ran to its end.
+func nodeSDKContractCases(out *nodeSDKAnswer) []contractCase {
+	return append([]contractCase{{"the script runs to its end", func() error {
+		if out.Error != "" {
+			return fmt.Errorf("the SDK failed: %s", out.Error)
+		}
+		return nil
+	}}}, nodeSDKCases(out)...)
 }

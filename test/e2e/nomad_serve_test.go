@@ -22,7 +22,8 @@ import (
 // a real Nomad dev agent, whose raw_exec tasks run this tree's
 // agentkernel-full as the node's (with a data directory of its own): the
 // HTTP API suite's cases (apiContractCases, through pkg/client and raw
-// requests), held to internal/contract's nomad rows, with each run and
+// requests) and the Node SDK script's (nodeSDKCases), held to
+// internal/contract's nomad rows, with each run and
 // persistent sandbox a job on the agent; then what only Nomad shows: a
 // running sandbox is a job of the agent, a snapshot is refused as the
 // API refuses what a backend cannot do, and no job is left.
@@ -32,6 +33,7 @@ func TestNomadServeContract(t *testing.T) {
 	if !ok {
 		testenv.Missing(t, "%s", nomadlab.MissingHint)
 	}
+	sdkDir := installNodeSDK(t)
 	dir, err := os.MkdirTemp("", "nomadlab-")
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +125,18 @@ func TestNomadServeContract(t *testing.T) {
 		}
 	}
 	checkContract(t, contract.Nomad, contract.SuiteAPI, cases)
+	// The official Node SDK's script, as TestNodeSDKContract runs it,
+	// held to the same rows.
+	if err := os.WriteFile(filepath.Join(sdkDir, "sdk.mjs"), []byte(nodeSDKScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{"node-sdk", "node-snap"} {
+			a.run("sandbox", "rm", "--force", n)
+		}
+	})
+	sdk := runNodeSDKScript(t, sdkDir, s.url, ref)
+	checkContract(t, contract.Nomad, contract.SuiteNodeSDK, nodeSDKContractCases(&sdk))
 	// Runs and the removed sandbox leave no job.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
