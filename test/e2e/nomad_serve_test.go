@@ -78,9 +78,23 @@ func TestNomadServeContract(t *testing.T) {
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A project's agentkernel.toml (the server's working directory)
+	// cannot choose the cluster: its [orchestrator] is not read.
+	if err := os.WriteFile(filepath.Join(a.dir, "agentkernel.toml"), []byte("[orchestrator]\nnomad_addr = \"http://127.0.0.1:1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s := startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
 	if !strings.Contains(s.errb.String(), "backend nomad: Nomad at "+l.Address) {
 		t.Errorf("serve did not say which cluster it serves:\n%s", s.errb.String())
+	}
+	// serve -B nomad over a --config file whose cluster does not answer:
+	// refused at start, naming it.
+	bad := filepath.Join(a.home, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[orchestrator]\nnomad_addr = \"http://127.0.0.1:1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.run("serve", "-c", bad, "-B", "nomad", "--port", "0", "--api-key", apiKey); r.code != 125 || !strings.Contains(r.stderr, "no Nomad agent at http://127.0.0.1:1") {
+		t.Errorf("serve -B nomad with no cluster: %v", r)
 	}
 	const name = "contract-api"
 	t.Cleanup(func() { a.run("sandbox", "rm", "--force", name) })
