@@ -75,7 +75,7 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(context.Background())
-	i := &instance{b: b, name: spec.Name, alloc: alloc, start: time.Now(), done: make(chan struct{}), cancel: cancel}
+	i := &instance{b: b, name: spec.Name, env: spec.Env, alloc: alloc, start: time.Now(), done: make(chan struct{}), cancel: cancel}
 	go i.watch(wctx)
 	if log != nil {
 		fmt.Fprintf(log, "backend nomad: job %s, allocation %s on node %s\n", JobID(spec.Name), alloc.ID, alloc.NodeID)
@@ -138,8 +138,10 @@ func (b *Backend) waitGone(ctx context.Context, name string) error {
 // instance is a running persistent sandbox on Nomad, as its supervisor
 // holds it.
 type instance struct {
-	b      *Backend
-	name   string
+	b    *Backend
+	name string
+	// env is the sandbox's environment (Spec.Env), under each exec's.
+	env    []string
 	alloc  *api.Allocation
 	start  time.Time
 	done   chan struct{}
@@ -280,7 +282,8 @@ func (i *instance) node(ctx context.Context, args []string, tty bool, stdin io.R
 // signal ends the command: the exec API forwards none, and closing its
 // stream makes the node's agentkernel kill what it started.
 func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
-	args, err := execArgs(i.name, req.Args, req.Env, req.Workdir, req.User, req.TTY)
+	env := append(append([]string(nil), i.env...), req.Env...)
+	args, err := execArgs(i.name, req.Args, env, req.Workdir, req.User, req.TTY)
 	if err != nil {
 		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
 	}
