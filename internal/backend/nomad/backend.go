@@ -8,6 +8,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -357,11 +358,57 @@ func (b *Backend) execIn(ctx context.Context, alloc *api.Allocation, name string
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, tty, cmd, stdin, stdout, stderr, nil, b.q(ctx))
-	if err != nil {
-		return code, fmt.Errorf("exec in sandbox %q: %w", name, err)
+	// The API's exec does not always return when ctx ends (its stream
+	// may wait for the node): once ctx has ended, it gets a few seconds,
+	// then the call returns without it, its writers cut off first.
+	out, errw := &gate{w: stdout}, &gate{w: stderr}
+	type result struct {
+		code int
+		err  error
 	}
-	return code, nil
+	done := make(chan result, 1)
+	go func() {
+		code, err := b.client.Allocations().Exec(ctx, alloc, TaskName, tty, cmd, stdin, out, errw, nil, b.q(ctx))
+		done <- result{code, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		select {
+		case r = <-done:
+		case <-time.After(5 * time.Second):
+			out.close()
+			errw.close()
+			r = result{-1, ctx.Err()}
+		}
+	}
+	if r.err != nil {
+		return r.code, fmt.Errorf("exec in sandbox %q: %w", name, r.err)
+	}
+	return r.code, nil
+}
+
+// gate is a writer that drops what is written once closed.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // runningAlloc is the sandbox's running allocation (what the exec API
