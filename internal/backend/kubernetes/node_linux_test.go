@@ -24,7 +24,7 @@ import (
 
 // nodeBackend is a Backend as the administrator in a fresh namespace of
 // the cluster with a node.
-func nodeBackend(t *testing.T, o Options) *Backend {
+func nodeBackend(t testing.TB, o Options) *Backend {
 	t.Helper()
 	l, _ := shared.Node(t)
 	cs, err := kubernetes.NewForConfig(restConfig(l, l.AdminToken))

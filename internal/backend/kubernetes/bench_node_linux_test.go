@@ -1,0 +1,207 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
+)
+
+// These benchmarks time starts on the lab's real node (containerd,
+// runc, a kubelet and a scheduler), each measured the same way: from
+// the create call until the pod is Running as a watch on the API server
+// reports it ("running"), and for sandboxes until a first exec of true
+// has returned ("first-exec"). The plain pod is the baseline: one
+// container of the same image running sleep, no policy, nothing else.
+//
+//	CGO_ENABLED=0 go test -p 1 ./internal/backend/kubernetes -run '^$' \
+//	    -bench BenchmarkNode -benchtime 10x
+//
+// Each reports the median (b.N starts) besides the mean Go prints.
+
+// waitSelectorRunning watches the pods matching sel until one is
+// Running.
+func waitSelectorRunning(ctx context.Context, b *Backend, sel string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		list, err := b.client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				return nil
+			}
+		}
+		w, err := b.client.CoreV1().Pods(b.ns).Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			return err
+		}
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
+				w.Stop()
+				return nil
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// medians records durations and reports their median.
+type medians map[string][]time.Duration
+
+func (m medians) report(b *testing.B) {
+	for k, v := range m {
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		b.ReportMetric(float64(v[len(v)/2].Microseconds())/1000, k+"-median-ms")
+	}
+}
+
+func benchExecTrue(ctx context.Context, b *Backend, name string) error {
+	code, err := b.Exec(ctx, name, []string{"true"}, ExecIO{Stdout: io.Discard, Stderr: io.Discard})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("true exited %d", code)
+	}
+	return err
+}
+
+func benchRemove(tb testing.TB, b *Backend, name string) {
+	tb.Helper()
+	if err := b.Remove(context.Background(), name); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkNodePlainPod: the baseline, a plain pod created → Running.
+func BenchmarkNodePlainPod(bb *testing.B) {
+	b := nodeBackend(bb, Options{NoUserNamespace: true})
+	ctx := context.Background()
+	m := medians{}
+	for i := 0; i < bb.N; i++ {
+		name := fmt.Sprintf("plain-%d", i)
+		f := false
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": name}},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken:  &f,
+				TerminationGracePeriodSeconds: new(int64),
+				Containers:                    []corev1.Container{{Name: "main", Image: kubelab.TestImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "infinity"}}},
+			},
+		}
+		start := time.Now()
+		if _, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			bb.Fatal(err)
+		}
+		if err := waitSelectorRunning(ctx, b, labels.Set{"bench": name}.String()); err != nil {
+			bb.Fatal(err)
+		}
+		m["running"] = append(m["running"], time.Since(start))
+		bb.StopTimer()
+		zero := int64(0)
+		_ = b.client.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		bb.StartTimer()
+	}
+	m.report(bb)
+}
+
+// BenchmarkNodeColdSandbox: a sandbox with a pod of its own, created →
+// Running → first exec returned.
+func BenchmarkNodeColdSandbox(bb *testing.B) {
+	b := nodeBackend(bb, Options{NoUserNamespace: true})
+	ctx := context.Background()
+	prof := mustProfile(bb, "moderate")
+	m := medians{}
+	for i := 0; i < bb.N; i++ {
+		name := fmt.Sprintf("cold-%d", i)
+		start := time.Now()
+		if _, err := b.Create(ctx, &Request{Name: name, Image: kubelab.TestImage, Profile: prof}); err != nil {
+			bb.Fatal(err)
+		}
+		if _, err := b.WaitRunning(ctx, name, 2*time.Minute); err != nil {
+			bb.Fatal(err)
+		}
+		m["running"] = append(m["running"], time.Since(start))
+		if err := benchExecTrue(ctx, b, name); err != nil {
+			bb.Fatal(err)
+		}
+		m["first-exec"] = append(m["first-exec"], time.Since(start))
+		bb.StopTimer()
+		benchRemove(bb, b, name)
+		bb.StartTimer()
+	}
+	m.report(bb)
+}
+
+// BenchmarkNodePooledSandbox: a sandbox adopting a pool's Running pod,
+// taken → Running → first exec returned. The pool is refilled, and its
+// new pod waited for, outside the timer.
+func BenchmarkNodePooledSandbox(bb *testing.B) {
+	b := nodeBackend(bb, Options{NoUserNamespace: true})
+	ctx := context.Background()
+	p := &Pool{Name: "bench", Image: kubelab.TestImage, Profile: mustProfile(bb, "moderate"), Size: 1}
+	defer func() { _ = b.Drain(context.Background(), p.Name) }()
+	m := medians{}
+	for i := 0; i < bb.N; i++ {
+		bb.StopTimer()
+		if _, err := b.Fill(ctx, p); err != nil {
+			bb.Fatal(err)
+		}
+		if err := waitSelectorRunning(ctx, b, poolSelector(p.Name)); err != nil {
+			bb.Fatal(err)
+		}
+		name := fmt.Sprintf("pooled-%d", i)
+		bb.StartTimer()
+		start := time.Now()
+		_, adopted, err := b.CreateFromPool(ctx, p, &Request{Name: name, Image: p.Image, Profile: p.Profile})
+		if err != nil || !adopted {
+			bb.Fatalf("adopt: %v %v", adopted, err)
+		}
+		if _, err := b.WaitRunning(ctx, name, 2*time.Minute); err != nil {
+			bb.Fatal(err)
+		}
+		m["running"] = append(m["running"], time.Since(start))
+		if err := benchExecTrue(ctx, b, name); err != nil {
+			bb.Fatal(err)
+		}
+		m["first-exec"] = append(m["first-exec"], time.Since(start))
+		bb.StopTimer()
+		benchRemove(bb, b, name)
+		bb.StartTimer()
+	}
+	m.report(bb)
+}
+
+// BenchmarkNodeExec: an exec round trip (true) into a Running sandbox.
+func BenchmarkNodeExec(bb *testing.B) {
+	b := nodeBackend(bb, Options{NoUserNamespace: true})
+	ctx := context.Background()
+	if _, err := b.Create(ctx, &Request{Name: "exec", Image: kubelab.TestImage, Profile: mustProfile(bb, "moderate")}); err != nil {
+		bb.Fatal(err)
+	}
+	defer benchRemove(bb, b, "exec")
+	if _, err := b.WaitRunning(ctx, "exec", 2*time.Minute); err != nil {
+		bb.Fatal(err)
+	}
+	m := medians{}
+	bb.ResetTimer()
+	for i := 0; i < bb.N; i++ {
+		start := time.Now()
+		if err := benchExecTrue(ctx, b, "exec"); err != nil {
+			bb.Fatal(err)
+		}
+		m["exec"] = append(m["exec"], time.Since(start))
+	}
+	m.report(bb)
+}
