@@ -3,6 +3,7 @@ package contract
 import (
 	"flag"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -105,4 +106,28 @@ func TestDocs(t *testing.T) {
 		return
 	}
 	t.Errorf("%s is not the data's: go test ./internal/contract -update", path)
+}
+
+// TestOpenAPISuites: GET /doctor's contract rows name their suite, and
+// api/openapi.yaml's enum of suites is this package's (a suite added
+// here without it makes /doctor's answer one the document refuses).
+func TestOpenAPISuites(t *testing.T) {
+	b, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`suite: \{ enum: \[([^\]]*)\] \}`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no enum of suites in api/openapi.yaml")
+	}
+	var got []string
+	for _, s := range strings.Split(string(m[1]), ",") {
+		got = append(got, strings.TrimSpace(s))
+	}
+	want := []string{SuiteAttack, SuiteFiles, SuiteAPI, SuiteNodeSDK}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("api/openapi.yaml's suites %q, want %q", got, want)
+	}
 }
