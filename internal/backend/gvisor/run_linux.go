@@ -359,7 +359,12 @@ func (r *run) cleanup() {
 		r.trace.stage("runsc delete")
 	}
 	if resources(r.spec.Resources) != nil || r.keep != "" {
-		removeCgroups(cgroupName(r.id))
+		// A sandbox killed mid-run (a cancelled run) leaves its cgroups
+		// a moment after runsc has ended: longer under a small CPU
+		// quota, which throttles its last processes too.
+		for n := 0; n < 100 && removeCgroupsLeft(cgroupName(r.id)); n++ {
+			time.Sleep(50 * time.Millisecond)
+		}
 		r.trace.stage("cgroups removed")
 	}
 	if err := os.RemoveAll(r.dir); err != nil {
