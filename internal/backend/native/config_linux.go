@@ -145,8 +145,14 @@ type execConfig struct {
 	// own devpts, which the builder opens once the root is in place and
 	// sends the stub as its stdio (the master goes to the parent), so
 	// that the command's /dev/pts/N exists inside. Thread-built runs.
-	SandboxPTY bool   `json:"sandbox_pty,omitempty"`
-	NoFile     uint64 `json:"nofile,omitempty"`
+	SandboxPTY bool `json:"sandbox_pty,omitempty"`
+	// Rows and Cols are the caller's terminal's size when the run
+	// starts: the sandbox's pty has it before the command runs (the
+	// parent, which gets the master once the command may already run,
+	// follows later changes).
+	Rows   uint16 `json:"rows,omitempty"`
+	Cols   uint16 `json:"cols,omitempty"`
+	NoFile uint64 `json:"nofile,omitempty"`
 	// filterLoaded: the stub loaded Filter in its first script
 	// (initState.earlyFilter), so its last one does not.
 	filterLoaded bool

@@ -453,6 +453,11 @@ func (r *runState) start(ctx context.Context, cfg *initConfig, stdio sandbox.Std
 		// exec stage holds /dev/null.
 		cfg.Exec.SandboxPTY = true
 		tty = userTerminal(stdio)
+		if tty.inFile != nil {
+			if ws, err := unix.IoctlGetWinsize(int(tty.inFile.Fd()), unix.TIOCGWINSZ); err == nil {
+				cfg.Exec.Rows, cfg.Exec.Cols = ws.Row, ws.Col
+			}
+		}
 		defer tty.restore()
 		if io3, err = newStdioFiles(sandbox.Stdio{}); err != nil {
 			return sandbox.Result{}, err

@@ -557,6 +557,9 @@ func (s *initState) openCommandPTY() error {
 		return err
 	}
 	c := &s.cfg.Exec
+	if c.Rows > 0 && c.Cols > 0 {
+		_ = unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: c.Rows, Col: c.Cols})
+	}
 	uid, gid := c.UID, 5
 	if s.cfg.NestUserNS {
 		uid, gid = s.cfg.RootUID+c.UID, s.cfg.RootGID+5
