@@ -26,6 +26,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/config"
+	"github.com/agentkernel/agentkernel/internal/hostidmap"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -259,7 +260,7 @@ func (r *runState) buildConfig() (*initConfig, error) {
 			r.ids, base = l, l.Base
 		}
 		cfg.RootUID, cfg.RootGID = int(base), int(base)
-		cfg.OwnerUID, cfg.OwnerGID = invokingUser()
+		cfg.OwnerUID, cfg.OwnerGID = hostidmap.InvokingUser()
 	}
 
 	args := spec.Args
@@ -1109,22 +1110,6 @@ func argBytes(strs []string) int {
 		n += len(s) + 1
 	}
 	return n
-}
-
-// invokingUser is who runs agentkernel, for the ownership of what the
-// sandbox writes in host directories: under sudo the user who ran sudo
-// (SUDO_UID, SUDO_GID), else the real ids of this process.
-func invokingUser() (uid, gid int) {
-	uid, gid = os.Getuid(), os.Getgid()
-	if uid != 0 {
-		return uid, gid
-	}
-	u, err1 := strconv.Atoi(os.Getenv("SUDO_UID"))
-	g, err2 := strconv.Atoi(os.Getenv("SUDO_GID"))
-	if err1 == nil && err2 == nil && u > 0 && g >= 0 {
-		return u, g
-	}
-	return uid, gid
 }
 
 // maxArgStrlen is the kernel's MAX_ARG_STRLEN: the longest one argument
