@@ -79,7 +79,7 @@ func special(fd int) bool {
 	if unix.Fstatfs(fd, &st) != nil {
 		return true
 	}
-	switch st.Type {
+	switch uint32(st.Type) { // Type is 32 bits wide on 32-bit systems
 	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC,
 		unix.DEVPTS_SUPER_MAGIC, unix.SECURITYFS_MAGIC, unix.DEBUGFS_MAGIC, unix.TRACEFS_MAGIC,
 		unix.BPF_FS_MAGIC, unix.NSFS_MAGIC, unix.BINFMTFS_MAGIC:
@@ -307,7 +307,7 @@ func entry(name string, st *unix.Stat_t) Entry {
 	case unix.S_IFBLK:
 		m |= fs.ModeDevice
 	}
-	return Entry{Name: name, Size: st.Size, Mode: uint32(m), ModTime: st.Mtim.Sec}
+	return Entry{Name: name, Size: st.Size, Mode: uint32(m), ModTime: int64(st.Mtim.Sec)}
 }
 
 // Stat describes p (following symlinks inside the root).
@@ -418,7 +418,7 @@ func (f *FS) TarOut(p string, w io.Writer) error {
 }
 
 func (f *FS) header(name string, st *unix.Stat_t) *tar.Header {
-	h := &tar.Header{Name: name, Mode: int64(st.Mode & 0o7777), ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+	h := &tar.Header{Name: name, Mode: int64(st.Mode & 0o7777), ModTime: time.Unix(st.Mtim.Unix()),
 		Uid: int(st.Uid), Gid: int(st.Gid), Format: tar.FormatPAX}
 	if f.UID >= 0 && h.Uid >= f.UID && h.Uid < f.UID+65536 {
 		h.Uid -= f.UID

@@ -110,7 +110,7 @@ func (lw *layerWriter) header(name string, st *unix.Stat_t) *tar.Header {
 		Mode:    int64(st.Mode & 0o7777),
 		Uid:     uid,
 		Gid:     gid,
-		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC().Truncate(time.Second),
+		ModTime: time.Unix(st.Mtim.Unix()).UTC().Truncate(time.Second),
 	}
 }
 

@@ -48,7 +48,7 @@ func Host(ctx context.Context, dataDir string) (sandbox.HostUsage, error) {
 	h.DataDirBytes = diskUsage(dataDir)
 	var sfs unix.Statfs_t
 	if unix.Statfs(dataDir, &sfs) == nil {
-		h.DiskFreeBytes = int64(sfs.Bavail) * sfs.Bsize
+		h.DiskFreeBytes = int64(sfs.Bavail) * int64(sfs.Bsize)
 	}
 	return h, nil
 }
