@@ -113,14 +113,7 @@ func TestRunCancelled(t *testing.T) {
 		t.Fatalf("want context.Canceled, got %v %+v", o.err, o.res)
 	}
 	t.Logf("Run returned %v after the cancel", time.Since(start).Round(time.Millisecond))
-	var left []string
-	for i := 0; i < 50; i++ {
-		if left = leftovers(dataDir); len(left) == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(left) > 0 {
+	if left := leftovers(dataDir); len(left) > 0 {
 		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
 	}
 }
