@@ -27,7 +27,12 @@ import (
 //     clone, as an exec's, and its restore kills all of them;
 //   - a process that is a container's own (here a second container of
 //     the same sandbox, started with runsc create and start over the
-//     same root) comes back with its memory, and so do its children.
+//     same root) comes back with its memory, and so do its children,
+//     its output going to its restore's stdout;
+//   - as a memory snapshot would need it: a sandbox held still by runsc
+//     pause is checkpointed with --leave-running and stays paused, and
+//     the image restores as containers of other ids whose names (the
+//     CRI name annotation) are the same.
 //
 // Each process counts in a shell variable and writes the count to a file
 // in the root every 0.2 s; the host reads the root directly. Checkpoint
@@ -61,7 +66,10 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(base, "state")
-	const root, sub = "ck-root", "ck-sub"
+	// The restore makes containers of other ids (a restored sandbox's
+	// are its own); their names, which gVisor keys the restore on, are
+	// the same.
+	const root, sub, root2, sub2 = "ck-root", "ck-sub", "ck-root2", "ck-sub2"
 	// counter counts from start in a shell variable, written to /c/name.
 	counter := func(name string, start int) string {
 		return "i=" + strconv.Itoa(start) + "; while :; do i=$((i+1)); echo $i >/c/" + name + ".new; mv /c/" + name + ".new /c/" + name + "; sleep 0.2; done"
@@ -93,39 +101,54 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rootBundle, subBundle := filepath.Join(base, "b-root"), filepath.Join(base, "b-sub")
-	bundle(rootBundle, []string{idlePath}, []specs.Mount{{Destination: idlePath, Type: "bind", Source: idle, Options: []string{"rbind", "ro"}}},
-		map[string]string{"io.kubernetes.cri.container-type": "sandbox", "io.kubernetes.cri.sandbox-id": root})
-	bundle(subBundle, []string{"/bin/sh", "-c", "(" + counter("subchild", 5000) + ") & " + counter("sub", 4000)}, nil,
-		map[string]string{"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-id": root})
+	// The second container also writes its count to its stdout.
+	subArgs := []string{"/bin/sh", "-c", "(" + counter("subchild", 5000) + ") & " + strings.Replace(counter("sub", 4000), "echo $i >", "echo $i; echo $i >", 1)}
+	bundles := map[string]string{}
+	for _, b := range []struct{ id, sandbox string }{{root, root}, {sub, root}, {root2, root2}, {sub2, root2}} {
+		dir := filepath.Join(base, "b-"+b.id)
+		bundles[b.id] = dir
+		ann := map[string]string{"io.kubernetes.cri.sandbox-id": b.sandbox}
+		if b.id == b.sandbox {
+			ann["io.kubernetes.cri.container-type"], ann["io.kubernetes.cri.container-name"] = "sandbox", "sandbox"
+			bundle(dir, []string{idlePath}, []specs.Mount{{Destination: idlePath, Type: "bind", Source: idle, Options: []string{"rbind", "ro"}}}, ann)
+		} else {
+			ann["io.kubernetes.cri.container-type"], ann["io.kubernetes.cri.container-name"] = "container", "detached"
+			bundle(dir, subArgs, nil, ann)
+		}
+	}
 	rs := func(args ...string) *exec.Cmd {
 		return exec.Command(runsc, append([]string{"--root", state, "--platform=systrap", "--network=none", "--overlay2=none", "--file-access=shared"}, args...)...)
 	}
-	// must runs c, its output to a file: what runsc run, create and
-	// restore leave running holds their stdio open.
-	must := func(c *exec.Cmd) {
+	// mustTo runs c, its output to the file out (a new one if ""):
+	// what runsc run, create and restore leave running holds their
+	// stdio open, and gives it to the container's first process.
+	mustTo := func(c *exec.Cmd, out string) {
 		t.Helper()
-		out, err := os.CreateTemp(base, "out")
+		f, err := os.CreateTemp(base, "out")
+		if out != "" {
+			f, err = os.Create(out)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer out.Close()
-		c.Stdout, c.Stderr = out, out
+		defer f.Close()
+		c.Stdout, c.Stderr = f, f
 		if err := c.Run(); err != nil {
-			b, _ := os.ReadFile(out.Name())
+			b, _ := os.ReadFile(f.Name())
 			t.Fatalf("%s: %v: %s", strings.Join(c.Args, " "), err, b)
 		}
 	}
+	must := func(c *exec.Cmd) { t.Helper(); mustTo(c, "") }
 	t.Cleanup(func() {
-		for _, id := range []string{sub, root} {
+		for _, id := range []string{sub, root, sub2, root2} {
 			_ = rs("delete", "--force", id).Run()
 		}
 		// runsc binds its network namespace (--network=none) into its
 		// state directory, here in the host's mount namespace.
 		_ = unix.Unmount(filepath.Join(state, "null-netns"), unix.MNT_DETACH)
 	})
-	must(rs("run", "--bundle", rootBundle, "--detach", root))
-	must(rs("create", "--bundle", subBundle, sub))
+	must(rs("run", "--bundle", bundles[root], "--detach", root))
+	mustTo(rs("create", "--bundle", bundles[sub], sub), filepath.Join(base, "sub-out-1"))
 	must(rs("start", sub))
 	// A foreground command, whose runsc exec stays on the host.
 	fg := rs("exec", root, "/bin/sh", "-c", counter("fg", 1000))
@@ -177,15 +200,14 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 	if err := os.Mkdir(img, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// As a snapshot would take it: held still by runsc pause (while the
+	// files are copied), checkpointed, and left so.
+	must(rs("pause", root))
 	start := time.Now()
-	must(rs("checkpoint", "--image-path", img, root))
+	must(rs("checkpoint", "--leave-running", "--image-path", img, root))
 	ckpt := time.Since(start)
-	for time.Now().Before(deadline) {
-		out, _ := rs("state", root).Output()
-		if bytes.Contains(out, []byte(`"stopped"`)) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if out, _ := rs("state", root).Output(); !bytes.Contains(out, []byte(`"paused"`)) {
+		t.Fatalf("after checkpoint --leave-running of a paused sandbox: %s", out)
 	}
 	at := map[string]int{}
 	for _, n := range names {
@@ -198,13 +220,15 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 			size += fi.Size()
 		}
 	}
-	must(rs("delete", "--force", sub))
+	// The sandbox first (deleting a container of a paused sandbox waits
+	// for it to run again), which ends the other container with it.
 	must(rs("delete", "--force", root))
+	_ = rs("delete", "--force", sub).Run()
 
 	start = time.Now()
-	r := rs("restore", "--image-path", img, "--bundle", rootBundle, "--detach", root)
-	must(r)
-	must(rs("restore", "--image-path", img, "--bundle", subBundle, "--detach", sub))
+	must(rs("restore", "--image-path", img, "--bundle", bundles[root2], "--detach", root2))
+	subOut := filepath.Join(base, "sub-out-2")
+	mustTo(rs("restore", "--image-path", img, "--bundle", bundles[sub2], "--detach", sub2), subOut)
 	rest := time.Since(start)
 	t.Logf("checkpoint %v, image %d bytes; restore of both containers %v", ckpt.Round(time.Millisecond), size, rest.Round(time.Millisecond))
 
@@ -221,7 +245,15 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 			t.Errorf("%s: %d after the restore, %d at the checkpoint: a process of runsc exec came back (doc.go's \"Not yet\" is out of date)", n, v, at[n])
 		}
 	}
-	ps, err = rs("exec", root, "/bin/ps", "-o", "stat,args").Output()
+	// The second container's output goes to its restore's stdout (a
+	// regular file written at the offset the image kept: gVisor's own,
+	// the bytes before it zero).
+	out, _ := os.ReadFile(subOut)
+	lines := strings.Fields(strings.TrimLeft(string(out), "\x00"))
+	if n := len(lines); n == 0 || lines[0] != strconv.Itoa(at["sub"]+1) {
+		t.Errorf("the restored container's output: %q, its count at the checkpoint %d", out, at["sub"])
+	}
+	ps, err = rs("exec", root2, "/bin/ps", "-o", "stat,args").Output()
 	if err != nil {
 		t.Fatalf("ps after the restore: %v", err)
 	}

@@ -126,17 +126,27 @@
 //     and start with the sandbox-id annotations, over the same root),
 //     each restored with its own `runsc restore` after the sandbox's.
 //     Restore reopens the root by path and needs the same files, not the
-//     same bundle directory (0.3-1 s here). Blocking system calls that
-//     were in progress return EINTR at restore.
+//     same bundle directory (0.3-1 s here); containers of other ids are
+//     restored where their names (the CRI name annotation) are the
+//     checkpoint's, and a restored container's first process writes to
+//     its restore's stdio (a regular file at the offset it had). Blocking
+//     system calls that were in progress return EINTR at restore.
+//   - A sandbox held still by `runsc pause` is checkpointed with
+//     --leave-running and stays paused (0.3-0.6 s), so files and memory
+//     can be taken in the one freeze; deleting a container of a paused
+//     sandbox waits for it to run again (the sandbox's own delete ends
+//     it).
 //   - runsc writes the image's files with mode 0644: they must be kept in
 //     a directory only root can enter.
 //
 // Memory snapshots would therefore start detached commands as containers
 // of the sandbox rather than with `runsc exec` (their own PID namespace;
-// signals through `runsc kill` of that container), checkpoint with
-// --leave-running into the snapshot, and restore the sandbox and then
-// each such container; foreground commands (`exec` without --detach)
-// cannot come back, their callers being gone.
+// signals and waits through runsc kill and wait of that container; runsc
+// create run in the boot's mount namespace, for the gofer to see the
+// root; stdio pipes), checkpoint with --leave-running into the snapshot
+// while the freeze holds it, and at the restored sandbox's boot restore
+// the sandbox and then each such container; foreground commands (`exec`
+// without --detach) cannot come back, their callers being gone.
 //
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) and warm pools exist on amd64 only (the idle init is
