@@ -58,7 +58,8 @@ func orchestrator(path string) (kubernetes.Options, config.Orchestrator, error) 
 
 // kubeSandboxes is the Manager of serve on the kubernetes backend:
 // RunBackend for runs, Sandboxes for persistent sandboxes (records in
-// the data directory), ClusterImages (the nodes pull), the audit log of
+// the namespace, Secrets every server of it shares; those an earlier
+// version kept in the data directory moved there at start), ClusterImages (the nodes pull), the audit log of
 // the data directory. Snapshots, warm pools of this machine and host
 // statistics have no part here: the Manager refuses them
 // (sandbox.ErrUnsupported, 501 from the API).
@@ -76,6 +77,21 @@ func kubeSandboxes(app *cli.App) (*sandbox.Manager, func(), error) {
 	}
 	sbs := kubernetes.NewSandboxes(b, app.DataDir)
 	sbs.MaxSandboxes = o.MaxSandboxes
+	// Records an earlier version kept in the data directory go to the
+	// cluster, once; the files are kept (moved aside), never deleted.
+	mctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	moved, kept, err := sbs.MigrateLocal(mctx)
+	cancel()
+	for _, l := range moved {
+		app.Infof("%s", l)
+	}
+	for _, l := range kept {
+		app.Warnf("%s", l)
+	}
+	if err != nil {
+		return nil, nil, &runcli.ExitError{Code: runcli.ExitAgentkernel, Err: fmt.Errorf("moving the sandboxes' records of %s into namespace %s: %w", app.DataDir, b.Namespace(), err),
+			Hint: "the records stay in the data directory; serve moves them at its next start"}
+	}
 	app.Warnf("sandboxes are pods in namespace %s: the server's working directory does not reach them (/workspace is an empty directory of each pod)", b.Namespace())
 	m := sandbox.NewManager(sandbox.ManagerOptions{
 		Images:     kubernetes.ClusterImages{},

@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -125,57 +124,5 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, err := parseStat("garbage"); err == nil || !strings.Contains(err.Error(), "garbage") {
 		t.Errorf("garbage: %v", err)
-	}
-}
-
-// Sandboxes' records: a name that is no DNS label (a path among them) is
-// refused before any file is touched, a second create of a name fails
-// with ErrSandboxExists, max_sandboxes caps them, and the record keeps
-// the spec (no cluster is asked: nothing here needs one).
-func TestSandboxRecords(t *testing.T) {
-	dir := t.TempDir()
-	s := NewSandboxes(&Backend{ns: "team"}, dir)
-	s.MaxSandboxes = 2
-	spec := func() *sandbox.Spec {
-		return &sandbox.Spec{Image: "alpine:3.20", Profile: "restrictive", Network: sandbox.Network{Mode: sandbox.NetworkNone}, Args: []string{"x"}}
-	}
-	for _, bad := range []string{"../escape", "a/b", "UPPER", "", strings.Repeat("a", 60)} {
-		if err := s.Create(t.Context(), &sandbox.Info{Name: bad}, spec()); err == nil {
-			t.Errorf("name %q accepted", bad)
-		}
-	}
-	if _, err := s.Spec(t.Context(), "../escape"); !errors.Is(err, sandbox.ErrSandboxNotFound) {
-		t.Errorf("spec of a path: %v", err)
-	}
-	info := &sandbox.Info{Name: "one"}
-	if err := s.Create(t.Context(), info, spec()); err != nil {
-		t.Fatal(err)
-	}
-	if info.UUID == "" || info.Backend != BackendName || info.Status != sandbox.StatusStopped {
-		t.Errorf("info: %+v", info)
-	}
-	if err := s.Create(t.Context(), &sandbox.Info{Name: "one"}, spec()); !errors.Is(err, sandbox.ErrSandboxExists) {
-		t.Errorf("second create: %v", err)
-	}
-	if err := s.Create(t.Context(), &sandbox.Info{Name: "two"}, spec()); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Create(t.Context(), &sandbox.Info{Name: "three"}, spec()); err == nil || !strings.Contains(err.Error(), "max_sandboxes = 2") {
-		t.Errorf("third create: %v", err)
-	}
-	got, err := s.Spec(t.Context(), "one")
-	if err != nil || got.Profile != "restrictive" || got.ID == "" {
-		t.Errorf("spec: %+v %v", got, err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, "kubernetes", "team", "one.json"))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("record: %v %v", fi, err)
-	}
-	// A spec a pod cannot be is refused at create.
-	bad := spec()
-	bad.Network = sandbox.Network{Mode: sandbox.NetworkFiltered, AllowDomains: []string{"example.com"}}
-	s.MaxSandboxes = 0
-	if err := s.Create(t.Context(), &sandbox.Info{Name: "dom"}, bad); !errors.Is(err, sandbox.ErrUnsupported) {
-		t.Errorf("domain list: %v", err)
 	}
 }

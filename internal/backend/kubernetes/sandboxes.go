@@ -4,10 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	mrand "math/rand/v2"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -21,115 +20,85 @@ import (
 
 // Sandboxes are persistent sandboxes as pods, for a sandbox.Manager: its
 // Store, Supervisor, Connector and HostStats. A sandbox's record (its
-// sandbox.Info and Spec) is a file of this machine's data directory; the
-// sandbox runs while its pod runs. Start makes the pod (and its
-// NetworkPolicy) and waits until it runs, Stop and Remove delete them:
-// a pod's files do not outlive it, so a stopped sandbox starts again
-// from its image. Commands and file operations go through the cluster's
-// exec API (conn.go). No process of this machine holds a running
-// sandbox: the cluster does.
+// sandbox.Info and Spec) is a Secret of its namespace (records.go), so
+// that every server of the namespace sees the same sandboxes and a
+// server's restart loses none; the sandbox runs while its pod runs.
+// Start makes the pod (and its NetworkPolicy) and waits until it runs,
+// Stop and Remove delete them: a pod's files do not outlive it, so a
+// stopped sandbox starts again from its image. Commands and file
+// operations go through the cluster's exec API (conn.go). No process of
+// this machine holds a running sandbox: the cluster does.
 type Sandboxes struct {
-	b   *Backend
+	b *Backend
+	// dir held the records before they were kept in the cluster
+	// (MigrateLocal).
 	dir string
 	// StartTimeout bounds the wait for a starting pod
 	// (DefaultStartTimeout).
 	StartTimeout time.Duration
-	// MaxSandboxes > 0 caps the sandboxes recorded here ([orchestrator]
-	// max_sandboxes).
+	// MaxSandboxes > 0 caps the sandboxes recorded in the namespace, by
+	// every server together ([orchestrator] max_sandboxes).
 	MaxSandboxes int64
 
-	mu sync.Mutex
+	mu    sync.Mutex
+	names map[string]*nameLock
 }
 
-// NewSandboxes keeps the records of b's sandboxes under
-// dataDir/kubernetes/<namespace>/.
+// nameLock orders this server's Start, Stop and Remove of one sandbox.
+type nameLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// NewSandboxes keeps the records of b's sandboxes in b's namespace;
+// dataDir is where an earlier version kept them
+// (dataDir/kubernetes/<namespace>/, MigrateLocal). It makes no API call.
 func NewSandboxes(b *Backend, dataDir string) *Sandboxes {
-	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace())}
+	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace()), names: map[string]*nameLock{}}
 }
 
-// record is a sandbox's file.
-type record struct {
-	Info *sandbox.Info `json:"info"`
-	Spec *sandbox.Spec `json:"spec"`
-}
-
-func (s *Sandboxes) path(name string) string { return filepath.Join(s.dir, name+".json") }
-
-func (s *Sandboxes) read(name string) (*record, error) {
-	if err := ValidName(name); err != nil {
-		return nil, fmt.Errorf("sandbox %q: %w", name, sandbox.ErrSandboxNotFound)
+// lock holds name's lock until the returned function is called.
+func (s *Sandboxes) lock(name string) func() {
+	s.mu.Lock()
+	l := s.names[name]
+	if l == nil {
+		l = &nameLock{}
+		s.names[name] = l
 	}
-	b, err := os.ReadFile(s.path(name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("sandbox %q: %w", name, sandbox.ErrSandboxNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil || r.Info == nil || r.Spec == nil {
-		return nil, fmt.Errorf("sandbox %q: its record %s cannot be read (%v)", name, s.path(name), err)
-	}
-	return &r, nil
-}
-
-// write replaces name's record atomically (a file of its own, renamed).
-func (s *Sandboxes) write(r *record) error {
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(s.dir, ".rec-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), s.path(r.Info.Name))
-}
-
-func (s *Sandboxes) names() ([]string, error) {
-	ents, err := os.ReadDir(s.dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range ents {
-		n, ok := strings.CutSuffix(e.Name(), ".json")
-		if ok && e.Type().IsRegular() && ValidName(n) == nil {
-			out = append(out, n)
+	l.refs++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.names, name)
 		}
+		s.mu.Unlock()
 	}
-	return out, nil
 }
 
 // status fills info's Status (and StopReason) from its pod.
 func (s *Sandboxes) status(ctx context.Context, info *sandbox.Info) error {
 	sb, err := s.b.Get(ctx, info.Name)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if err != nil {
+		sb = nil
+	}
+	statusFrom(info, sb)
+	return nil
+}
+
+// statusFrom sets info's Status (and StopReason) from its pod (nil: none).
+func statusFrom(info *sandbox.Info, sb *Sandbox) {
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case sb == nil:
 		if info.Status == sandbox.StatusRunning {
 			info.StopReason = "its pod is gone"
 		}
 		info.Status = sandbox.StatusStopped
-	case err != nil:
-		return err
 	case sb.Phase == corev1.PodRunning && !sb.Removing:
 		info.Status = sandbox.StatusRunning
 		info.StopReason = ""
@@ -139,31 +108,25 @@ func (s *Sandboxes) status(ctx context.Context, info *sandbox.Info) error {
 		}
 		info.Status = sandbox.StatusStopped
 	}
-	return nil
 }
 
 // Create records a new, stopped sandbox (sandbox.Store): the name must
-// be a DNS label, spec must be one a pod can carry out.
+// be a DNS label, spec must be one a pod can carry out. The record's
+// creation is what claims the name, across every server of the
+// namespace (sandbox.ErrSandboxExists when it is taken).
+//
+// max_sandboxes: a record is created, then the records are counted; a
+// creator that finds more than the cap withdraws its own. Of creators
+// racing, the last to count sees every record kept before it, so the cap
+// is never exceeded; one that withdrew tries again after a random pause
+// while the count leaves room (capAttempts in all), so that a burst of
+// creators does not leave every one of them out.
 func (s *Sandboxes) Create(ctx context.Context, info *sandbox.Info, spec *sandbox.Spec) error {
 	if err := ValidName(info.Name); err != nil {
 		return err
 	}
 	if _, err := RequestFor(info.Name, spec); err != nil {
 		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := os.Lstat(s.path(info.Name)); err == nil {
-		return fmt.Errorf("sandbox %q: %w", info.Name, sandbox.ErrSandboxExists)
-	}
-	if s.MaxSandboxes > 0 {
-		n, err := s.names()
-		if err != nil {
-			return err
-		}
-		if int64(len(n)) >= s.MaxSandboxes {
-			return fmt.Errorf("already %d sandboxes ([orchestrator] max_sandboxes = %d): remove one first", len(n), s.MaxSandboxes)
-		}
 	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
@@ -172,17 +135,65 @@ func (s *Sandboxes) Create(ctx context.Context, info *sandbox.Info, spec *sandbo
 	h := hex.EncodeToString(id[:])
 	info.UUID = h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 	spec.ID = h
-	now := time.Now().UTC()
-	info.CreatedAt, info.LastActivityAt = now, now
 	info.Backend = BackendName
 	info.Status = sandbox.StatusStopped
 	info.Network = spec.Network.Mode
-	return s.write(&record{Info: info, Spec: spec})
+	for attempt := 1; ; attempt++ {
+		if s.MaxSandboxes > 0 {
+			if err := s.underCap(ctx, nil); err != nil {
+				return err
+			}
+		}
+		now := time.Now().UTC()
+		info.CreatedAt, info.LastActivityAt = now, now
+		sec, err := s.insert(ctx, &record{Info: info, Spec: spec})
+		if err != nil || s.MaxSandboxes <= 0 {
+			return err
+		}
+		err = s.underCap(ctx, sec)
+		if err == nil {
+			return nil
+		}
+		if derr := s.drop(context.WithoutCancel(ctx), sec); derr != nil {
+			return fmt.Errorf("%w (and its record could not be withdrawn: %v)", err, derr)
+		}
+		if attempt == capAttempts {
+			return err
+		}
+		pause := time.Duration(mrand.Int64N(int64(10*time.Millisecond) << attempt))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// capAttempts bounds Create's tries when creators race for the last
+// places under max_sandboxes.
+const capAttempts = 6
+
+// underCap counts the namespace's records against MaxSandboxes: before
+// a create (mine nil), there must be room for one more; after it, the
+// count with mine must not exceed the cap.
+func (s *Sandboxes) underCap(ctx context.Context, mine *corev1.Secret) error {
+	l, err := s.secrets().List(ctx, recordListOptions())
+	if err != nil {
+		return s.b.apiError("list sandbox records", err)
+	}
+	n := int64(len(l.Items))
+	if mine == nil && n < s.MaxSandboxes || mine != nil && n <= s.MaxSandboxes {
+		return nil
+	}
+	if mine != nil {
+		n--
+	}
+	return fmt.Errorf("already %d sandboxes in namespace %s ([orchestrator] max_sandboxes = %d): remove one first", n, s.b.ns, s.MaxSandboxes)
 }
 
 // Get returns the sandbox, its status its pod's.
 func (s *Sandboxes) Get(ctx context.Context, name string) (*sandbox.Info, error) {
-	r, err := s.read(name)
+	r, _, err := s.load(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -192,39 +203,43 @@ func (s *Sandboxes) Get(ctx context.Context, name string) (*sandbox.Info, error)
 	return r.Info, nil
 }
 
-// List returns every sandbox, oldest first.
+// List returns every sandbox, oldest first: one list of the records and
+// one of the pods. A record that cannot be read is an error that names
+// it (kubectl can fix or delete it), not a sandbox left out.
 func (s *Sandboxes) List(ctx context.Context) ([]*sandbox.Info, error) {
-	names, err := s.names()
+	recs, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*sandbox.Info, 0, len(names))
-	for _, n := range names {
-		i, err := s.Get(ctx, n)
-		if errors.Is(err, sandbox.ErrSandboxNotFound) {
-			continue
+	pods, err := s.b.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*Sandbox{}
+	for i := range pods {
+		p := &pods[i]
+		if cur := byName[p.Name]; cur == nil || cur.Removing && !p.Removing {
+			byName[p.Name] = p
 		}
-		if err != nil {
-			return nil, err
+	}
+	out := make([]*sandbox.Info, 0, len(recs))
+	for _, r := range recs {
+		if r.err != nil {
+			return nil, r.err
 		}
-		out = append(out, i)
+		statusFrom(r.rec.Info, byName[r.name])
+		out = append(out, r.rec.Info)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
 }
 
-// Update changes name's record.
+// Update changes name's record: read, fn, written with the
+// resourceVersion read; another server's write in between makes it read
+// and call fn again.
 func (s *Sandboxes) Update(ctx context.Context, name string, fn func(*sandbox.Info) error) (*sandbox.Info, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, err := s.read(name)
+	r, err := s.modify(ctx, name, func(r *record) error { return fn(r.Info) })
 	if err != nil {
-		return nil, err
-	}
-	if err := fn(r.Info); err != nil {
-		return nil, err
-	}
-	if err := s.write(r); err != nil {
 		return nil, err
 	}
 	if err := s.status(ctx, r.Info); err != nil {
@@ -233,12 +248,14 @@ func (s *Sandboxes) Update(ctx context.Context, name string, fn func(*sandbox.In
 	return r.Info, nil
 }
 
-// Remove deletes the sandbox's pod, NetworkPolicy and record; a running
-// one only with force (sandbox.ErrRunning).
+// Remove deletes the sandbox's pod and NetworkPolicy, then its record;
+// a running one only with force (sandbox.ErrRunning).
 func (s *Sandboxes) Remove(ctx context.Context, name string, force bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, err := s.read(name)
+	if err := ValidName(name); err != nil {
+		return notFound(name)
+	}
+	defer s.lock(name)()
+	r, sec, err := s.load(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -251,15 +268,12 @@ func (s *Sandboxes) Remove(ctx context.Context, name string, force bool) error {
 	if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	if err := os.Remove(s.path(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
+	return s.drop(ctx, sec)
 }
 
 // Spec is the spec recorded at create.
-func (s *Sandboxes) Spec(_ context.Context, name string) (*sandbox.Spec, error) {
-	r, err := s.read(name)
+func (s *Sandboxes) Spec(ctx context.Context, name string) (*sandbox.Spec, error) {
+	r, _, err := s.load(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -269,9 +283,11 @@ func (s *Sandboxes) Spec(_ context.Context, name string) (*sandbox.Spec, error) 
 // Start makes the sandbox's pod and waits until it runs (sandbox.Supervisor);
 // a pod that does not start is removed again and its reason returned.
 func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, err := s.read(name)
+	if err := ValidName(name); err != nil {
+		return nil, notFound(name)
+	}
+	defer s.lock(name)()
+	r, sec, err := s.load(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +301,9 @@ func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, erro
 		if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
-		_ = os.Remove(s.path(name))
+		if err := s.drop(ctx, sec); err != nil {
+			return nil, err
+		}
 		return nil, &sandbox.ExpiredError{Name: name, At: *r.Info.ExpiresAt}
 	}
 	req, err := RequestFor(name, r.Spec)
@@ -306,9 +324,18 @@ func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, erro
 		_ = s.b.Remove(rctx, name)
 		return nil, err
 	}
-	r.Info.Status, r.Info.StopReason = sandbox.StatusRunning, ""
-	r.Info.LastActivityAt = time.Now().UTC()
-	if err := s.write(r); err != nil {
+	r, err = s.modify(ctx, name, func(r *record) error {
+		r.Info.Status, r.Info.StopReason = sandbox.StatusRunning, ""
+		r.Info.LastActivityAt = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		// Removed meanwhile (by another server): its pod goes too.
+		if errors.Is(err, sandbox.ErrSandboxNotFound) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 45*time.Second)
+			defer cancel()
+			_ = s.b.Remove(rctx, name)
+		}
 		return nil, err
 	}
 	return r.Info, nil
@@ -316,18 +343,22 @@ func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, erro
 
 // Stop deletes the sandbox's pod and NetworkPolicy; the record stays.
 func (s *Sandboxes) Stop(ctx context.Context, name, reason string) (*sandbox.Info, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, err := s.read(name)
-	if err != nil {
+	if err := ValidName(name); err != nil {
+		return nil, notFound(name)
+	}
+	defer s.lock(name)()
+	if _, _, err := s.load(ctx, name); err != nil {
 		return nil, err
 	}
 	if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	r.Info.Status, r.Info.StopReason = sandbox.StatusStopped, reason
-	r.Info.LastActivityAt = time.Now().UTC()
-	if err := s.write(r); err != nil {
+	r, err := s.modify(ctx, name, func(r *record) error {
+		r.Info.Status, r.Info.StopReason = sandbox.StatusStopped, reason
+		r.Info.LastActivityAt = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return r.Info, nil
@@ -336,22 +367,21 @@ func (s *Sandboxes) Stop(ctx context.Context, name, reason string) (*sandbox.Inf
 // GC removes the sandboxes whose expiry has passed.
 func (s *Sandboxes) GC(ctx context.Context, dryRun bool) (sandbox.GCResult, error) {
 	var res sandbox.GCResult
-	names, err := s.names()
+	recs, err := s.all(ctx)
 	if err != nil {
 		return res, err
 	}
-	for _, n := range names {
-		r, err := s.read(n)
-		if err != nil || r.Info.ExpiresAt == nil || time.Now().Before(*r.Info.ExpiresAt) {
+	for _, r := range recs {
+		if r.err != nil || r.rec.Info.ExpiresAt == nil || time.Now().Before(*r.rec.Info.ExpiresAt) {
 			continue
 		}
 		if !dryRun {
-			if err := s.Remove(ctx, n, true); err != nil {
+			if err := s.Remove(ctx, r.name, true); err != nil && !errors.Is(err, sandbox.ErrSandboxNotFound) {
 				return res, err
 			}
 		}
-		res.Sandboxes = append(res.Sandboxes, n)
-		res.Removed = append(res.Removed, "sandbox "+n+" (expired)")
+		res.Sandboxes = append(res.Sandboxes, r.name)
+		res.Removed = append(res.Removed, "sandbox "+r.name+" (expired)")
 	}
 	return res, nil
 }
