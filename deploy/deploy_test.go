@@ -277,14 +277,25 @@ func TestChartRenders(t *testing.T) {
 		fmt.Sprint(dig(svc, "spec", "selector")) != fmt.Sprint(dig(d, "spec", "selector", "matchLabels")) {
 		t.Errorf("the Service does not reach the pod: %v", dig(svc, "spec"))
 	}
-	// The Role: pods, their exec and logs, NetworkPolicies; no
-	// ClusterRole, nothing else, no wildcard.
-	want := map[string]bool{"pods": true, "pods/exec": true, "pods/log": true, "networkpolicies": true,
+	// The Role: pods, their exec and logs, NetworkPolicies, the
+	// records' Secrets (get, list, create, update, delete: no watch, no
+	// patch, no deletecollection); no ClusterRole, nothing else, no
+	// wildcard.
+	want := map[string]bool{"pods": true, "pods/exec": true, "pods/log": true, "networkpolicies": true, "secrets": true,
 		"agentsandboxes": true, "agentsandboxpools": true, "agentsandboxes/status": true, "agentsandboxpools/status": true}
+	var secretVerbs []string
 	for _, r := range dig(objs["Role"][0], "rules").([]any) {
 		for _, res := range dig(r, "resources").([]any) {
 			if !want[res.(string)] {
 				t.Errorf("the Role grants %v", res)
+			}
+			if res == "secrets" {
+				if g := dig(r, "apiGroups").([]any); len(g) != 1 || g[0] != "" {
+					t.Errorf("secrets in API groups %v", g)
+				}
+				for _, v := range dig(r, "verbs").([]any) {
+					secretVerbs = append(secretVerbs, v.(string))
+				}
 			}
 		}
 		for _, v := range dig(r, "verbs").([]any) {
@@ -292,6 +303,10 @@ func TestChartRenders(t *testing.T) {
 				t.Error("the Role grants every verb")
 			}
 		}
+	}
+	slices.Sort(secretVerbs)
+	if !slices.Equal(secretVerbs, []string{"create", "delete", "get", "list", "update"}) {
+		t.Errorf("the Role's verbs on secrets: %q, want get, list, create, update, delete", secretVerbs)
 	}
 	if len(objs["ClusterRole"])+len(objs["ClusterRoleBinding"]) > 0 {
 		t.Error("the chart grants cluster-wide rights")

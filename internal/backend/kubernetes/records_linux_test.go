@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -468,5 +470,109 @@ func TestRecordsMigrateLocal(t *testing.T) {
 	}
 	if n := len(recordSecrets(t, ns)); n != 3 {
 		t.Errorf("%d records, want 3", n)
+	}
+}
+
+// chartRole is the rules of the Helm chart's Role
+// (deploy/helm/agentkernel/templates/rbac.yaml; its rules are plain YAML,
+// no template in them).
+func chartRole(t testing.TB) []rbacv1.PolicyRule {
+	t.Helper()
+	b, err := os.ReadFile("../../../deploy/helm/agentkernel/templates/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rules, ok := strings.Cut(string(b), "\nrules:\n")
+	if !ok {
+		t.Fatal("no rules in the chart's Role")
+	}
+	rules, _, _ = strings.Cut(rules, "\n---")
+	var doc struct {
+		Rules []struct {
+			APIGroups []string `yaml:"apiGroups"`
+			Resources []string `yaml:"resources"`
+			Verbs     []string `yaml:"verbs"`
+		} `yaml:"rules"`
+	}
+	if err := yaml.Unmarshal([]byte("rules:\n"+rules), &doc); err != nil || len(doc.Rules) == 0 {
+		t.Fatalf("the chart's Role: %v", err)
+	}
+	var out []rbacv1.PolicyRule
+	for _, r := range doc.Rules {
+		out = append(out, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs})
+	}
+	return out
+}
+
+// TestRecordsChartRole: the Role the Helm chart grants is enough for
+// the records (create, list, get, update, the cap's count, remove after
+// the pod and policy) with nothing else: its rules bound to a user that
+// has no other right, in a namespace of the test's; that user still
+// reaches nothing of another namespace.
+func TestRecordsChartRole(t *testing.T) {
+	ctx := context.Background()
+	l := lab(t)
+	ns := namespace(t)
+	cs := admin(t)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "agentkernel"}, Rules: chartRole(t)}
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "agentkernel"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "agentkernel"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "nobody"}}}
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewForConfig(restConfig(l, l.UserToken), Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSandboxes(b, t.TempDir())
+	s.MaxSandboxes = 2
+	// The binding takes a moment to reach the authorizer's cache.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.List(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("list with the chart's Role: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.Create(ctx, &sandbox.Info{Name: "r"}, recSpec()); err != nil {
+		t.Fatalf("create with the chart's Role: %v", err)
+	}
+	if _, err := s.Update(ctx, "r", func(i *sandbox.Info) error { i.Description = "x"; return nil }); err != nil {
+		t.Errorf("update with the chart's Role: %v", err)
+	}
+	if i, err := s.Get(ctx, "r"); err != nil || i.Description != "x" {
+		t.Errorf("get with the chart's Role: %+v %v", i, err)
+	}
+	req, err := RequestFor("r", recSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create(ctx, req); err != nil {
+		t.Fatalf("pod with the chart's Role: %v", err)
+	}
+	if l, err := s.List(ctx); err != nil || len(l) != 1 {
+		t.Errorf("list with the chart's Role: %v %v", l, err)
+	}
+	if err := s.Remove(ctx, "r", true); err != nil {
+		t.Errorf("remove with the chart's Role: %v", err)
+	}
+	if p, n := managedObjects(t, ns); p+n != 0 || len(recordSecrets(t, ns)) != 0 {
+		t.Errorf("left %d pods, %d policies, %d records", p, n, len(recordSecrets(t, ns)))
+	}
+	// The Role is the namespace's only.
+	elsewhere, err := NewForConfig(restConfig(l, l.UserToken), Options{Namespace: namespace(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewSandboxes(elsewhere, t.TempDir()).List(ctx); err == nil || !strings.Contains(err.Error(), "forbidden (403)") {
+		t.Errorf("another namespace with the chart's Role: %v", err)
 	}
 }
