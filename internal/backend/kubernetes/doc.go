@@ -22,6 +22,35 @@
 // custom resources (crd.go, crds.json) are reconciled by polling, through
 // the dynamic client, with owner references on what they own.
 //
+// # Records of persistent sandboxes
+//
+// serve's persistent sandboxes (Sandboxes, sandboxes.go) keep their
+// records (sandbox.Info and Spec) in the cluster, not on the server's
+// machine (records.go): a Secret agentkernel-sandbox-<name> per sandbox
+// in its namespace, of type agentkernel.io/sandbox-record, labelled with
+// ManagedLabel and SandboxLabel, so that every server of the namespace
+// (a Deployment's replicas) shares them and a restart loses none. The
+// API server's guarantees do the store's work: Create is the atomic
+// claim of the name (AlreadyExists: sandbox.ErrSandboxExists), an update
+// carries the resourceVersion it read and is read again and retried on a
+// conflict, List is one call selecting the labels and the type (a field
+// selector), Remove deletes the pod and NetworkPolicy first and the
+// record last (with its UID as a precondition). max_sandboxes is counted
+// after the create: a creator that finds the cap passed withdraws its own
+// record, so that racing servers never exceed it.
+//
+// Why a Secret rather than a ConfigMap or a custom resource: a record
+// holds the sandbox's environment, whose values may be credentials; a
+// Secret is what RBAC and encryption at rest treat as such. A custom
+// resource of our own would let RBAC grant the records and no other
+// Secret (get, list and create cannot be narrowed to one Secret type or
+// name prefix), but its CRD must be installed cluster-wide first, and
+// serve must work in a namespace without it. The rights on secrets
+// therefore reach the namespace's every Secret: agentkernel wants a
+// namespace of its own (docs/kubernetes.md, docs/deploy.md). Records an
+// earlier version kept in the data directory are moved in once at
+// serve's start (MigrateLocal, migrate.go), the files kept aside.
+//
 // # Why a binary of its own
 //
 // client-go cannot be linked into agentkernel-full: that binary is also
@@ -49,6 +78,9 @@
 // kubelab), and the TestNode tests on a real node of it (containerd 1.6,
 // runc, kubelet, CNI bridge): exec, WriteFile and ReadFile, and each
 // profile's security context inside a running pod are tested there.
+// The records are tested on the API server alone (records_linux_test.go:
+// servers sharing them, concurrent creates of a name and under the cap,
+// update conflicts, hostile names and Secrets, the chart's Role).
 // Not tested: hostUsers: false taking effect (containerd 1.6 cannot make
 // a user namespace, and the kubelet refuses the pod, which the tests
 // check), and the enforcement of the NetworkPolicies (the network
