@@ -35,7 +35,9 @@
 // carries the resourceVersion it read and is read again and retried on a
 // conflict, List is one call selecting the labels and the type (a field
 // selector), Remove deletes the pod and NetworkPolicy first and the
-// record last (with its UID as a precondition). max_sandboxes is counted
+// record last (with its UID as a precondition). Start writes a claim
+// into the record before it makes the pod, so that another server's
+// Start waits rather than replacing that pod. max_sandboxes is counted
 // after the create: a creator that finds the cap passed withdraws its own
 // record, so that racing servers never exceed it.
 //

@@ -46,6 +46,16 @@ func RecordName(name string) string { return recordPrefix + name }
 type record struct {
 	Info *sandbox.Info `json:"info"`
 	Spec *sandbox.Spec `json:"spec"`
+	// Starting is set while a server starts the sandbox, so that
+	// another server's Start waits for it rather than replacing its pod.
+	Starting *startClaim `json:"starting,omitempty"`
+}
+
+// startClaim says which server starts the sandbox, until when at most
+// (a server that died while starting holds it no longer).
+type startClaim struct {
+	By    string    `json:"by"`
+	Until time.Time `json:"until"`
 }
 
 // recordConflicts bounds the retries of an update that keeps meeting

@@ -576,3 +576,52 @@ func TestRecordsChartRole(t *testing.T) {
 		t.Errorf("another namespace with the chart's Role: %v", err)
 	}
 }
+
+// TestRecordsStartClaim: while another server's start claim holds a
+// sandbox, Start makes no pod and waits; once the claim is gone (here it
+// lapses) it starts the sandbox itself; a failed start gives its claim
+// back, and Stop clears one.
+func TestRecordsStartClaim(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	a, b := server(t, ns), server(t, ns)
+	if err := a.Create(ctx, &sandbox.Info{Name: "s"}, recSpec()); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(until time.Time) {
+		t.Helper()
+		if _, err := a.modify(ctx, "s", func(r *record) error { r.Starting = &startClaim{By: "another-server", Until: until}; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const hold = 1500 * time.Millisecond
+	claim(time.Now().Add(hold))
+	b.StartTimeout = 500 * time.Millisecond // no node here: the pod never runs
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { _, err := b.Start(ctx, "s"); done <- err }()
+	for time.Since(began) < hold-300*time.Millisecond {
+		if p, _ := managedObjects(t, ns); p != 0 {
+			t.Fatalf("a pod was made %v into another server's start", time.Since(began))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	err := <-done
+	if took := time.Since(began); err == nil || took < hold {
+		t.Errorf("start under a claim: %v after %v (want a timeout of its own, after %v)", err, took, hold)
+	}
+	r, _, lerr := a.load(ctx, "s")
+	if lerr != nil || r.Starting != nil {
+		t.Errorf("claim after a failed start: %+v %v", r, lerr)
+	}
+	if p, n := managedObjects(t, ns); p+n != 0 {
+		t.Errorf("a failed start left %d pods, %d policies", p, n)
+	}
+	claim(time.Now().Add(time.Hour))
+	if _, err := b.Stop(ctx, "s", "stopped by user"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, _ := a.load(ctx, "s"); r.Starting != nil {
+		t.Errorf("claim after stop: %+v", r.Starting)
+	}
+}

@@ -40,6 +40,9 @@ type Sandboxes struct {
 	// every server together ([orchestrator] max_sandboxes).
 	MaxSandboxes int64
 
+	// id tells this server's start claims from others' (records.go).
+	id string
+
 	mu    sync.Mutex
 	names map[string]*nameLock
 }
@@ -54,7 +57,9 @@ type nameLock struct {
 // dataDir is where an earlier version kept them
 // (dataDir/kubernetes/<namespace>/, MigrateLocal). It makes no API call.
 func NewSandboxes(b *Backend, dataDir string) *Sandboxes {
-	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace()), names: map[string]*nameLock{}}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace()), id: hex.EncodeToString(id[:]), names: map[string]*nameLock{}}
 }
 
 // lock holds name's lock until the returned function is called.
@@ -282,30 +287,76 @@ func (s *Sandboxes) Spec(ctx context.Context, name string) (*sandbox.Spec, error
 
 // Start makes the sandbox's pod and waits until it runs (sandbox.Supervisor);
 // a pod that does not start is removed again and its reason returned.
+// The server that starts a sandbox says so in its record first (a start
+// claim, written with the resourceVersion read): another server's Start
+// of it meanwhile waits for that one to end, then finds the pod running
+// (or starts it itself), and never replaces a pod being started.
 func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, error) {
 	if err := ValidName(name); err != nil {
 		return nil, notFound(name)
 	}
 	defer s.lock(name)()
-	r, sec, err := s.load(ctx, name)
+	limit := startTimeout(s.StartTimeout)
+	var r *record
+	for {
+		cur, sec, err := s.load(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.status(ctx, cur.Info); err != nil {
+			return nil, err
+		}
+		if cur.Info.Status == sandbox.StatusRunning {
+			return cur.Info, nil
+		}
+		if cur.Info.ExpiresAt != nil && time.Now().After(*cur.Info.ExpiresAt) {
+			if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
+			if err := s.drop(ctx, sec); err != nil {
+				return nil, err
+			}
+			return nil, &sandbox.ExpiredError{Name: name, At: *cur.Info.ExpiresAt}
+		}
+		r, err = s.modify(ctx, name, func(r *record) error {
+			if c := r.Starting; c != nil && c.By != s.id && time.Now().Before(c.Until) {
+				return errClaimed
+			}
+			r.Starting = &startClaim{By: s.id, Until: time.Now().Add(limit + removeWait + time.Minute)}
+			return nil
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errClaimed) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	info, err := s.start(ctx, name, r, limit)
 	if err != nil {
+		// The claim goes (unless the record went: removed meanwhile).
+		_, _ = s.modify(context.WithoutCancel(ctx), name, func(r *record) error {
+			if r.Starting != nil && r.Starting.By == s.id {
+				r.Starting = nil
+			}
+			return nil
+		})
 		return nil, err
 	}
-	if err := s.status(ctx, r.Info); err != nil {
-		return nil, err
-	}
-	if r.Info.Status == sandbox.StatusRunning {
-		return r.Info, nil
-	}
-	if r.Info.ExpiresAt != nil && time.Now().After(*r.Info.ExpiresAt) {
-		if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
-			return nil, err
-		}
-		if err := s.drop(ctx, sec); err != nil {
-			return nil, err
-		}
-		return nil, &sandbox.ExpiredError{Name: name, At: *r.Info.ExpiresAt}
-	}
+	return info, nil
+}
+
+// errClaimed: another server is starting the sandbox.
+var errClaimed = errors.New("another server is starting the sandbox")
+
+// start makes the pod of r's sandbox, whose start claim this server
+// holds, waits until it runs, and records it running.
+func (s *Sandboxes) start(ctx context.Context, name string, r *record, limit time.Duration) (*sandbox.Info, error) {
 	req, err := RequestFor(name, r.Spec)
 	if err != nil {
 		return nil, err
@@ -318,23 +369,25 @@ func (s *Sandboxes) Start(ctx context.Context, name string) (*sandbox.Info, erro
 	if _, err := s.b.Create(ctx, req); err != nil {
 		return nil, err
 	}
-	if _, err := s.b.WaitRunning(ctx, name, startTimeout(s.StartTimeout)); err != nil {
+	removePod := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 45*time.Second)
 		defer cancel()
 		_ = s.b.Remove(rctx, name)
+	}
+	if _, err := s.b.WaitRunning(ctx, name, limit); err != nil {
+		removePod()
 		return nil, err
 	}
 	r, err = s.modify(ctx, name, func(r *record) error {
 		r.Info.Status, r.Info.StopReason = sandbox.StatusRunning, ""
 		r.Info.LastActivityAt = time.Now().UTC()
+		r.Starting = nil
 		return nil
 	})
 	if err != nil {
 		// Removed meanwhile (by another server): its pod goes too.
 		if errors.Is(err, sandbox.ErrSandboxNotFound) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 45*time.Second)
-			defer cancel()
-			_ = s.b.Remove(rctx, name)
+			removePod()
 		}
 		return nil, err
 	}
@@ -356,6 +409,9 @@ func (s *Sandboxes) Stop(ctx context.Context, name, reason string) (*sandbox.Inf
 	r, err := s.modify(ctx, name, func(r *record) error {
 		r.Info.Status, r.Info.StopReason = sandbox.StatusStopped, reason
 		r.Info.LastActivityAt = time.Now().UTC()
+		// A start under way (here or on another server) loses its pod:
+		// its claim goes with it.
+		r.Starting = nil
 		return nil
 	})
 	if err != nil {
