@@ -82,7 +82,9 @@
 // profile's security context inside a running pod are tested there.
 // The records are tested on the API server alone (records_linux_test.go:
 // servers sharing them, concurrent creates of a name and under the cap,
-// update conflicts, hostile names and Secrets, the chart's Role).
+// update conflicts, start claims, hostile names and Secrets, the chart's
+// Role; records_node_linux_test.go: two servers starting one sandbox at
+// once on the node).
 // Not tested: hostUsers: false taking effect (containerd 1.6 cannot make
 // a user namespace, and the kubelet refuses the pod, which the tests
 // check), and the enforcement of the NetworkPolicies (the network
