@@ -113,11 +113,30 @@ func TestAPIContractKubernetes(t *testing.T) {
 	if r := s.raw("POST", "/sandboxes", `{"name":"snapsrc","image":"`+ref+`"}`); r.status != 201 {
 		t.Errorf("create: %d %s", r.status, r.body)
 	} else {
+		// The record is in the namespace: a second server (a replica,
+		// with a data directory of its own) sees the sandbox and cannot
+		// take its name.
+		a2 := *a
+		a2.dataDir = t.TempDir()
+		s2 := startServe(t, &a2, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
+		if r := s2.raw("GET", "/sandboxes/snapsrc", ""); r.status != 200 || !strings.Contains(string(r.body), `"snapsrc"`) {
+			t.Errorf("the second server's get: %d %s", r.status, r.body)
+		}
+		if r := s2.raw("POST", "/sandboxes", `{"name":"snapsrc","image":"`+ref+`"}`); r.status != 409 {
+			t.Errorf("the second server's create of the name: %d %s", r.status, r.body)
+		}
+		s2.stop()
+		if sec, err := cs.CoreV1().Secrets(ns).Get(ctx, kbe.RecordName("snapsrc"), metav1.GetOptions{}); err != nil || sec.Type != kbe.RecordType {
+			t.Errorf("the record's Secret: %v", err)
+		}
 		if r := s.raw("POST", "/snapshots", `{"sandbox":"snapsrc","name":"snap1"}`); r.status != 501 {
 			t.Errorf("a snapshot of a pod: %d %s", r.status, r.body)
 		}
 		if r := s.raw("DELETE", "/sandboxes/snapsrc", ""); r.status != 200 {
 			t.Errorf("remove: %d %s", r.status, r.body)
+		}
+		if _, err := cs.CoreV1().Secrets(ns).Get(ctx, kbe.RecordName("snapsrc"), metav1.GetOptions{}); err == nil {
+			t.Error("the record's Secret outlived the sandbox")
 		}
 	}
 	// serve reconciles the CRDs: an AgentSandbox gets its pod, and loses
