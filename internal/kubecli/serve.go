@@ -174,7 +174,8 @@ func serveController(app *cli.App, b *kubernetes.Backend) func() {
 }
 
 // kubeDoctor answers GET /doctor for serve on the kubernetes backend:
-// whether the cluster answers (a list of the namespace's sandboxes), and
+// whether the cluster answers (a list of the namespace's sandboxes' pods
+// and of their records), and
 // the kubernetes backend's known differences from the contract.
 func (a *app) kubeDoctor(app *cli.App) func(r *http.Request) any {
 	var mu sync.Mutex
@@ -199,8 +200,13 @@ func (a *app) kubeDoctor(app *cli.App) func(r *http.Request) any {
 		if err == nil {
 			start := time.Now()
 			var l []kubernetes.Sandbox
+			var recs []*sandbox.Info
 			if l, err = b.List(r.Context()); err == nil {
-				c.Message = fmt.Sprintf("namespace %s answers (%d sandboxes, %v)", b.Namespace(), len(l), time.Since(start).Round(time.Millisecond))
+				// The persistent sandboxes' records: the rights on secrets.
+				recs, err = kubernetes.NewSandboxes(b, app.DataDir).List(r.Context())
+			}
+			if err == nil {
+				c.Message = fmt.Sprintf("namespace %s answers (%d pods of sandboxes, %d persistent sandboxes recorded, %v)", b.Namespace(), len(l), len(recs), time.Since(start).Round(time.Millisecond))
 			}
 		}
 		if err != nil {
