@@ -47,16 +47,24 @@ func nomadSandboxes(configPath string) sandbox.Backend {
 	})
 }
 
+// sandboxAudits are what a persistent sandbox's supervisor writes to the
+// audit log as its sandbox reports it: its network policy's refusals,
+// and the secrets its network helper added to requests.
+type sandboxAudits struct {
+	onDeny   func(spec *sandbox.Spec, d sandbox.NetworkDenial)
+	onInject func(spec *sandbox.Spec, is []sandbox.SecretInjection)
+}
+
 // moreBackendsFor are moreBackends as a sandbox's supervisor makes them:
-// its data directory, logger, warnings, [security] allow_degraded and
-// the --config file its starter read.
-func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), allowDegraded []string, configPath string) []sandbox.Backend {
+// its data directory, logger, warnings, [security] allow_degraded, the
+// --config file its starter read and its audit log's hooks.
+func moreBackendsFor(dataDir string, logger *slog.Logger, warn func(string), allowDegraded []string, configPath string, audits sandboxAudits) []sandbox.Backend {
 	a := &App{App: &runcli.App{DataDir: dataDir, Logger: logger, Stderr: io.Discard, Quiet: true}}
 	o := a.engineOptions()
 	o.Warn = warn
 	o.AllowDegraded = func() []string { return allowDegraded }
 	return []sandbox.Backend{
-		gvisor.New(gvisor.Options{DataDir: dataDir, Warn: warn}),
+		gvisor.New(gvisor.Options{DataDir: dataDir, Warn: warn, OnNetworkDeny: audits.onDeny, OnSecretInjections: audits.onInject}),
 		engine.Docker(o),
 		engine.Podman(o),
 		nomadSandboxes(configPath),

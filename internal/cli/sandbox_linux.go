@@ -924,17 +924,21 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 	// What the sandbox's network policy refuses goes to the audit log as
 	// it happens, as a run's refusals do when it ends.
 	auditor := sandbox.NewManager(sandbox.ManagerOptions{Audit: audit.New(dataDir), Who: runcli.Who("supervisor"), Warn: func(string, ...any) {}})
-	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn,
-		AllowDegraded: func() []string { return allowDegraded },
-		OnNetworkDeny: func(spec *sandbox.Spec, d sandbox.NetworkDenial) {
+	audits := sandboxAudits{
+		onDeny: func(spec *sandbox.Spec, d sandbox.NetworkDenial) {
 			auditor.AuditDenials(spec, []sandbox.NetworkDenial{d}, time.Now())
 		},
 		// Which secret went to which host (names, counts), when the
 		// sandbox stops.
-		OnSecretInjections: func(spec *sandbox.Spec, is []sandbox.SecretInjection) {
+		onInject: func(spec *sandbox.Spec, is []sandbox.SecretInjection) {
 			auditor.AuditInjections(spec, is, time.Now())
-		}})
-	booter, err := persistentBooter(spec.Backend, be, moreBackendsFor(dataDir, logger, warn, allowDegraded, configPath))
+		},
+	}
+	be := native.New(native.Options{DataDir: dataDir, Logger: logger, Warn: warn,
+		AllowDegraded:      func() []string { return allowDegraded },
+		OnNetworkDeny:      audits.onDeny,
+		OnSecretInjections: audits.onInject})
+	booter, err := persistentBooter(spec.Backend, be, moreBackendsFor(dataDir, logger, warn, allowDegraded, configPath, audits))
 	if err != nil {
 		return fail(err)
 	}

@@ -39,6 +39,10 @@ type Options struct {
 	// persistent sandbox's network policy as it happens (a run's are in
 	// its result).
 	OnNetworkDeny func(spec *sandbox.Spec, d sandbox.NetworkDenial)
+	// OnSecretInjections, when set, is told which secrets a persistent
+	// sandbox's network helper added to which hosts' requests (names
+	// and counts), when the sandbox ends (a run's are in its result).
+	OnSecretInjections func(spec *sandbox.Spec, is []sandbox.SecretInjection)
 }
 
 // Backend runs sandboxes under gVisor's runsc.

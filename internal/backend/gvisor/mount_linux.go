@@ -156,13 +156,11 @@ func (r *run) prepare(con *console) error {
 	} else if err := lookCommand(r.rootfs(), p, r.spec); err != nil {
 		return err
 	}
-	if r.keep == "" {
-		sm, err := r.secretMounts(p)
-		if err != nil {
-			return err
-		}
-		mounts = append(mounts, sm...)
+	sm, err := r.secretMounts(p)
+	if err != nil {
+		return err
 	}
+	mounts = append(mounts, sm...)
 	if netNeeded(r.spec) {
 		netMounts, err := r.setupNetwork()
 		if err != nil {

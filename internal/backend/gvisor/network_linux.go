@@ -192,10 +192,9 @@ func (r *run) startNetwork() error {
 			return fmt.Errorf("network egress needs agentkernel-full: %w", err)
 		}
 	}
-	cfg := netproc.Config{SandboxID: r.id, Mode: netproc.ModeTUN, Network: r.spec.Network}
-	if r.keep == "" {
-		cfg.Inject = netproc.InjectConfig(r.spec.Secrets)
-	}
+	// The secrets' values and the CA's key: a persistent sandbox's, as
+	// its supervisor resolved them for this boot.
+	cfg := netproc.Config{SandboxID: r.id, Mode: netproc.ModeTUN, Network: r.spec.Network, Inject: netproc.InjectConfig(r.spec.Secrets)}
 	var onDeny func(netproc.Denial)
 	if f := r.b.opts.OnNetworkDeny; f != nil && r.keep != "" {
 		onDeny = func(d netproc.Denial) { f(r.spec, d) }

@@ -49,8 +49,8 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	if err := refuse(b, spec); err != nil {
 		return nil, err
 	}
-	if hasSecrets(spec) || (spec.SecretBindings != nil && len(spec.SecretBindings.Bindings) > 0) {
-		return nil, fmt.Errorf("the gvisor backend cannot pass secrets to persistent sandboxes yet (runs take -S): create the sandbox with -B native: %w", sandbox.ErrUnsupported)
+	if spec.Secrets != nil && len(spec.Secrets.Files) > 0 {
+		return nil, fmt.Errorf("--secret-file is not supported for persistent sandboxes: bind the secret with -S KEY:HOST instead: %w", sandbox.ErrUnsupported)
 	}
 	if idleInit() == nil {
 		return nil, fmt.Errorf("the gvisor backend's persistent sandboxes exist on amd64 only so far: %w", sandbox.ErrUnsupported)
@@ -299,7 +299,10 @@ func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, e
 	if workdir == "" {
 		workdir = in.r.spec.Workdir
 	}
-	espec := &sandbox.Spec{Args: req.Args, Workdir: workdir, Env: append(append([]string{}, in.r.spec.Env...), req.Env...),
+	// The sandbox's own variables, then its secrets' (placeholders and
+	// trust store), then the request's, each over the one before.
+	env := append(append(append([]string{}, in.r.spec.Env...), in.r.secretEnv...), req.Env...)
+	espec := &sandbox.Spec{Args: req.Args, Workdir: workdir, Env: env,
 		User: strconv.Itoa(uid) + ":" + strconv.Itoa(gid), Rootfs: in.r.spec.Rootfs, Security: in.r.spec.Security, Mounts: in.r.spec.Mounts, ReadOnlyRoot: in.r.spec.ReadOnlyRoot}
 	p, err := resolveProcess(espec, root)
 	if err != nil {

@@ -25,6 +25,11 @@ var _ sandbox.Preparer = (*Backend)(nil)
 // removed once it has ended.
 func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prepared, error) {
 	prestart.Discard()
+	if hasSecrets(spec) || spec.SecretBindings != nil {
+		// A warm sandbox serves requests of any caller: a CA,
+		// placeholders and secret files are a request's own.
+		return nil, fmt.Errorf("secret injection (-S/--secret, --secret-file) is not supported for pooled sandboxes: %w", sandbox.ErrUnsupported)
+	}
 	if b.opts.DataDir == "" {
 		return nil, errors.New("the gvisor backend needs a data directory")
 	}

@@ -61,6 +61,10 @@ type run struct {
 	// ids: writable binds are idmapped for the invoking user
 	// (ownedBind), into a block of host ids held until cleanup.
 	ids ownedIDs
+	// secretEnv are the variables of the sandbox's secrets (their
+	// placeholders, the trust variables, AGENTKERNEL_SECRETS_PATH),
+	// set by secretMounts: a persistent sandbox's execs get them too.
+	secretEnv []string
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -118,10 +122,6 @@ func (b *Backend) Check(spec *sandbox.Spec) error {
 		what = "runs images only, not the host image: name an image with --image, or use -B native"
 	case spec.Keep:
 		what = "cannot keep the writable layer yet: use -B native"
-	case spec.SecretBindings != nil && len(spec.SecretBindings.Bindings) > 0:
-		what = "cannot pass secrets to persistent sandboxes yet (runs take -S): create the sandbox with -B native"
-	case spec.Secrets != nil && len(spec.Secrets.Files) > 0:
-		what = "cannot pass secret files (--secret-file) yet: bind the secret with -S KEY:HOST, or use -B native"
 	default:
 		return nil
 	}
@@ -353,7 +353,11 @@ func (r *run) command() string {
 // not delete it itself) and the run's directory.
 func (r *run) cleanup() {
 	r.trace.stage("cleanup")
-	_ = r.stopNetwork(nil)
+	var res sandbox.Result
+	_ = r.stopNetwork(&res)
+	if f := r.b.opts.OnSecretInjections; f != nil && r.keep != "" && len(res.SecretInjections) > 0 {
+		f(r.spec, res.SecretInjections)
+	}
 	if left, _ := os.ReadDir(r.state()); containerLeft(left) {
 		_ = exec.Command(r.runsc, "--root", r.state(), "delete", "--force", r.id).Run()
 		r.trace.stage("runsc delete")

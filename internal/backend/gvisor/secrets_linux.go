@@ -15,14 +15,22 @@ import (
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
-// Secret injection for runs (run -S): as native's, the secrets' values
-// and the CA's private key go to the network helper only (netproc's
-// Inject, startNetwork), which puts the values in the requests that
-// leave for the bound hosts; the sandbox gets the placeholder in each
-// bound variable and the run's CA in its trust store: the image's CA
-// bundle with the CA appended, bound read-only over the bundle, the CA
-// alone at /etc/agentkernel/ca.crt, and the trust variables naming the
-// bundle.
+// Secret injection (run -S, sandbox create -S) as native's: the
+// secrets' values and the CA's private key go to the network helper only
+// (netproc's Inject, startNetwork), which puts the values in the
+// requests that leave for the bound hosts; the sandbox gets the
+// placeholder in each bound variable and the CA in its trust store: the
+// image's CA bundle with the CA appended, bound read-only over the
+// bundle, the CA alone at /etc/agentkernel/ca.crt, and the trust
+// variables naming the bundle. A persistent sandbox gets them at each
+// boot (its supervisor resolves the values and keeps the CA), its
+// variables in the environment of every exec (run.secretEnv).
+//
+// Secret files (run --secret-file) as native's: a tmpfs of their own,
+// mounted on the run's directory in the run's mount namespace (memory:
+// never the disk, the image store or the sandbox's writable layer), each
+// file mode 0400 and owned by the command's user, the tmpfs then made
+// read-only and bound read-only at sandbox.SecretFilesDir.
 
 // systemBundles are where images keep their CA bundle, in the order
 // they are looked for (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
@@ -40,12 +48,46 @@ func hasSecrets(spec *sandbox.Spec) bool {
 	return s != nil && (len(s.Bindings) > 0 || len(s.Files) > 0)
 }
 
-// secretMounts checks the run's secrets, writes its trust store's files
-// into the run's directory and returns their mounts; p's environment
-// gets the placeholders and the trust variables.
+// secretMounts checks the sandbox's secrets, writes its trust store's
+// files into the run's directory, mounts its secret files, and returns
+// their mounts; the variables the sandbox's commands get (placeholders,
+// trust variables, AGENTKERNEL_SECRETS_PATH) are set in p's environment
+// and kept in r.secretEnv.
 func (r *run) secretMounts(p *process) ([]specs.Mount, error) {
 	s := r.spec.Secrets
-	if s == nil || len(s.Bindings) == 0 {
+	if !hasSecrets(r.spec) {
+		return nil, nil
+	}
+	if r.keep != "" && len(s.Files) > 0 {
+		return nil, errors.New("--secret-file is not supported for persistent sandboxes: bind the secret with -S KEY:HOST instead")
+	}
+	var env []string
+	mounts, err := r.trustMounts(&env)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Files) > 0 {
+		m, err := r.secretFilesMount(p.uid, p.gid)
+		if err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, m)
+		env = setEnv(env, "AGENTKERNEL_SECRETS_PATH", sandbox.SecretFilesDir)
+	}
+	r.secretEnv = env
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		p.env = setEnv(p.env, k, v)
+	}
+	return mounts, nil
+}
+
+// trustMounts are the mounts of the trust store of the sandbox's secret
+// bindings (none without bindings); env gets the trust variables and the
+// placeholders.
+func (r *run) trustMounts(env *[]string) ([]specs.Mount, error) {
+	s := r.spec.Secrets
+	if len(s.Bindings) == 0 {
 		return nil, nil
 	}
 	switch {
@@ -93,12 +135,94 @@ func (r *run) secretMounts(p *process) ([]specs.Mount, error) {
 		mounts = append(mounts, specs.Mount{Destination: "/" + f.dst, Type: "bind", Source: src, Options: []string{"rbind", "ro"}})
 	}
 	for _, k := range trustVars {
-		p.env = setEnv(p.env, k, "/"+target)
+		*env = setEnv(*env, k, "/"+target)
 	}
 	for _, k := range s.Keys() {
-		p.env = setEnv(p.env, k, sandbox.SecretPlaceholder)
+		*env = setEnv(*env, k, sandbox.SecretPlaceholder)
 	}
 	return mounts, nil
+}
+
+// secretFilesMount writes the run's secret files (uid and gid: the
+// command's user) on a tmpfs of their own mounted at <dir>/secrets in
+// the run's mount namespace (the calling thread's, which runsc and its
+// gofer inherit), then made read-only, and returns its read-only bind at
+// sandbox.SecretFilesDir, a directory made inside the root.
+func (r *run) secretFilesMount(uid, gid int) (specs.Mount, error) {
+	files := r.spec.Secrets.Files
+	dst := strings.TrimPrefix(sandbox.SecretFilesDir, "/")
+	rootFd, err := unix.Open(r.rootfs(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return specs.Mount{}, err
+	}
+	defer unix.Close(rootFd)
+	dfd, err := mkdirAllIn(rootFd, dst)
+	if err != nil {
+		return specs.Mount{}, fmt.Errorf("secret files: their directory %s cannot be made in the image: %w", sandbox.SecretFilesDir, err)
+	}
+	unix.Close(dfd)
+	src := filepath.Join(r.dir, "secrets")
+	if err := os.Mkdir(src, 0o700); err != nil {
+		return specs.Mount{}, fmt.Errorf("secret files: %w", err)
+	}
+	size := int64(64 << 10)
+	for _, f := range files {
+		size += int64(len(f.Value)) + 4096 // a page per file at least
+	}
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	opts := fmt.Sprintf("mode=0500,size=%d,nr_inodes=%d,uid=%d,gid=%d", size, len(files)+8, uid, gid)
+	if err := unix.Mount("tmpfs", src, "tmpfs", flags, opts); err != nil {
+		return specs.Mount{}, fmt.Errorf("secret files: a tmpfs for them: %w", err)
+	}
+	sfd, err := unix.Open(src, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return specs.Mount{}, fmt.Errorf("secret files: %w", err)
+	}
+	defer unix.Close(sfd)
+	for _, f := range files {
+		if !secretFileName(f.Key) {
+			return specs.Mount{}, fmt.Errorf("--secret-file: %.130q is not a secret's name", f.Key)
+		}
+		if err := writeSecretFile(sfd, f, uid, gid); err != nil {
+			return specs.Mount{}, fmt.Errorf("secret files: %s: %w", f.Key, err)
+		}
+	}
+	if err := unix.Mount("", src, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, ""); err != nil {
+		return specs.Mount{}, fmt.Errorf("secret files: making them read-only: %w", err)
+	}
+	return specs.Mount{Destination: sandbox.SecretFilesDir, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}, nil
+}
+
+// secretFileName reports whether k can name a secret's file: the vault's
+// rule for names ([A-Za-z0-9_-]{1,128}), so never a path, "." or "..".
+func secretFileName(k string) bool {
+	if k == "" || len(k) > 128 {
+		return false
+	}
+	for _, c := range []byte(k) {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// writeSecretFile creates f (a name checked by secretFileName) in the
+// directory dfd, a fresh tmpfs: a new file, no link followed.
+func writeSecretFile(dfd int, f sandbox.SecretFile, uid, gid int) error {
+	fd, err := unix.Openat(dfd, f.Key, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return err
+	}
+	file := os.NewFile(uintptr(fd), f.Key)
+	defer file.Close()
+	if _, err := file.Write(f.Value); err != nil {
+		return err
+	}
+	if err := file.Chown(uid, gid); err != nil {
+		return err
+	}
+	return file.Chmod(0o400)
 }
 
 // secretMountPoint makes the file name (relative to the root) a mount

@@ -89,6 +89,8 @@ func TestRunSecretFiles(t *testing.T) {
 		// vault's as resolved for the binding.
 		{[]string{"-S", "A=inline-a:api.test", "-S", "B:api.test:x-b", "--secret-file", "A", "--secret-file", "B", "--secret-file", "C"}, "A=inline-a;B=vault-B;C=vault-C;", "C"},
 		{[]string{"-S", "A=inline-a:api.test", "--secret-file", "A", "--placeholder-secrets"}, "A=" + sandbox.SecretPlaceholder + ";", ""},
+		// The gvisor backend writes them as native does.
+		{[]string{"--secret-file", "A", "--backend", "gvisor"}, "A=vault-A;", "A"},
 	} {
 		asked = nil
 		spec, err := resolve(true, c.argv...)
@@ -117,7 +119,7 @@ func TestRunSecretFiles(t *testing.T) {
 		{[]string{"--secret-file", "K", "--placeholder-secrets"}, "--secret-file K has no -S/--secret binding"},
 		{[]string{"-S", "OTHER:api.test", "--secret-file", "K", "--placeholder-secrets"}, "--secret-file K has no -S/--secret binding"},
 		{[]string{"--secret-file", "K", "--name", "box"}, "--secret-file with --keep, --name, -d or --branch"},
-		{[]string{"--secret-file", "K", "--backend", "gvisor"}, "--secret-file is not supported by backend gvisor"},
+		{[]string{"--secret-file", "K", "--backend", "docker"}, "--secret-file is not supported by backend docker"},
 	} {
 		_, err := resolve(true, c.argv...)
 		var ee *ExitError

@@ -241,11 +241,7 @@ func (a *App) checkSecretRun(o *RunOptions) error {
 		if o.overrides.Keep {
 			return &ExitError{Code: ExitAgentkernel, Err: errors.New(flag + " with --keep is not supported yet")}
 		}
-		switch b := strings.ToLower(o.backend); {
-		case b == "gvisor" && len(o.secretFiles) > 0:
-			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("--secret-file is not supported by backend %s yet", o.backend),
-				Hint: "bind the secret with -S KEY:HOST (the gvisor backend injects those), or use -B native"}
-		case b != "" && b != "native" && b != "gvisor" && b != AutoBackend:
+		if b := strings.ToLower(o.backend); b != "" && b != "native" && b != "gvisor" && b != AutoBackend {
 			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("%s is not supported by backend %s", flag, o.backend)}
 		}
 	}
