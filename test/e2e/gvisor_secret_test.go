@@ -3,11 +3,16 @@
 package e2e
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // httpsClient is a static HTTPS client for images without one that
@@ -63,8 +68,7 @@ func buildHTTPSClient(t *testing.T) string {
 // store; a request to the bound host leaves with the value in its
 // header (the network helper's injection), verified end to end against
 // the upstream's own CA; the value is nowhere inside; the placeholder
-// sent to a header no binding names is refused; --secret-file is
-// refused saying so.
+// sent to a header no binding names is refused.
 func TestGVisorSecretInjection(t *testing.T) {
 	a, ref, lab := gvNetEnv(t)
 	up := newSecretUpstream(t, lab)
@@ -118,4 +122,223 @@ echo "value hits $hits"
 	if r := a.gv(ref, []string{"--pull", "never", "--network", "none", "-S", "KEY=" + value + ":" + upstreamName}, "true"); r.code != 125 {
 		t.Errorf("-S without egress: %v", r)
 	}
+}
+
+// TestGVisorSecretFiles: run -B gvisor --secret-file, as native's
+// (TestSecretFiles): the vault's value and a binding's inline one at
+// /run/agentkernel/secrets/KEY, mode 0400, owned by the command's user
+// (root, and uid 1000 with -u), the directory read-only; the value in no
+// process's environment and no other file of the sandbox (a control
+// token planted the same way is found), nor in any file of the data
+// directory. With --placeholder-secrets the file holds the placeholder,
+// and the request that carries it reaches the upstream with the vault's
+// value, which is nowhere inside.
+func TestGVisorSecretFiles(t *testing.T) {
+	a, ref, lab := gvNetEnv(t)
+	up := newSecretUpstream(t, lab)
+	a.env = append(a.env, "SSL_CERT_FILE="+up.caFile)
+	tools := buildHTTPSClient(t)
+	const fileValue = "gv-file-secret-0123456789"
+	a.stdin = fileValue
+	if r := a.run("secret", "set", "FKEY"); r.code != 0 {
+		t.Fatalf("secret set: %v", r)
+	}
+	a.stdin = ""
+	const inline = "gv-inline-secret-98765"
+	search := `
+control="ctl""-token-77"
+printf '%s\n' "$control" > /tmp/control
+for needle in "$control" "$1$2"; do
+	hits=$( (for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null
+		find / -path /proc -prune -o -path /sys -prune -o -path /dev -prune -o -path /tools -prune -o -path /run/agentkernel/secrets -prune -o -type f -print 2>/dev/null | xargs grep -shF -- "$needle" 2>/dev/null) | grep -cF -- "$needle")
+	echo "needle ${#needle} hits $hits"
+done
+`
+	inspect := `
+d=/run/agentkernel/secrets
+echo "path=$AGENTKERNEL_SECRETS_PATH"
+echo "FKEY=$(cat "$d/FKEY")"
+echo "KEY=$(cat "$d/KEY") env=$KEY"
+echo "owner $(stat -c '%a %u %g' "$d/FKEY") me $(id -u) $(id -g)"
+echo "dir $(stat -c '%a %u' "$d")"
+(echo x >> "$d/FKEY") 2>/dev/null && echo "appended" || echo "append refused"
+(echo x > "$d/NEW") 2>/dev/null && echo "created" || echo "create refused"
+(rm -f "$d/FKEY" && test ! -e "$d/FKEY") 2>/dev/null && echo "removed" || echo "remove refused"
+ls -A "$d" | tr '\n' ' '; echo
+` + search
+	for _, user := range []struct{ flag, uid string }{{"", "0"}, {"1000:1000", "1000"}} {
+		flags := []string{"--pull", "never", "--network", "filtered", "--allow-domain", upstreamName,
+			"-S", "KEY=" + inline + ":" + upstreamName, "--secret-file", "FKEY", "--secret-file", "KEY"}
+		if user.flag != "" {
+			flags = append(flags, "-u", user.flag)
+		}
+		r := a.gv(ref, flags, "sh", "-c", inspect, "sh", fileValue[:8], fileValue[8:])
+		if r.code != 0 {
+			t.Fatalf("run -B gvisor --secret-file (user %q): %v", user.flag, r)
+		}
+		t.Logf("inside, user %q:\n%s", user.flag, r.stdout)
+		for _, want := range []string{
+			"path=/run/agentkernel/secrets\n",
+			"FKEY=" + fileValue + "\n",
+			"KEY=" + inline + " env=ak-proxy-managed\n",
+			fmt.Sprintf("owner 400 %s %s me %s %s\n", user.uid, user.uid, user.uid, user.uid),
+			fmt.Sprintf("dir 500 %s\n", user.uid),
+			"append refused\n", "create refused\n", "remove refused\n",
+			"FKEY KEY \n",
+			fmt.Sprintf("needle %d hits 1\n", len("ctl-token-77")),
+			fmt.Sprintf("needle %d hits 0\n", len(fileValue)),
+		} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("user %q: no %q inside:\n%s\nstderr: %s", user.flag, want, r.stdout, r.stderr)
+			}
+		}
+	}
+
+	// --placeholder-secrets: the file holds the placeholder; the request
+	// that carries it arrives with the vault's value.
+	r := a.gv(ref, []string{"--pull", "never", "-v", tools + ":/tools:ro", "--network", "filtered", "--allow-domain", upstreamName,
+		"-S", "FKEY:" + upstreamName, "--secret-file", "FKEY", "--placeholder-secrets"}, "sh", "-c", `
+V=$(cat "$AGENTKERNEL_SECRETS_PATH/FKEY")
+echo "file=$V env=$FKEY"
+export V
+/tools/client https://`+upstreamName+`/gv-placeholder-file Authorization "Bearer " V
+`+search, "sh", fileValue[:8], fileValue[8:])
+	t.Logf("inside, placeholders:\n%s", r.stdout)
+	for _, want := range []string{
+		"file=ak-proxy-managed env=ak-proxy-managed\n",
+		"status 200: upstream ok /gv-placeholder-file\n",
+		fmt.Sprintf("needle %d hits 1\n", len("ctl-token-77")),
+		fmt.Sprintf("needle %d hits 0\n", len(fileValue)),
+	} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("--placeholder-secrets: no %q in %v", want, r)
+		}
+	}
+	found := false
+	for _, q := range up.requests() {
+		if q.path == "/gv-placeholder-file" {
+			found = true
+			if q.auth != "Bearer "+fileValue {
+				t.Errorf("--placeholder-secrets: upstream got Authorization %q, want the vault's value", q.auth)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("--placeholder-secrets: the request did not reach the upstream")
+	}
+	noValueOnDisk(t, a.dataDir, fileValue)
+	noValueOnDisk(t, a.dataDir, inline)
+	if r := a.gv(ref, []string{"--pull", "never", "--network", "none", "--secret-file", "FKEY", "--name", "kept"}, "true"); r.code != 125 || !strings.Contains(r.stderr, "persistent sandboxes") {
+		t.Errorf("--secret-file for a persistent sandbox: %v", r)
+	}
+}
+
+// TestGVisorSecretPersistent: sandbox create -B gvisor -S, as native's
+// (TestSecretPersistentSandbox): every exec sees the placeholder, and
+// its request reaches the upstream with the vault's value, verified end
+// to end against the upstream's own CA; the value is in no process's
+// environment and no file inside, nor in clear in any file of the data
+// directory; the sandbox's CA stays in its directory on the host, 0600,
+// and is the one its trust store holds, the same across a stop and
+// start; the stop records the injections in the audit log; a key deleted
+// from the vault fails the next start, named.
+func TestGVisorSecretPersistent(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("persistent gvisor sandboxes exist on amd64 only")
+	}
+	a, ref, lab := gvNetEnv(t)
+	up := newSecretUpstream(t, lab)
+	a.env = append(a.env, "SSL_CERT_FILE="+up.caFile)
+	tools := buildHTTPSClient(t)
+	const value = "gv-persistent-token-5551234"
+	a.stdin = value
+	a.must("secret", "set", "PKEY")
+	a.stdin = ""
+	a.must("sandbox", "create", "gvsec", "-B", "gvisor", "--image", ref, "--pull", "never", "-v", tools+":/tools:ro",
+		"--network", "filtered", "--allow-domain", upstreamName, "-S", "PKEY:"+upstreamName, "--start")
+	t.Cleanup(func() { a.run("sandbox", "rm", "-f", "gvsec") })
+	dir := filepath.Join(a.dataDir, "sandboxes", "gvsec")
+
+	check := func(path string) string {
+		t.Helper()
+		r := a.run("exec", "gvsec", "--", "sh", "-c", `
+printf 'PKEY=%s\n' "$PKEY"
+/tools/client https://`+upstreamName+path+` Authorization "Bearer " PKEY
+control="ctl""-token-43"
+printf '%s\n' "$control" > /tmp/control
+for needle in "$control" "gv-persistent-token""-5551234"; do
+	hits=$( (for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null
+		find / -path /proc -prune -o -path /sys -prune -o -path /dev -prune -o -path /tools -prune -o -type f -print 2>/dev/null | xargs grep -shF -- "$needle" 2>/dev/null) | grep -cF -- "$needle")
+	echo "needle ${#needle} hits $hits"
+done
+rm -f /tmp/control
+grep -rlsF 'PRIVATE KEY' /etc /tmp /run /root 2>/dev/null || echo "no key"
+echo "--- ca"
+cat "$SSL_CERT_FILE"`)
+		out, ca, _ := strings.Cut(r.stdout, "--- ca\n")
+		for _, want := range []string{"PKEY=ak-proxy-managed\n", "status 200: upstream ok " + path + "\n", "needle 12 hits 1\n", "needle 27 hits 0\n", "no key\n"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("exec %s: no %q in\n%s\n%v", path, want, out, r)
+			}
+		}
+		if strings.Contains(r.stdout, value) || strings.Contains(r.stderr, value) {
+			t.Errorf("exec %s: the value reached the sandbox's output: %v", path, r)
+		}
+		var seen *upstreamRequest
+		for _, q := range up.requests() {
+			if q.path == path {
+				q := q
+				seen = &q
+			}
+		}
+		if seen == nil {
+			t.Errorf("exec %s: the request did not reach the upstream", path)
+		} else if seen.auth != "Bearer "+value {
+			t.Errorf("exec %s: upstream got Authorization %q, want the vault's value", path, seen.auth)
+		}
+		return lastCert(ca)
+	}
+	ca1 := check("/gv-first")
+	fi, err := os.Stat(filepath.Join(dir, secretCAFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the sandbox's CA file: %v %v", fi, err)
+	}
+	if host := caCertOf(t, filepath.Join(dir, secretCAFile)); host != ca1 {
+		t.Errorf("the CA the sandbox trusts is not its helper's:\ninside:\n%s\nhost:\n%s", ca1, host)
+	}
+
+	a.must("sandbox", "stop", "gvsec")
+	if log, _ := os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl")); !bytes.Contains(log, []byte(`"sandbox":"gvsec","action":"secret_injected"`)) || !bytes.Contains(log, []byte("secret PKEY for "+upstreamName)) {
+		t.Errorf("the audit log lacks the sandbox's injections:\n%s", log)
+	}
+	a.must("sandbox", "start", "gvsec")
+	if ca := check("/gv-restarted"); ca != ca1 {
+		t.Errorf("the CA changed across a restart")
+	}
+
+	// kill -9 of the supervisor, then start: the values again.
+	sup := a.info("gvsec").SupervisorPID
+	if sup <= 0 {
+		t.Fatalf("no supervisor pid: %+v", a.info("gvsec"))
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); a.info("gvsec").Status != "stopped" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.must("sandbox", "start", "gvsec")
+	if ca := check("/gv-after-kill"); ca != ca1 {
+		t.Errorf("the CA changed across a kill -9 of the supervisor")
+	}
+
+	a.must("sandbox", "stop", "gvsec")
+	a.must("secret", "delete", "PKEY")
+	if r := a.run("sandbox", "start", "gvsec"); r.code == 0 || !strings.Contains(r.stderr, "'PKEY'") || !strings.Contains(r.stderr, "not in the vault") {
+		t.Errorf("start with the key deleted: %v", r)
+	}
+	if r := a.run("sandbox", "info", "gvsec", "--json"); strings.Contains(r.stdout, value) {
+		t.Errorf("sandbox info shows the value: %v", r)
+	}
+	noValueOnDisk(t, a.dataDir, value)
 }

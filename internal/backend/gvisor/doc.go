@@ -150,11 +150,14 @@
 //
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) and warm pools exist on amd64 only (the idle init is
-// amd64 code). It has no memory snapshots (above), secret files or
-// persistent sandboxes' secrets (a run's -S bindings are injected as
-// native's: secrets_linux.go), --keep of a run's writable layer or host
-// image yet; a sandbox's network needs a TUN device (no proxy mode as
-// native's). Inside, gVisor's Sentry is the kernel: the profile's
+// amd64 code). Secrets are native's (secrets_linux.go): -S bindings of
+// runs and of persistent sandboxes (the values resolved by the
+// supervisor at each boot) injected by the network helper, the CA in the
+// trust store, the placeholders in the command's (and every exec's)
+// environment; a run's --secret-file files on a tmpfs of the run's own,
+// bound read-only. It has no memory snapshots (above), --keep of a run's
+// writable layer or host image yet; a sandbox's network needs a TUN
+// device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
 // host).
