@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/image/imagetest"
+	"github.com/agentkernel/agentkernel/internal/testenv/netlab"
 )
 
 // httpsClient is a static HTTPS client for images without one that
@@ -339,6 +342,98 @@ cat "$SSL_CERT_FILE"`)
 	}
 	if r := a.run("sandbox", "info", "gvsec", "--json"); strings.Contains(r.stdout, value) {
 		t.Errorf("sandbox info shows the value: %v", r)
+	}
+	noValueOnDisk(t, a.dataDir, value)
+}
+
+// TestGVisorSecretHostileImage: an image whose links lead the trust
+// store's and the secret files' places out of its root, to the host's
+// files: its CA bundles links to a host file (absolute and climbing),
+// /etc/agentkernel and /run links to host directories. A run with -S,
+// and a persistent sandbox's exec, trust the sandbox's CA in a bundle
+// that holds nothing of the host's file; nothing is made in the host's
+// directories and the host's file is unchanged; --secret-file is refused
+// saying why, before anything is written.
+func TestGVisorSecretHostileImage(t *testing.T) {
+	a, _ := withGVisor(t)
+	hostDir, outside, outsideRun := t.TempDir(), t.TempDir(), t.TempDir()
+	hostFile := filepath.Join(hostDir, "host-bundle.pem")
+	const marker = "HOST-ONLY-BUNDLE-MARKER"
+	hostBody := "-----BEGIN CERTIFICATE-----\n" + marker + "\n-----END CERTIFICATE-----\n"
+	if err := os.WriteFile(hostFile, []byte(hostBody), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	img := imagetest.Image(t, imagetest.BusyboxConfig(),
+		imagetest.Layer(t, imagetest.BusyboxFiles(t)...),
+		imagetest.Layer(t,
+			imagetest.Dir("etc/pki"), imagetest.Dir("etc/pki/tls"), imagetest.Dir("etc/pki/tls/certs"), imagetest.Dir("etc/ssl"),
+			imagetest.Symlink("etc/pki/tls/certs/ca-bundle.crt", hostFile),
+			imagetest.Symlink("etc/ssl/cert.pem", strings.Repeat("../", 12)+strings.TrimPrefix(hostFile, "/")),
+			imagetest.Symlink("etc/agentkernel", outside),
+			imagetest.Symlink("run", outsideRun)))
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Push(t, "tools/hostile-secrets:1", img)
+	if r := a.run("run", "--image", ref, "--", "true"); r.code != 0 {
+		t.Fatalf("pull: %v", r)
+	}
+	lab := netlab.New(t)
+	a.wrap = labWrap(lab.ClientNS())
+	up := newSecretUpstream(t, lab)
+	a.env = append(a.env, "SSL_CERT_FILE="+up.caFile)
+	tools := buildHTTPSClient(t)
+	const value = "gv-hostile-secret-31337"
+	a.stdin = value
+	a.must("secret", "set", "HKEY")
+	a.stdin = ""
+	script := `
+printf 'HKEY=%s\n' "$HKEY"
+echo "bundle $SSL_CERT_FILE"
+grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE" | sed 's/^/bundle certs /'
+test -e /etc/agentkernel/ca.crt && echo "ca.crt present" || echo "no ca.crt"
+/tools/client https://` + upstreamName + `/gv-hostile Authorization "Bearer " HKEY
+cat "$SSL_CERT_FILE"
+`
+	checkOut := func(what string, r result) {
+		t.Helper()
+		for _, want := range []string{"HKEY=ak-proxy-managed\n", "bundle /etc/ssl/certs/ca-certificates.crt\n", "bundle certs 1\n", "no ca.crt\n", "status 200: upstream ok /gv-hostile\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("%s: no %q in %v", what, want, r)
+			}
+		}
+		if strings.Contains(r.stdout, marker) {
+			t.Errorf("%s: the host's file reached the sandbox's bundle: %v", what, r)
+		}
+	}
+	hostUnchanged := func(what string) {
+		t.Helper()
+		for _, d := range []string{outside, outsideRun} {
+			if ents, _ := os.ReadDir(d); len(ents) > 0 {
+				t.Errorf("%s: made in the host's %s: %v", what, d, ents)
+			}
+		}
+		if b, _ := os.ReadFile(hostFile); string(b) != hostBody {
+			t.Errorf("%s: the host's file changed: %q", what, b)
+		}
+	}
+	r := a.gv(ref, []string{"--pull", "never", "-v", tools + ":/tools:ro", "--network", "filtered", "--allow-domain", upstreamName, "-S", "HKEY:" + upstreamName}, "sh", "-c", script)
+	checkOut("run -S", r)
+	hostUnchanged("run -S")
+
+	r = a.gv(ref, []string{"--pull", "never", "--network", "none", "--secret-file", "HKEY"}, "sh", "-c", "echo ran")
+	if r.code == 0 || strings.Contains(r.stdout, "ran") || !strings.Contains(r.stderr, "secret files") {
+		t.Errorf("--secret-file with /run a link out of the root: %v", r)
+	}
+	hostUnchanged("--secret-file")
+
+	if runtime.GOARCH == "amd64" {
+		a.must("sandbox", "create", "gvhostile", "-B", "gvisor", "--image", ref, "--pull", "never", "-v", tools+":/tools:ro",
+			"--network", "filtered", "--allow-domain", upstreamName, "-S", "HKEY:"+upstreamName, "--start")
+		t.Cleanup(func() { a.run("sandbox", "rm", "-f", "gvhostile") })
+		checkOut("exec in a persistent sandbox", a.run("exec", "gvhostile", "--", "sh", "-c", script))
+		a.must("sandbox", "stop", "gvhostile")
+		a.must("sandbox", "start", "gvhostile")
+		checkOut("exec after a restart", a.run("exec", "gvhostile", "--", "sh", "-c", script))
+		hostUnchanged("persistent sandbox")
 	}
 	noValueOnDisk(t, a.dataDir, value)
 }
