@@ -230,7 +230,7 @@ func TestRunHere(t *testing.T) {
 
 // TestGVisorCheck: the gvisor check says why -B gvisor cannot run (a
 // runsc that is not executable, one too old) and always lists the
-// backend's gaps.
+// backend's gaps (secrets no longer among them).
 func TestGVisorCheck(t *testing.T) {
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "runsc-plain")
@@ -244,7 +244,7 @@ func TestGVisorCheck(t *testing.T) {
 	for _, c := range []struct{ runsc, want string }{{notExec, "not an executable"}, {old, "too old"}} {
 		t.Setenv("AGENTKERNEL_RUNSC", c.runsc)
 		got := gvisorCheck(context.Background())
-		if got.Status != StatusInfo || !strings.Contains(got.Message, c.want) || !strings.Contains(got.Message, "secrets") || got.Fix == "" {
+		if got.Status != StatusInfo || !strings.Contains(got.Message, c.want) || !strings.Contains(got.Message, "not supported on gvisor: rootless runs") || strings.Contains(got.Message, "secrets") || got.Fix == "" {
 			t.Errorf("%s: %+v", c.runsc, got)
 		}
 	}
