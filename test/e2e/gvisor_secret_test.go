@@ -243,7 +243,8 @@ export V
 // environment and no file inside, nor in clear in any file of the data
 // directory; the sandbox's CA stays in its directory on the host, 0600,
 // and is the one its trust store holds, the same across a stop and
-// start; the stop records the injections in the audit log; a key deleted
+// start; a refusal of its network policy reaches the audit log as it
+// happens, and the stop records the injections; a key deleted
 // from the vault fails the next start, named.
 func TestGVisorSecretPersistent(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
@@ -310,6 +311,17 @@ cat "$SSL_CERT_FILE"`)
 		t.Errorf("the CA the sandbox trusts is not its helper's:\ninside:\n%s\nhost:\n%s", ca1, host)
 	}
 
+	// A refusal of its network policy goes to the audit log as it
+	// happens.
+	a.run("exec", "gvsec", "--", "wget", "-q", "-O", "/dev/null", "http://other.test/")
+	denied := false
+	for deadline := time.Now().Add(10 * time.Second); !denied && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		log, _ := os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl"))
+		denied = bytes.Contains(log, []byte(`"sandbox":"gvsec","action":"network_deny"`)) && bytes.Contains(log, []byte("other.test"))
+	}
+	if !denied {
+		t.Error("the audit log lacks the running sandbox's refusal of other.test")
+	}
 	a.must("sandbox", "stop", "gvsec")
 	if log, _ := os.ReadFile(filepath.Join(a.dataDir, "audit.jsonl")); !bytes.Contains(log, []byte(`"sandbox":"gvsec","action":"secret_injected"`)) || !bytes.Contains(log, []byte("secret PKEY for "+upstreamName)) {
 		t.Errorf("the audit log lacks the sandbox's injections:\n%s", log)
