@@ -243,8 +243,10 @@ export V
 // environment and no file inside, nor in clear in any file of the data
 // directory; the sandbox's CA stays in its directory on the host, 0600,
 // and is the one its trust store holds, the same across a stop and
-// start; a refusal of its network policy reaches the audit log as it
-// happens, and the stop records the injections; a key deleted
+// start and a kill -9 of its supervisor; a refusal of its network policy
+// reaches the audit log as it happens, and the stop records the
+// injections; a snapshot restored under a new name binds the same key
+// with a CA of its own, and no snapshot file holds a key; a key deleted
 // from the vault fails the next start, named.
 func TestGVisorSecretPersistent(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
@@ -263,9 +265,9 @@ func TestGVisorSecretPersistent(t *testing.T) {
 	t.Cleanup(func() { a.run("sandbox", "rm", "-f", "gvsec") })
 	dir := filepath.Join(a.dataDir, "sandboxes", "gvsec")
 
-	check := func(path string) string {
+	check := func(name, path string) string {
 		t.Helper()
-		r := a.run("exec", "gvsec", "--", "sh", "-c", `
+		r := a.run("exec", name, "--", "sh", "-c", `
 printf 'PKEY=%s\n' "$PKEY"
 /tools/client https://`+upstreamName+path+` Authorization "Bearer " PKEY
 control="ctl""-token-43"
@@ -302,7 +304,7 @@ cat "$SSL_CERT_FILE"`)
 		}
 		return lastCert(ca)
 	}
-	ca1 := check("/gv-first")
+	ca1 := check("gvsec", "/gv-first")
 	fi, err := os.Stat(filepath.Join(dir, secretCAFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the sandbox's CA file: %v %v", fi, err)
@@ -327,7 +329,7 @@ cat "$SSL_CERT_FILE"`)
 		t.Errorf("the audit log lacks the sandbox's injections:\n%s", log)
 	}
 	a.must("sandbox", "start", "gvsec")
-	if ca := check("/gv-restarted"); ca != ca1 {
+	if ca := check("gvsec", "/gv-restarted"); ca != ca1 {
 		t.Errorf("the CA changed across a restart")
 	}
 
@@ -343,9 +345,32 @@ cat "$SSL_CERT_FILE"`)
 		time.Sleep(20 * time.Millisecond)
 	}
 	a.must("sandbox", "start", "gvsec")
-	if ca := check("/gv-after-kill"); ca != ca1 {
+	if ca := check("gvsec", "/gv-after-kill"); ca != ca1 {
 		t.Errorf("the CA changed across a kill -9 of the supervisor")
 	}
+
+	// A snapshot restored under a new name binds the same key, with a CA
+	// of its own; no snapshot file holds a key or the value.
+	a.must("snapshot", "take", "gvsec", "--name", "gvsecsnap")
+	a.must("snapshot", "restore", "gvsecsnap", "--as", "gvsecrest")
+	t.Cleanup(func() { a.run("sandbox", "rm", "-f", "gvsecrest") })
+	a.must("sandbox", "start", "gvsecrest")
+	caR := check("gvsecrest", "/gv-restored")
+	if caR == ca1 {
+		t.Error("the restored sandbox trusts the source's CA")
+	}
+	if host := caCertOf(t, filepath.Join(a.dataDir, "sandboxes", "gvsecrest", secretCAFile)); host != caR {
+		t.Errorf("the CA the restored sandbox trusts is not its helper's")
+	}
+	a.must("sandbox", "rm", "-f", "gvsecrest")
+	_ = filepath.Walk(filepath.Join(a.dataDir, "snapshots"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte("PRIVATE KEY")) {
+				t.Errorf("snapshot file %s holds a private key", p)
+			}
+		}
+		return nil
+	})
 
 	a.must("sandbox", "stop", "gvsec")
 	a.must("secret", "delete", "PKEY")
