@@ -25,9 +25,9 @@ const (
 	Podman = "podman"
 )
 
-// Kubernetes is the orchestrator backend held to the API suite alone:
-// `serve` with its sandboxes as pods of a cluster (test/e2e's
-// TestAPIContractKubernetes runs it against a real API server and node).
+// Kubernetes is `serve` with its sandboxes as pods of a cluster, held to
+// the API and Node SDK suites (test/e2e's TestAPIContractKubernetes runs
+// them against a real API server and node).
 const Kubernetes = "kubernetes"
 
 // Nomad is the nomad backend as `serve` runs it: its sandboxes are

@@ -16,6 +16,7 @@ func differences() []Difference {
 	mr := []string{"moderate", "restrictive"}
 	perm := []string{"permissive"}
 	const noEngineSnapshots = "persistent sandboxes on an engine have no snapshots yet: POST /snapshots answers 'not supported' (native's and gvisor's have them), so there is nothing to list, get, restore or delete"
+	const noPodSnapshots = "a pod's files are in its node's runtime, not on the server's host: POST /snapshots answers 'not supported' (docs/kubernetes.md), so there is nothing to list, get, restore or delete"
 	const noJobSnapshots = "a Nomad job's files are on its node, not on the server's host: POST /snapshots answers 'not supported', so there is nothing to list, get, restore or delete"
 	n := func(backend, check, why string) Difference {
 		return Difference{Backend: backend, Suite: SuiteNodeSDK, Check: check, Want: Unsupported, Why: why}
@@ -71,6 +72,11 @@ func differences() []Difference {
 		n(Podman, "listSnapshots and getSnapshot", noEngineSnapshots),
 		n(Podman, "restoreSnapshot", noEngineSnapshots),
 		n(Podman, "deleteSnapshot", noEngineSnapshots),
+		n(Kubernetes, "takeSnapshot", noPodSnapshots),
+		n(Kubernetes, "listSnapshots and getSnapshot", noPodSnapshots),
+		n(Kubernetes, "getSnapshot of an unknown snapshot", "the kubernetes backend keeps no snapshots at all: every /snapshots route answers 501 'not supported', a GET of a name that is not there too, where the other backends answer 404"),
+		n(Kubernetes, "restoreSnapshot", noPodSnapshots),
+		n(Kubernetes, "deleteSnapshot", noPodSnapshots),
 		{Backend: Nomad, Suite: SuiteNodeSDK, Check: "execDetached", Want: Differs,
 			Why: "a detached command reports pid 0: it runs on the job's node through Nomad's exec API, which does not say the command's pid"},
 		n(Nomad, "takeSnapshot", noJobSnapshots),

@@ -28,7 +28,9 @@ import (
 )
 
 // TestAPIContractKubernetes: the API suite of TestAPIContractBackends
-// (the same cases, apiContractCases) against `agentkernel serve` whose
+// (the same cases, apiContractCases) and the Node SDK's script
+// (nodeSDKContractCases, detached commands included) against
+// `agentkernel serve` whose
 // configuration says [sandbox] backend = "kubernetes": agentkernel-full
 // hands serve to agentkernel-kube, whose runs and persistent sandboxes
 // are pods on a real API server and node (internal/testenv/kubelab:
@@ -43,6 +45,7 @@ func TestAPIContractKubernetes(t *testing.T) {
 	if m := kubelab.NodeReady(bin); len(m) > 0 {
 		testenv.Missing(t, "missing %s: %s", strings.Join(m, ", "), kubelab.NodeMissingHint)
 	}
+	sdkDir := installNodeSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	a, ref := withRegistry(t)
@@ -104,6 +107,18 @@ func TestAPIContractKubernetes(t *testing.T) {
 	const name = "contract-api"
 	backend := contract.Kubernetes
 	checkContract(t, backend, contract.SuiteAPI, apiContractCases(ctx, s, c, ref, backend, name))
+	// The official Node SDK's script, as TestNodeSDKContract runs it,
+	// held to the same rows: its detached commands run in the pod.
+	if err := os.WriteFile(filepath.Join(sdkDir, "sdk.mjs"), []byte(nodeSDKScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sdk := runNodeSDKScript(t, sdkDir, s.url, ref)
+	checkContract(t, backend, contract.SuiteNodeSDK, nodeSDKContractCases(&sdk))
+	for _, n := range []string{"node-sdk", "node-snap"} {
+		if _, err := c.GetSandbox(ctx, n); err == nil {
+			s.raw("DELETE", "/sandboxes/"+n, "")
+		}
+	}
 
 	// What pods cannot do is refused in the API's words, and nothing
 	// was made for it.
@@ -170,6 +185,35 @@ func TestAPIContractKubernetes(t *testing.T) {
 	// the server runs.
 	if _, err := c.GetSandbox(ctx, name); err == nil {
 		s.raw("DELETE", "/sandboxes/"+name, "")
+	}
+	// A detached command lives in its pod, not in the server: one
+	// started afresh finds it running, reads its output and kills it.
+	const keep = "detach-keep"
+	if r := s.raw("POST", "/sandboxes", `{"name":"`+keep+`","image":"`+ref+`"}`); r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	d, err := c.ExecDetached(ctx, keep, []string{"sh", "-c", "echo kept; exec sleep 4747"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+	s = startServe(t, a, "listening on ", "serve", "--port", "0", "--api-key", apiKey)
+	c = s.client(apiKey)
+	if st, err := c.DetachedStatus(ctx, keep, d.ID); err != nil || st.Status != "running" || st.Pid != d.Pid || st.StartedAt != d.StartedAt {
+		t.Errorf("after a restart of serve: %+v %v, started as %+v", st, err, d)
+	}
+	waitUntil(t, "the detached command's output", func() bool {
+		out, err := c.DetachedLogs(ctx, keep, d.ID, "stdout", 0)
+		return err == nil && out == "kept\n"
+	})
+	if err := c.DetachedKill(ctx, keep, d.ID); err != nil {
+		t.Errorf("kill after a restart: %v", err)
+	}
+	if st, err := c.DetachedStatus(ctx, keep, d.ID); err != nil || st.Status != "failed" || st.ExitCode == nil || *st.ExitCode != 137 {
+		t.Errorf("after the kill: %+v %v", st, err)
+	}
+	if r := s.raw("DELETE", "/sandboxes/"+keep, ""); r.status != 200 {
+		t.Errorf("remove: %d %s", r.status, r.body)
 	}
 	s.stop()
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
