@@ -75,8 +75,8 @@ type detachedMeta struct {
 const detachedSupervisor = `d=$1 cap=$2 to=$3 s=$4; shift 4
 head -c 1024 "/proc/$$/stat" >"$d/sup"
 n=$((cap/512+1))
-{ ulimit -f "$n" && trap '' XFSZ && cat >"$d/stdout"; exec cat >/dev/null; } <"$d/out" &
-{ ulimit -f "$n" && trap '' XFSZ && cat >"$d/stderr"; exec cat >/dev/null; } <"$d/err" &
+{ ulimit -f "$n" 2>/dev/null; trap '' XFSZ 2>/dev/null; cat >"$d/stdout"; exec cat >/dev/null; } <"$d/out" &
+{ ulimit -f "$n" 2>/dev/null; trap '' XFSZ 2>/dev/null; cat >"$d/stderr"; exec cat >/dev/null; } <"$d/err" &
 $s "$@" </dev/null >"$d/out" 2>"$d/err" &
 p=$!
 echo "$p" >"$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
