@@ -32,6 +32,9 @@ const exitMissing = 3
 type conn struct {
 	b    *Backend
 	name string
+	// s, where set, holds the detached commands of the sandbox's
+	// earlier pods.
+	s *Sandboxes
 }
 
 func (c *conn) Close() error { return nil }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -39,7 +41,11 @@ import (
 // command and its arguments are never part of a script: they are the
 // supervisor's arguments ("$@"). A record whose command has no status
 // while its supervisor is gone (killed, or the container's processes
-// ended) is failed, "supervisor gone". The pod is the boundary: what
+// ended) is failed, "supervisor gone". Stop copies the pod's records
+// into the sandbox's record before it deletes the pod (keepDetached):
+// after start, the commands of earlier pods are listed beside the new
+// pod's, those that were running failed, "sandbox stopped", their
+// output gone with the pod. The pod is the boundary: what
 // the sandbox writes over these files changes only what is reported of
 // its own commands, and every answer is parsed as hostile (bounded, its
 // fields checked).
@@ -371,13 +377,97 @@ func parseDetached(s string, now time.Time) []sandbox.DetachedCommand {
 			out = append(out, d)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].StartedAt.Equal(out[j].StartedAt) {
-			return out[i].StartedAt.Before(out[j].StartedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortDetached(out)
 	return out
+}
+
+// sortDetached sorts ds oldest first.
+func sortDetached(ds []sandbox.DetachedCommand) {
+	sort.Slice(ds, func(i, j int) bool {
+		if !ds[i].StartedAt.Equal(ds[j].StartedAt) {
+			return ds[i].StartedAt.Before(ds[j].StartedAt)
+		}
+		return ds[i].ID < ds[j].ID
+	})
+}
+
+// podDetached are the detached commands of name's running pod, as Stop
+// keeps them before it deletes the pod: those still running are failed,
+// "sandbox stopped" (the pod's end ends them), and the output of every
+// one goes with the pod (its sizes 0 here). Best effort and bounded: a
+// pod that does not answer within 15 s leaves none.
+func (s *Sandboxes) podDetached(ctx context.Context, name string) []sandbox.DetachedCommand {
+	sb, err := s.b.Get(ctx, name)
+	if err != nil || sb.Phase != corev1.PodRunning || sb.Removing {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ds, err := (&conn{b: s.b, name: name}).detached(lctx, "")
+	if err != nil {
+		return nil
+	}
+	now := time.Now().UTC()
+	for i := range ds {
+		d := &ds[i]
+		if d.Status == sandbox.DetachedRunning {
+			d.Status, d.Reason, d.FinishedAt = sandbox.DetachedFailed, "sandbox stopped", &now
+		}
+		d.StdoutBytes, d.StderrBytes = 0, 0
+	}
+	return ds
+}
+
+// keepDetached adds ds, the commands of the pod Stop deleted, to r's;
+// the newest maxDetachedKept are kept.
+func keepDetached(r *record, ds []sandbox.DetachedCommand) {
+	if len(ds) == 0 {
+		return
+	}
+	all := mergeDetached(r.Detached, ds)
+	if len(all) > maxDetachedKept {
+		all = all[len(all)-maxDetachedKept:]
+	}
+	r.Detached = all
+}
+
+// mergeDetached is older and newer together, oldest first; an id in
+// both is newer's.
+func mergeDetached(older, newer []sandbox.DetachedCommand) []sandbox.DetachedCommand {
+	seen := map[string]bool{}
+	for _, d := range newer {
+		seen[d.ID] = true
+	}
+	var out []sandbox.DetachedCommand
+	for _, d := range older {
+		if !seen[d.ID] {
+			out = append(out, d)
+		}
+	}
+	out = append(out, newer...)
+	sortDetached(out)
+	return out
+}
+
+// kept are the detached commands of the sandbox's earlier pods (all, or
+// id's), as its record holds them.
+func (c *conn) kept(ctx context.Context, id string) []sandbox.DetachedCommand {
+	if c.s == nil {
+		return nil
+	}
+	r, _, err := c.s.load(ctx, c.name)
+	if err != nil {
+		return nil
+	}
+	if id == "" {
+		return r.Detached
+	}
+	for _, d := range r.Detached {
+		if d.ID == id {
+			return []sandbox.DetachedCommand{d}
+		}
+	}
+	return nil
 }
 
 // logSize is a stream's size as the logs route serves it: the file's,
@@ -484,6 +574,11 @@ func (c *conn) Detached(ctx context.Context, id string) ([]sandbox.DetachedComma
 	if err != nil {
 		return nil, err
 	}
+	if id == "" {
+		ds = mergeDetached(c.kept(ctx, ""), ds)
+	} else if len(ds) == 0 {
+		ds = c.kept(ctx, id)
+	}
 	if id != "" && len(ds) != 1 {
 		return nil, fmt.Errorf("%s: %w", id, sandbox.ErrDetachedNotFound)
 	}
@@ -511,6 +606,12 @@ func (c *conn) DetachedLogs(ctx context.Context, id, stream string, offset int64
 		return lw.n, err
 	}
 	switch {
+	case code == exitMissing && len(c.kept(ctx, id)) == 1:
+		// A command of an earlier pod: its output went with the pod.
+		if offset > 0 {
+			return 0, fmt.Errorf("offset %d is past the end of %s (0 bytes: the output went with the sandbox's earlier pod): %w", offset, stream, sandbox.ErrLogOffset)
+		}
+		return 0, nil
 	case code == exitMissing:
 		return 0, fmt.Errorf("%s: %w", id, sandbox.ErrDetachedNotFound)
 	case code != 0:

@@ -227,3 +227,77 @@ func TestNodeDetached(t *testing.T) {
 		t.Errorf("restrictive kill: %+v %v", k, err)
 	}
 }
+
+// TestNodeDetachedStopStart: stop deletes the sandbox's pod and start
+// makes a new one; the detached commands of the first pod are still
+// listed after, the one that was running failed ("sandbox stopped", no
+// exit code), their output gone with the pod, beside those of the new
+// pod.
+func TestNodeDetachedStopStart(t *testing.T) {
+	b := nodeBackend(t, Options{NoUserNamespace: true})
+	_, _ = shared.Node(t)
+	ctx := context.Background()
+	s := NewSandboxes(b, t.TempDir())
+	if err := s.Create(ctx, &sandbox.Info{Name: "dss"}, &sandbox.Spec{Image: kubelab.TestImage, Profile: "moderate", Network: sandbox.Network{Mode: sandbox.NetworkNone}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Remove(context.Background(), "dss", true) })
+	if _, err := s.Start(ctx, "dss"); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := s.Connect(ctx, "dss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sc.(*conn)
+	long, err := c.ExecDetached(ctx, sandbox.ExecRequest{Args: []string{"sleep", "1006"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, err := c.ExecDetached(ctx, sandbox.ExecRequest{Args: []string{"echo", "hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDetached(t, c, short.ID)
+	if _, err := s.Stop(ctx, "dss", "stopped by the test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Start(ctx, "dss"); err != nil {
+		t.Fatal(err)
+	}
+	sc, err = s.Connect(ctx, "dss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = sc.(*conn)
+	fresh, err := c.ExecDetached(ctx, sandbox.ExecRequest{Args: []string{"sleep", "1007"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := c.Detached(ctx, "")
+	if err != nil || len(all) != 3 || all[0].ID != long.ID || all[1].ID != short.ID || all[2].ID != fresh.ID {
+		t.Fatalf("after stop and start: %+v %v", all, err)
+	}
+	if d := all[0]; d.Status != sandbox.DetachedFailed || d.Reason != "sandbox stopped" || d.ExitCode != nil || d.FinishedAt == nil || d.Pid != long.Pid {
+		t.Errorf("running at the stop: %+v", d)
+	}
+	if d := all[1]; d.Status != sandbox.DetachedCompleted || d.ExitCode == nil || *d.ExitCode != 0 || d.StdoutBytes != 0 {
+		t.Errorf("ended before the stop: %+v", d)
+	}
+	if d := all[2]; d.Status != sandbox.DetachedRunning {
+		t.Errorf("of the new pod: %+v", d)
+	}
+	if o := detachedLog(t, c, short.ID, "stdout", 0); o != "" {
+		t.Errorf("output of an earlier pod: %q", o)
+	}
+	var sink bytes.Buffer
+	if _, err := c.DetachedLogs(ctx, short.ID, "stdout", 1, &sink); !errors.Is(err, sandbox.ErrLogOffset) {
+		t.Errorf("output of an earlier pod from 1: %v", err)
+	}
+	if d, err := c.KillDetached(ctx, long.ID); err != nil || d.Reason != "sandbox stopped" {
+		t.Errorf("kill of a command of an earlier pod: %+v %v", d, err)
+	}
+	if d, err := c.KillDetached(ctx, fresh.ID); err != nil || d.Status != sandbox.DetachedFailed || d.Reason != "killed" {
+		t.Errorf("kill: %+v %v", d, err)
+	}
+}

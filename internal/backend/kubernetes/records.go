@@ -49,6 +49,9 @@ type record struct {
 	// Starting is set while a server starts the sandbox, so that
 	// another server's Start waits for it rather than replacing its pod.
 	Starting *startClaim `json:"starting,omitempty"`
+	// Detached are the detached commands of the sandbox's earlier pods,
+	// as Stop found them (detached.go: keepDetached), oldest first.
+	Detached []sandbox.DetachedCommand `json:"detached,omitempty"`
 }
 
 // startClaim says which server starts the sandbox, until when at most

@@ -403,10 +403,12 @@ func (s *Sandboxes) Stop(ctx context.Context, name, reason string) (*sandbox.Inf
 	if _, _, err := s.load(ctx, name); err != nil {
 		return nil, err
 	}
+	ds := s.podDetached(ctx, name)
 	if err := s.b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
 	r, err := s.modify(ctx, name, func(r *record) error {
+		keepDetached(r, ds)
 		r.Info.Status, r.Info.StopReason = sandbox.StatusStopped, reason
 		r.Info.LastActivityAt = time.Now().UTC()
 		// A start under way (here or on another server) loses its pod:
@@ -453,7 +455,7 @@ func (s *Sandboxes) Connect(ctx context.Context, name string) (sandbox.Conn, err
 		return nil, fmt.Errorf("sandbox %q: %w", name, sandbox.ErrNotRunning)
 	}
 	_, _ = s.Update(ctx, name, func(i *sandbox.Info) error { i.LastActivityAt = time.Now().UTC(); return nil })
-	return &conn{b: s.b, name: name}, nil
+	return &conn{b: s.b, name: name, s: s}, nil
 }
 
 // DiskUsage is 0: a pod's writable layer is on its node, out of sight.
