@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -197,7 +198,9 @@ func newDetachedID() (string, error) {
 }
 
 // ExecDetached starts req in the pod (sandbox.DetachedConn): refused
-// with sandbox.ErrDetachedLimit while sandbox.MaxDetachedRunning run.
+// with sandbox.ErrDetachedLimit while sandbox.MaxDetachedRunning run
+// (counted one start at a time per sandbox in this process; servers
+// that share a cluster count apart).
 func (c *conn) ExecDetached(ctx context.Context, req sandbox.ExecRequest) (sandbox.DetachedCommand, error) {
 	if len(req.Args) == 0 || req.TTY {
 		return sandbox.DetachedCommand{}, errors.New("a detached command needs a command and no terminal")
@@ -208,6 +211,11 @@ func (c *conn) ExecDetached(ctx context.Context, req sandbox.ExecRequest) (sandb
 	args, err := execArgs(req)
 	if err != nil {
 		return sandbox.DetachedCommand{}, err
+	}
+	if c.s != nil {
+		mu, _ := c.s.detaching.LoadOrStore(c.name, &sync.Mutex{})
+		mu.(*sync.Mutex).Lock()
+		defer mu.(*sync.Mutex).Unlock()
 	}
 	all, err := c.detached(ctx, "")
 	if err != nil {

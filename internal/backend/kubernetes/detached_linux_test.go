@@ -300,4 +300,29 @@ func TestNodeDetachedStopStart(t *testing.T) {
 	if d, err := c.KillDetached(ctx, fresh.ID); err != nil || d.Status != sandbox.DetachedFailed || d.Reason != "killed" {
 		t.Errorf("kill: %+v %v", d, err)
 	}
+
+	// At most sandbox.MaxDetachedRunning run at once, also when the
+	// starts come together.
+	n := sandbox.MaxDetachedRunning + 2
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := c.ExecDetached(ctx, sandbox.ExecRequest{Args: []string{"sleep", "1100"}})
+			errs <- err
+		}()
+	}
+	ok, limited := 0, 0
+	for i := 0; i < n; i++ {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, sandbox.ErrDetachedLimit):
+			limited++
+		default:
+			t.Errorf("start: %v", err)
+		}
+	}
+	if ok != sandbox.MaxDetachedRunning || limited != 2 {
+		t.Errorf("%d started, %d refused; want %d and 2", ok, limited, sandbox.MaxDetachedRunning)
+	}
 }

@@ -45,6 +45,10 @@ type Sandboxes struct {
 
 	mu    sync.Mutex
 	names map[string]*nameLock
+	// detaching holds a *sync.Mutex per sandbox name: detached starts
+	// in one sandbox go one at a time, so that the count of running
+	// ones is not outrun (detached.go).
+	detaching sync.Map
 }
 
 // nameLock orders this server's Start, Stop and Remove of one sandbox.
