@@ -17,8 +17,10 @@ func newGCCmd(a *App) *cobra.Command {
 		Short: "Remove what crashed or killed runs left behind",
 		Long: `Remove what runs that crashed or were killed left behind: scratch
 directories, cgroups and mounts whose owning agentkernel process is gone,
-and the docker and podman containers (with their volumes) of runs and
-persistent sandboxes whose agentkernel process was killed.
+the docker and podman containers (with their volumes) of runs and
+persistent sandboxes whose agentkernel process was killed, and the
+idmapped mounts such runs had attached in the engine daemon's mount
+namespace for their writable host directories.
 Only this data directory's (--data-dir) runs are judged: another data
 directory's leftovers are its own gc's. Runs in progress are never touched.
 Safe to run at any time.`,

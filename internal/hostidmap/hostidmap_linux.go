@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -238,6 +240,71 @@ func MountIn(pid int, o Owner, srcs, dsts []string) (unmount func() error, err e
 			return errors.Join(errs...)
 		})
 	}, nil
+}
+
+// MountsUnder lists the mount points strictly below dir in the mount
+// namespace of process pid, as its /proc/PID/mountinfo names them
+// (relative to that process's root), deepest first.
+func MountsUnder(pid int, dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		if p := unescapeMount(f[4]); strings.HasPrefix(p, prefix) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return out, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// UnmountIn detaches every mount at points (stacked ones too) in the
+// mount namespace of process pid, never following a link at a path's
+// last component. A point that is not (or no longer) a mount is no
+// error.
+func UnmountIn(pid int, points []string) error {
+	return inMountNS(pid, func() error {
+		var errs []error
+		for _, p := range points {
+			for n := 0; n < 64; n++ {
+				err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+				if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+					break
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+					break
+				}
+			}
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // inMountNS runs f in the mount namespace of pid, on a thread of its own

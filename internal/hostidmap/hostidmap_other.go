@@ -20,3 +20,9 @@ func MountPoint(src, dst string) error { return errLinux }
 
 // MountIn is Linux's.
 func MountIn(pid int, o Owner, srcs, dsts []string) (func() error, error) { return nil, errLinux }
+
+// MountsUnder is Linux's.
+func MountsUnder(pid int, dir string) ([]string, error) { return nil, errLinux }
+
+// UnmountIn is Linux's.
+func UnmountIn(pid int, points []string) error { return errLinux }

@@ -13,13 +13,18 @@ import (
 // data directory left on these engines when they died (killed
 // mid-run): every container labelled agentkernel.managed whose owner
 // process (LabelOwner) is gone, with its copy-on-write volumes and, for
-// a run of dataDir, its directory under dataDir/engine. Containers
-// whose owner runs are never touched; an engine that does not answer is
-// skipped (it has nothing of ours that can be removed now). It returns
-// what it removed.
+// a run of dataDir, its directory under dataDir/engine; then the
+// directories under dataDir/engine on which those runs attached their
+// writable binds' idmapped clones (owned_linux.go) whose process died,
+// with those mounts in the answering daemons' mount namespaces and in
+// this one. Containers whose owner runs, and directories whose run
+// holds their lock, are never touched; an engine that does not answer
+// is skipped (it has nothing of ours that can be removed now). It
+// returns what it removed.
 func GC(ctx context.Context, dataDir string, engines ...*Backend) ([]string, error) {
 	var removed []string
 	var errs []error
+	var daemons []int
 	for _, b := range engines {
 		cli, err := client.New(client.WithHost(b.host), client.WithAPIVersionNegotiation())
 		if err != nil {
@@ -32,6 +37,9 @@ func GC(ctx context.Context, dataDir string, engines ...*Backend) ([]string, err
 				errs = append(errs, b.engineError("listing containers", err))
 			}
 			continue
+		}
+		if pid, err := b.daemonPid(); err == nil {
+			daemons = append(daemons, pid)
 		}
 		for _, c := range l.Items {
 			owner, ok := c.Labels[LabelOwner]
@@ -68,5 +76,8 @@ func GC(ctx context.Context, dataDir string, engines ...*Backend) ([]string, err
 		}
 		cli.Close()
 	}
-	return removed, errors.Join(errs...)
+	// The writable binds' idmapped clones (ownedBinds) of runs that
+	// died, once their containers are gone.
+	more, err := gcOwned(dataDir, daemons)
+	return append(removed, more...), errors.Join(append(errs, err)...)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -64,8 +65,15 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 			return fail(err)
 		}
 	}
-	dir, err := os.MkdirTemp(base, "owned.")
+	dir, err := os.MkdirTemp(base, ownedPrefix)
 	if err != nil {
+		lease.Release()
+		return fail(err)
+	}
+	// Held until the directory is gone: gc leaves it alone meanwhile.
+	lock, err := lockOwned(dir)
+	if err != nil {
+		_ = os.Remove(dir)
 		lease.Release()
 		return fail(err)
 	}
@@ -74,9 +82,11 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 		for _, p := range points {
 			_ = os.Remove(p)
 		}
+		_ = os.Remove(filepath.Join(dir, ownedLock))
 		if err := os.Remove(dir); err != nil {
 			b.opts.Warn(fmt.Sprintf("backend %s: removing %s: %v", b.name, dir, err))
 		}
+		lock.Close()
 	}
 	c := *spec
 	c.Mounts = slices.Clone(spec.Mounts)
@@ -104,12 +114,160 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 		}
 		done = true
 		if err := detach(); err != nil {
-			b.opts.Warn(fmt.Sprintf("backend %s: %v (left in place: %s)", b.name, err, dir))
+			b.opts.Warn(fmt.Sprintf("backend %s: %v (left in place for agentkernel gc: %s)", b.name, err, dir))
+			lock.Close()
 			return
 		}
 		removeDir(dsts)
 	}
 	return &c, unmount, lease.Release, nil
+}
+
+// An owned directory (ownedBinds) is DataDir/engine/owned.<random>: one
+// mount point per writable bind, named by the mount's index, and the
+// lock file ownedLock, which the process that made it holds (flock)
+// until the directory is gone. One whose lock is free was left by a
+// process that died (killed mid-run): GCOwned removes it, its mounts in
+// the engine daemon's namespace first.
+const (
+	ownedPrefix = "owned."
+	ownedLock   = "lock"
+	// ownedGrace protects an owned directory without its lock file
+	// yet: its run is making it.
+	ownedGrace = 30 * time.Second
+)
+
+// lockOwned makes dir's lock file and takes its lock.
+func lockOwned(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ownedLock), os.O_CREATE|os.O_EXCL|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(f, unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// gcOwned removes the owned directories under dataDir/engine whose
+// process died, with their mounts in this process's mount namespace and
+// in those of the engine daemons daemons (pids). It never descends into
+// a mount point (each is removed with rmdir or unlink, which refuse one
+// still mounted here and detach one mounted in another namespace) and
+// never follows a link: what a directory holds beside its mount points
+// and lock file is left, and the directory with it.
+func gcOwned(dataDir string, daemons []int) (removed []string, err error) {
+	if dataDir == "" {
+		return nil, nil
+	}
+	base := filepath.Join(dataDir, "engine")
+	ents, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	namespaces := mountNamespaces(append([]int{os.Getpid()}, daemons...))
+	var errs []error
+	for _, e := range ents {
+		// ReadDir's types are lstat's: a link is never a directory here.
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ownedPrefix) {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		lock, err := os.OpenFile(filepath.Join(dir, ownedLock), os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			if fi, err := os.Lstat(dir); err != nil || time.Since(fi.ModTime()) < ownedGrace {
+				continue
+			}
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		default:
+			if flock(lock, unix.LOCK_EX|unix.LOCK_NB) != nil {
+				lock.Close() // its run goes on
+				continue
+			}
+		}
+		for _, pid := range namespaces {
+			points, err := hostidmap.MountsUnder(pid, dir)
+			if err != nil || len(points) == 0 {
+				continue
+			}
+			if err := hostidmap.UnmountIn(pid, points); err != nil {
+				errs = append(errs, err)
+			} else {
+				removed = append(removed, fmt.Sprintf("%d mounts under %s (process %d's mount namespace)", len(points), dir, pid))
+			}
+		}
+		if err := removeOwned(dir); err != nil {
+			errs = append(errs, err)
+		} else {
+			removed = append(removed, dir)
+		}
+		if lock != nil {
+			lock.Close()
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeOwned removes an owned directory's mount points and lock file,
+// then the directory: nothing else, never recursively.
+func removeOwned(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		name := e.Name()
+		if name == ownedLock {
+			continue // last: until then gc judges the directory by it
+		}
+		if _, err := strconv.Atoi(name); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not agentkernel's, left in place", filepath.Join(dir, name)))
+			continue
+		}
+		// rmdir or unlink of the entry itself.
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := os.Remove(filepath.Join(dir, ownedLock)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Remove(dir)
+}
+
+// mountNamespaces keeps one process of each mount namespace of pids.
+func mountNamespaces(pids []int) []int {
+	var out []int
+	seen := map[uint64]bool{}
+	for _, pid := range pids {
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/mnt", &st) != nil || seen[st.Ino] {
+			continue
+		}
+		seen[st.Ino] = true
+		out = append(out, pid)
+	}
+	return out
 }
 
 // daemonPid is the engine daemon's process, the peer of its local
