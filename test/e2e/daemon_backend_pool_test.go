@@ -67,9 +67,10 @@ func (a *ak) waitPoolReady(backend string) {
 }
 
 // TestDaemonRunBackendPool: with a daemon running, 'agentkernel run -B
-// gvisor' (and -B docker, on a private dockerd) takes a sandbox from the
-// pool 'daemon prewarm -B' filled, which the daemon's counters show,
-// and behaves exactly as the same run without the daemon: exit status,
+// gvisor' (and -B docker and -B podman, on a private dockerd and a
+// private 'podman system service') takes a sandbox from the pool
+// 'daemon prewarm -B' filled, which the daemon's counters show, and
+// behaves exactly as the same run without the daemon: exit status,
 // stdout, stderr, stdin, a signal's status, the timeout's 124 and its
 // message, a clean sandbox each time. A run whose spec has no warm
 // sandbox is run here, cold, with the same answers; with the daemon
@@ -79,28 +80,36 @@ func TestDaemonRunBackendPool(t *testing.T) {
 		a, ref := withGVisor(t)
 		checkDaemonRunPool(t, a, ref, "gvisor")
 	})
-	t.Run("docker", func(t *testing.T) {
-		work, err := os.MkdirTemp("", "ake2e")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.RemoveAll(work) })
-		host, stop, err := harness.StartPrivateDocker(filepath.Join(work, "docker"))
-		if err != nil {
-			testenv.Missing(t, "docker: %v", err)
-		}
-		t.Cleanup(stop)
-		a, ref := withRegistry(t)
-		a.env = append(a.env, "DOCKER_HOST="+host)
-		cfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
-		if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(cfg, []byte("[security]\nallow_degraded = [\"landlock\"]\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		checkDaemonRunPool(t, a, ref, "docker")
-	})
+	for _, e := range []struct {
+		name, env string
+		start     func(string) (string, func(), error)
+	}{
+		{"docker", "DOCKER_HOST", harness.StartPrivateDocker},
+		{"podman", "CONTAINER_HOST", harness.StartPodmanService},
+	} {
+		t.Run(e.name, func(t *testing.T) {
+			work, err := os.MkdirTemp("", "ake2e")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(work) })
+			host, stop, err := e.start(filepath.Join(work, e.name))
+			if err != nil {
+				testenv.Missing(t, "%s: %v", e.name, err)
+			}
+			t.Cleanup(stop)
+			a, ref := withRegistry(t)
+			a.env = append(a.env, e.env+"="+host)
+			cfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
+			if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cfg, []byte("[security]\nallow_degraded = [\"landlock\"]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			checkDaemonRunPool(t, a, ref, e.name)
+		})
+	}
 }
 
 func checkDaemonRunPool(t *testing.T, a *ak, ref, backend string) {
