@@ -57,6 +57,18 @@ func Lease() (Owner, *idrange.Lease, error) {
 	return o, l, nil
 }
 
+// Reserved is the invoking user's Owner over block base, one reserved
+// for a persistent sandbox (idrange's Reserve): the same ids at each of
+// its starts, held by the reservation rather than by this process.
+func Reserved(base uint32) (Owner, error) {
+	uid, gid := InvokingUser()
+	o := Owner{UID: uid, GID: gid, Base: base}
+	if err := o.check(); err != nil {
+		return Owner{}, err
+	}
+	return o, nil
+}
+
 func (o Owner) check() error {
 	in := func(id int) bool { return id > int(o.Base) && id < int(o.Base)+idrange.Size }
 	switch {

@@ -30,8 +30,10 @@
 // attaches in the daemon's mount namespace (owned_linux.go, package
 // hostidmap): the container's root, host root on a rootful engine,
 // stands there for the invoking user and its other ids for a block of
-// host ids leased for the sandbox; its seccomp profile then also refuses
-// set-id modes, xattrs and openat2 (native.GuardSetid). What the engine
+// host ids leased for the sandbox (a persistent sandbox's: reserved from
+// its first start to its removal, native.PersistentIDs); its seccomp
+// profile then also refuses set-id modes, xattrs and openat2
+// (native.GuardSetid). What the engine
 // cannot give is refused or, where [security] allow_degraded allows it,
 // run without, with one warning: never silently weaker. Every container
 // carries the labels agentkernel.managed=true and agentkernel.id, and is

@@ -452,7 +452,7 @@ func (b *Backend) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.Std
 			}
 		}
 	}
-	owned, unmount, release, err := b.ownedBinds(spec)
+	owned, unmount, release, err := b.ownedBinds(spec, 0)
 	if err != nil {
 		return sandbox.Result{}, err
 	}

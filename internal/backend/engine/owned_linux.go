@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
 	"github.com/agentkernel/agentkernel/internal/hostidmap"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -27,10 +28,13 @@ import (
 // its socket's peer), on directories of their own under DataDir/engine,
 // and the returned spec names them. unmount detaches them, once the
 // container has started (its mounts are its own copies by then);
-// release gives the block back, at the sandbox's end. A spec without a
-// writable bind, or of a caller that is not root (whose engine can only
-// be rootless), is returned as it is.
-func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, release func(), err error) {
+// release gives the block back, at the sandbox's end. A persistent
+// sandbox's block is reserved (not 0): the same at each of its starts,
+// so that what it chowned keeps its ids; release then gives nothing
+// back (the sandbox's removal does). A spec without a writable bind, or
+// of a caller that is not root (whose engine can only be rootless), is
+// returned as it is.
+func (b *Backend) ownedBinds(spec *sandbox.Spec, reserved uint32) (out *sandbox.Spec, unmount, release func(), err error) {
 	nothing := func() {}
 	var idx []int
 	for i, m := range spec.Mounts {
@@ -53,7 +57,13 @@ func (b *Backend) ownedBinds(spec *sandbox.Spec) (out *sandbox.Spec, unmount, re
 	if err != nil {
 		return fail(err)
 	}
-	owner, lease, err := hostidmap.Lease()
+	var owner hostidmap.Owner
+	var lease *idrange.Lease // nil: nothing to release
+	if reserved != 0 {
+		owner, err = hostidmap.Reserved(reserved)
+	} else {
+		owner, lease, err = hostidmap.Lease()
+	}
 	if err != nil {
 		return fail(err)
 	}

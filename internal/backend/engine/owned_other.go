@@ -9,7 +9,7 @@ import (
 )
 
 // ownedBinds leaves the spec as it is: idmapped mounts are Linux's.
-func (b *Backend) ownedBinds(spec *sandbox.Spec) (*sandbox.Spec, func(), func(), error) {
+func (b *Backend) ownedBinds(spec *sandbox.Spec, reserved uint32) (*sandbox.Spec, func(), func(), error) {
 	return spec, func() {}, func() {}, nil
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/backend/engine/idle"
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -49,12 +50,16 @@ var _ sandbox.Booter = (*Backend)(nil)
 
 // Boot starts the persistent sandbox spec describes (sandbox.Booter).
 func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File) (sandbox.Instance, error) {
-	return b.boot(ctx, spec, dir, log, true)
+	return b.boot(ctx, spec, dir, log, false)
 }
 
-// boot is Boot; warn: say through Options.Warn what the sandbox goes
-// without (a warm pool's preparation says it to the request instead).
-func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File, warn bool) (sandbox.Instance, error) {
+// boot is Boot, or with pooled a warm pool's container (Prepare): one
+// run's, which says what it goes without to the request that takes it
+// rather than through Options.Warn, and whose writable binds are
+// idmapped into a block of host ids leased for it, not the persistent
+// sandbox's reserved one.
+func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File, pooled bool) (sandbox.Instance, error) {
+	warn := !pooled
 	if idle.Binary == "" {
 		return nil, b.unsupported("no persistent sandboxes on this architecture")
 	}
@@ -81,12 +86,22 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 			}
 		}
 	}
-	owned, unmount, release, err := b.ownedBinds(spec)
+	// A persistent sandbox's writable binds show the same host ids at
+	// each start: its block is reserved from its first start to its
+	// removal (native.ReleaseIDs), recorded in dir.
+	var reserved uint32
+	if !pooled && writableBind(spec) && os.Geteuid() == 0 {
+		if reserved, err = native.PersistentIDs(b.opts.DataDir, spec, dir); err != nil {
+			return nil, fmt.Errorf("backend %s: %w", b.name, err)
+		}
+	}
+	owned, unmount, release, err := b.ownedBinds(spec, reserved)
 	if err != nil {
 		return nil, err
 	}
-	// The started container keeps its own copies of the mounts; the
-	// block of ids stays the sandbox's until its end (removeVolumes).
+	// The started container keeps its own copies of the mounts; a
+	// pooled container's block of ids stays its own until its end
+	// (removeVolumes).
 	defer unmount()
 	released := false
 	defer func() {

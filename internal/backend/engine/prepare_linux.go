@@ -38,7 +38,7 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 			b.opts.Warn(fmt.Sprintf("backend %s: removing %s: %v", b.name, dir, err))
 		}
 	}
-	in, err := b.boot(ctx, &c, dir, nil, false)
+	in, err := b.boot(ctx, &c, dir, nil, true)
 	if err != nil {
 		remove()
 		return nil, err

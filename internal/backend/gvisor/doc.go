@@ -26,7 +26,9 @@
 //     bind is bound from an idmapped clone of its source in the run's
 //     directory (idmap_linux.go, package hostidmap): the gofer writes as
 //     host root, which the clone turns into the invoking user, and other
-//     ids into a block of host ids leased for the run. A sandbox with a
+//     ids into a block of host ids leased for the run (a persistent
+//     sandbox's: reserved from its first boot to its removal, as
+//     native's, native.PersistentIDs). A sandbox with a
 //     writable or copy-on-write volume gets native's set-id guard as the
 //     spec's seccomp filter, which the Sentry loads (--oci-seccomp).
 //   - Those mounts are made in a mount namespace of the run's own: a

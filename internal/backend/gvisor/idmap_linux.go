@@ -15,11 +15,16 @@ import (
 type ownedIDs struct {
 	lease *idrange.Lease
 	owner hostidmap.Owner
+	// reserved is a persistent sandbox's block (0: a run's, leased at
+	// its first writable bind).
+	reserved uint32
+	set      bool
 }
 
 func (o *ownedIDs) release() {
 	o.lease.Release()
 	o.lease = nil
+	o.set = false
 }
 
 // ownedBind is where a writable bind of src (the spec's mount i) is
@@ -31,12 +36,19 @@ func (o *ownedIDs) release() {
 // that block, as native's do (package hostidmap), and the clone is
 // nosuid and nodev.
 func (r *run) ownedBind(i int, src string) (string, error) {
-	if r.ids.lease == nil {
+	if !r.ids.set && r.ids.reserved != 0 {
+		o, err := hostidmap.Reserved(r.ids.reserved)
+		if err != nil {
+			return "", err
+		}
+		r.ids.owner, r.ids.set = o, true
+	}
+	if !r.ids.set {
 		o, l, err := hostidmap.Lease()
 		if err != nil {
 			return "", err
 		}
-		r.ids = ownedIDs{lease: l, owner: o}
+		r.ids = ownedIDs{lease: l, owner: o, set: true}
 	}
 	dst := filepath.Join(r.dir, "owned"+strconv.Itoa(i))
 	if err := hostidmap.MountPoint(src, dst); err != nil {
@@ -46,6 +58,17 @@ func (r *run) ownedBind(i int, src string) (string, error) {
 		return "", fmt.Errorf("showing %s to the sandbox as the invoking user's: %w", src, err)
 	}
 	return dst, nil
+}
+
+// writableBind says whether spec binds a host path writable (idmapped,
+// ownedBind).
+func writableBind(spec *sandbox.Spec) bool {
+	for _, m := range spec.Mounts {
+		if m.Kind == sandbox.MountBind && !m.ReadOnly {
+			return true
+		}
+	}
+	return false
 }
 
 // hostWritable says whether the sandbox writes files onto the host's

@@ -46,6 +46,13 @@ import (
 
 // Boot starts the persistent sandbox spec describes (sandbox.Booter).
 func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File) (sandbox.Instance, error) {
+	return b.boot(ctx, spec, dir, log, false)
+}
+
+// boot is Boot, or with pooled a warm pool's sandbox (Prepare): one
+// run's, whose writable binds are idmapped into a block of host ids
+// leased for it, not a persistent sandbox's reserved one.
+func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log *os.File, pooled bool) (sandbox.Instance, error) {
 	if err := refuse(b, spec); err != nil {
 		return nil, err
 	}
@@ -70,6 +77,16 @@ func (b *Backend) Boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		return nil, fmt.Errorf("the gvisor backend: sandbox id %q", spec.ID)
 	}
 	r.dir = filepath.Join(dir, "gvisor")
+	// A persistent sandbox's writable binds show the same host ids at
+	// each boot: its block is reserved from its first boot to its
+	// removal (native.ReleaseIDs), recorded in dir.
+	if !pooled && writableBind(spec) && os.Geteuid() == 0 {
+		base, err := native.PersistentIDs(b.opts.DataDir, spec, dir)
+		if err != nil {
+			return nil, err
+		}
+		r.ids.reserved = base
+	}
 	// What a killed supervisor left: runsc's state and its cgroup
 	// (runsc, killed with it, removed neither).
 	if _, err := os.Stat(r.state()); err == nil {

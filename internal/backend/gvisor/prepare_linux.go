@@ -60,7 +60,7 @@ func (b *Backend) Prepare(ctx context.Context, spec *sandbox.Spec) (sandbox.Prep
 		}
 		lock.Close()
 	}
-	in, err := b.Boot(ctx, &c, dir, nil)
+	in, err := b.boot(ctx, &c, dir, nil, true)
 	if err != nil {
 		remove()
 		return nil, err

@@ -50,8 +50,44 @@ func reservation(dataDir string, spec *sandbox.Spec) idrange.Reservation {
 // the writable layer re-owned into it, as for a sandbox made before
 // blocks existed.
 func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) {
+	return reserveIDs(b.opts.DataDir, spec, dir, func(old, base uint32) error {
+		// The root's writable layer and those of its copy-on-write
+		// volumes (cow<i>/, mountCow).
+		layers, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
+		for _, l := range append([]string{dir}, layers...) {
+			if err := idshift.Tree(filepath.Join(l, "upper"), old, base, idrange.Size, nil); err != nil {
+				return fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
+			}
+			// The work directory holds nothing between mounts.
+			if ents, err := os.ReadDir(filepath.Join(l, "work")); err == nil {
+				for _, e := range ents {
+					_ = os.RemoveAll(filepath.Join(l, "work", e.Name()))
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// PersistentIDs is the block of host ids of the persistent sandbox spec
+// of data directory dataDir whose files live in dir, for the backends
+// whose sandboxes keep no files of their own in it (gvisor's and the
+// engines' writable host directories, idmapped into it): reserved at
+// its first start, recorded in dir as native's is, the same at every
+// start until the sandbox is removed (ReleaseIDs, GCIDs free it). A
+// recorded block that was lost and taken meanwhile is replaced by a new
+// one (what was written in the old one's ids shows as nobody then).
+func PersistentIDs(dataDir string, spec *sandbox.Spec, dir string) (uint32, error) {
+	return reserveIDs(dataDir, spec, dir, nil)
+}
+
+// reserveIDs returns the block recorded in dir when it is still (or
+// again) spec's reservation, else reserves a new one, has reown move
+// what dir keeps from the old block's ids (legacyIDBase when none was
+// recorded) into it, and records it.
+func reserveIDs(dataDir string, spec *sandbox.Spec, dir string, reown func(old, base uint32) error) (uint32, error) {
 	alloc := idrange.Default()
-	r := reservation(b.opts.DataDir, spec)
+	r := reservation(dataDir, spec)
 	old := uint32(legacyIDBase)
 	if data, err := os.ReadFile(filepath.Join(dir, idrangeFile)); err == nil {
 		n, perr := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32)
@@ -77,19 +113,10 @@ func (b *Backend) persistentIDs(spec *sandbox.Spec, dir string) (uint32, error) 
 	if err != nil {
 		return 0, fmt.Errorf("reserving the sandbox's host uid range: %w", err)
 	}
-	// The root's writable layer and those of its copy-on-write volumes
-	// (cow<i>/, mountCow).
-	layers, _ := filepath.Glob(filepath.Join(dir, "cow[0-9]*"))
-	for _, l := range append([]string{dir}, layers...) {
-		if err := idshift.Tree(filepath.Join(l, "upper"), old, base, idrange.Size, nil); err != nil {
+	if reown != nil {
+		if err := reown(old, base); err != nil {
 			_ = alloc.Free(base, r)
-			return 0, fmt.Errorf("moving the sandbox's files to its host uid range: %w", err)
-		}
-		// The work directory holds nothing between mounts.
-		if ents, err := os.ReadDir(filepath.Join(l, "work")); err == nil {
-			for _, e := range ents {
-				_ = os.RemoveAll(filepath.Join(l, "work", e.Name()))
-			}
+			return 0, err
 		}
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, idrangeFile), []byte(strconv.FormatUint(uint64(base), 10)+"\n"), 0o600); err != nil {
