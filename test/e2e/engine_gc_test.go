@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,39 +14,50 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+
 	"github.com/agentkernel/agentkernel/bench/harness"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
-// TestEngineGCKilledRun: a rootful docker run of the permissive profile
-// (the project bound writable, through an idmapped clone that
-// agentkernel attaches in dockerd's mount namespace under
-// DataDir/engine/owned.*) killed with SIGKILL mid-run leaves its
-// container, that directory and its mount in dockerd's namespace;
-// 'agentkernel gc' removes all three and leaves alone a run in progress
-// beside it, which then goes on writing to the project and ends as
-// usual, leaving nothing either. The project's files are never touched.
+// TestEngineGCKilledRun: a rootful docker or podman run of the
+// permissive profile (the project bound writable, through an idmapped
+// clone that agentkernel attaches in the engine daemon's mount
+// namespace under DataDir/engine/owned.*) killed with SIGKILL mid-run
+// leaves its container, that directory and its mount in the daemon's
+// namespace; 'agentkernel gc' removes all three and leaves alone a run
+// in progress beside it, which then goes on writing to the project and
+// ends as usual, leaving nothing either. The project's files are never
+// touched.
 func TestEngineGCKilledRun(t *testing.T) {
-	work, err := os.MkdirTemp("", "ake2e")
-	if err != nil {
-		t.Fatal(err)
+	for _, e := range []struct {
+		name, env string
+		start     func(string) (string, func(), error)
+	}{
+		{"docker", "DOCKER_HOST", harness.StartPrivateDocker},
+		{"podman", "CONTAINER_HOST", harness.StartPodmanService},
+	} {
+		t.Run(e.name, func(t *testing.T) {
+			work, err := os.MkdirTemp("", "ake2e")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.RemoveAll(work) })
+			host, stop, err := e.start(filepath.Join(work, e.name))
+			if err != nil {
+				testenv.Missing(t, "%s: %v", e.name, err)
+			}
+			t.Cleanup(stop)
+			checkEngineGCKilledRun(t, e.name, e.env, host)
+		})
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(work) })
-	host, stop, err := harness.StartPrivateDocker(filepath.Join(work, "docker"))
-	if err != nil {
-		testenv.Missing(t, "docker: %v", err)
-	}
-	t.Cleanup(stop)
-	pidText, err := os.ReadFile(filepath.Join(work, "docker", "docker", "docker.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dockerd, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
-	if err != nil {
-		t.Fatal(err)
-	}
+}
+
+func checkEngineGCKilledRun(t *testing.T, backend, env, host string) {
+	daemon := socketPeer(t, strings.TrimPrefix(host, "unix://"))
 	a, ref := withRegistry(t)
-	a.env = append(a.env, "DOCKER_HOST="+host)
+	a.env = append(a.env, env+"="+host)
 	cfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
 	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
 		t.Fatal(err)
@@ -61,9 +73,9 @@ func TestEngineGCKilledRun(t *testing.T) {
 		l, _ := filepath.Glob(filepath.Join(engineDir, "owned.*"))
 		return l
 	}
-	// mounts are the mount points under dir in dockerd's namespace.
+	// mounts are the mount points under dir in the daemon's namespace.
 	mounts := func(dir string) []string {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(dockerd) + "/mountinfo")
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(daemon) + "/mountinfo")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,12 +87,21 @@ func TestEngineGCKilledRun(t *testing.T) {
 		}
 		return out
 	}
+	cli, err := client.New(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
 	containers := func() []string {
-		out, err := exec.Command("docker", "-H", host, "ps", "-aq", "--filter", "label=agentkernel.managed=true").Output()
+		l, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", "agentkernel.managed=true")})
 		if err != nil {
-			t.Fatalf("docker ps: %v", err)
+			t.Fatalf("listing the engine's containers: %v", err)
 		}
-		return strings.Fields(string(out))
+		var ids []string
+		for _, c := range l.Items {
+			ids = append(ids, c.ID)
+		}
+		return ids
 	}
 	waitFile := func(name string) {
 		t.Helper()
@@ -95,7 +116,7 @@ func TestEngineGCKilledRun(t *testing.T) {
 	defer cancel()
 	start := func(script string) (*exec.Cmd, *strings.Builder) {
 		t.Helper()
-		c := a.cmd(ctx, "run", "-B", "docker", "-p", "permissive", "--image", ref, "--", "sh", "-c", script)
+		c := a.cmd(ctx, "run", "-B", backend, "-p", "permissive", "--image", ref, "--", "sh", "-c", script)
 		var stderr strings.Builder
 		c.Stderr = &stderr
 		if err := c.Start(); err != nil {
@@ -125,7 +146,7 @@ func TestEngineGCKilledRun(t *testing.T) {
 		}
 	}
 	if liveDir == "" || len(mounts(killedDir)) == 0 || len(mounts(liveDir)) == 0 {
-		t.Fatalf("the runs' clones in dockerd's namespace: %s %v, %s %v", killedDir, mounts(killedDir), liveDir, mounts(liveDir))
+		t.Fatalf("the runs' clones in the daemon's namespace: %s %v, %s %v", killedDir, mounts(killedDir), liveDir, mounts(liveDir))
 	}
 
 	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
@@ -140,11 +161,11 @@ func TestEngineGCKilledRun(t *testing.T) {
 	}
 
 	r := a.run("gc")
-	if r.code != 0 || !strings.Contains(r.stdout, "docker container") || !strings.Contains(r.stdout, "removed "+killedDir+"\n") {
+	if r.code != 0 || !strings.Contains(r.stdout, backend+" container") || !strings.Contains(r.stdout, "removed "+killedDir+"\n") {
 		t.Errorf("gc: %v", r)
 	}
 	if m := mounts(killedDir); len(m) != 0 {
-		t.Errorf("the killed run's mounts are left in dockerd's namespace: %v", m)
+		t.Errorf("the killed run's mounts are left in the daemon's namespace: %v", m)
 	}
 	if _, err := os.Lstat(killedDir); !os.IsNotExist(err) {
 		t.Errorf("the killed run's directory is left: %v", err)
@@ -177,4 +198,25 @@ func TestEngineGCKilledRun(t *testing.T) {
 	if r := a.run("gc"); r.code != 0 || strings.Contains(r.stdout, "removed") {
 		t.Errorf("a second gc: %v", r)
 	}
+}
+
+// socketPeer is the process at the other end of unix socket path: an
+// engine's daemon.
+func socketPeer(t *testing.T, path string) int {
+	t.Helper()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || cerr != nil {
+		t.Fatalf("the engine's process: %v %v", err, cerr)
+	}
+	return int(cred.Pid)
 }
