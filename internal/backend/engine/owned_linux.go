@@ -218,8 +218,10 @@ func gcOwned(dataDir string, daemons []int) (removed []string, err error) {
 			}
 			if err := hostidmap.UnmountIn(pid, points); err != nil {
 				errs = append(errs, err)
-			} else {
-				removed = append(removed, fmt.Sprintf("%d mounts under %s (process %d's mount namespace)", len(points), dir, pid))
+				continue
+			}
+			for _, p := range points {
+				removed = append(removed, fmt.Sprintf("mount %s (in process %d's mount namespace)", p, pid))
 			}
 		}
 		if err := removeOwned(dir); err != nil {
