@@ -80,6 +80,17 @@ func TestPersistent(t *testing.T) {
 	}
 	in := inst.(*Instance)
 	defer func() { in.Kill(); in.Close() }()
+	// Its writable layers outlive the boot: synced as usual, never
+	// volatile as a run's are.
+	if ovs := overlaysOf(dataDir); len(ovs) == 0 {
+		t.Error("no overlay of the sandbox's layers found")
+	} else {
+		for upper, volatile := range ovs {
+			if volatile {
+				t.Errorf("the persistent overlay of %s is volatile", upper)
+			}
+		}
+	}
 
 	out, ws, err := execOut(t, in, &agent.ExecRequest{Args: []string{"sh", "-c", "echo hello; cat /proc/1/cmdline; echo; hostname"}})
 	if err != nil || ws.ExitStatus() != 0 || out != "hello\n"+idlePath+"\x00\ngvisor-test\n" {

@@ -347,3 +347,81 @@ func TestHostileMountPoint(t *testing.T) {
 		}
 	}
 }
+
+// overlaysOf lists the overlays whose upper layer is under dataDir, in
+// any mount namespace: whether each is volatile, by upper layer.
+func overlaysOf(dataDir string) map[string]bool {
+	out := map[string]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		mi, _ := os.ReadFile(p + "/mountinfo")
+		for _, line := range strings.Split(string(mi), "\n") {
+			f := strings.Fields(line)
+			i := slices.Index(f, "-")
+			if i < 0 || len(f) < i+4 || f[i+1] != "overlay" {
+				continue
+			}
+			upper, volatile := "", false
+			for _, o := range strings.Split(f[i+3], ",") {
+				switch {
+				case strings.HasPrefix(o, "upperdir="):
+					upper = strings.TrimPrefix(o, "upperdir=")
+				case o == "volatile" || o == "fsync=volatile": // the kernel's two spellings
+					volatile = true
+				}
+			}
+			if strings.HasPrefix(upper, dataDir+"/") {
+				out[upper] = volatile
+			}
+		}
+	}
+	return out
+}
+
+// TestRunOverlaysVolatile: a run's overlays (the root and a copy-on-write
+// volume), whose upper layers are removed unread with the run, are
+// mounted volatile (no sync of the data directory's file system when
+// they go); the volume's writes still reach the command and never the
+// host's directory.
+func TestRunOverlaysVolatile(t *testing.T) {
+	needRunsc(t)
+	layer := busyboxLayer(t)
+	dataDir := t.TempDir()
+	proj := t.TempDir()
+	b := New(Options{DataDir: dataDir})
+	spec := testSpec(layer, "sh", "-c", "echo new > /workspace/f; cat /workspace/f; echo up; sleep 60")
+	spec.Mounts = []sandbox.Mount{{Kind: sandbox.MountCopyOnWrite, Source: proj, Dest: "/workspace"}}
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: pw, Stderr: os.Stderr})
+		pw.Close()
+		done <- err
+	}()
+	buf := make([]byte, 7)
+	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "new\nup\n" {
+		t.Fatalf("the command did not start: %q %v", buf, err)
+	}
+	go io.Copy(io.Discard, pr)
+	ovs := overlaysOf(dataDir)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	if len(ovs) != 2 {
+		t.Fatalf("want the root's and the volume's overlays, got %v", ovs)
+	}
+	for upper, volatile := range ovs {
+		if !volatile {
+			t.Errorf("the overlay of %s is not volatile", upper)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(proj, "f")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the volume's write reached the host's directory: %v", err)
+	}
+	if left := leftovers(dataDir); len(left) > 0 {
+		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
