@@ -63,7 +63,7 @@ func GC(ctx context.Context, dataDir string, engines ...*Backend) ([]string, err
 					}
 				}
 			}
-			if nameRE.MatchString(id) && dataDir != "" {
+			if validID(id) && dataDir != "" {
 				dirs, _ := filepath.Glob(filepath.Join(dataDir, "engine", "agentkernel-"+id+".*"))
 				for _, d := range dirs {
 					if err := os.RemoveAll(d); err != nil {
