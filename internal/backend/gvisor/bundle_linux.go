@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -211,9 +212,78 @@ func resources(r sandbox.Resources) *specs.LinuxResources {
 
 // writeConfig writes s as dir/config.json.
 func writeConfig(dir string, s *specs.Spec) error {
-	b, err := json.Marshal(s)
+	b, err := marshalConfig(s)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(dir+"/config.json", b, 0o600)
+}
+
+// config, configLinux and configResources are the parts of specs.Spec,
+// specs.Linux and specs.LinuxResources that this backend sets, their
+// fields in the same order under the same names: encoded, they give
+// the bytes json.Marshal gives for the whole types. encoding/json
+// builds its encoder for a type's whole tree on first use, once per
+// process: for specs.Spec (every platform's sections, every cgroup
+// controller) that was about a millisecond of every run's start-up.
+type config struct {
+	Version  string         `json:"ociVersion"`
+	Process  *specs.Process `json:"process,omitempty"`
+	Root     *specs.Root    `json:"root,omitempty"`
+	Hostname string         `json:"hostname,omitempty"`
+	Mounts   []specs.Mount  `json:"mounts,omitempty"`
+	Hooks    *specs.Hooks   `json:"hooks,omitempty"`
+	Linux    *configLinux   `json:"linux,omitempty"`
+}
+
+type configLinux struct {
+	Resources   *configResources       `json:"resources,omitempty"`
+	CgroupsPath string                 `json:"cgroupsPath,omitempty"`
+	Namespaces  []specs.LinuxNamespace `json:"namespaces,omitempty"`
+	Seccomp     *specs.LinuxSeccomp    `json:"seccomp,omitempty"`
+}
+
+type configResources struct {
+	Memory *specs.LinuxMemory `json:"memory,omitempty"`
+	CPU    *specs.LinuxCPU    `json:"cpu,omitempty"`
+	Pids   *specs.LinuxPids   `json:"pids,omitempty"`
+}
+
+// marshalConfig is json.Marshal(s), through config when s sets nothing
+// that config lacks (checked field by field: a field config does not
+// carry is never dropped), else through specs.Spec itself.
+func marshalConfig(s *specs.Spec) ([]byte, error) {
+	c, ok := asConfig(s)
+	if !ok {
+		return json.Marshal(s)
+	}
+	return json.Marshal(c)
+}
+
+// asConfig is s as a config; false when s sets a field config lacks.
+func asConfig(s *specs.Spec) (*config, bool) {
+	rest := *s
+	rest.Version, rest.Process, rest.Root, rest.Hostname, rest.Mounts, rest.Hooks, rest.Linux = "", nil, nil, "", nil, nil, nil
+	if !reflect.ValueOf(rest).IsZero() {
+		return nil, false
+	}
+	c := &config{Version: s.Version, Process: s.Process, Root: s.Root, Hostname: s.Hostname, Mounts: s.Mounts, Hooks: s.Hooks}
+	if s.Linux == nil {
+		return c, true
+	}
+	l := *s.Linux
+	l.Resources, l.CgroupsPath, l.Namespaces, l.Seccomp = nil, "", nil, nil
+	if !reflect.ValueOf(l).IsZero() {
+		return nil, false
+	}
+	c.Linux = &configLinux{CgroupsPath: s.Linux.CgroupsPath, Namespaces: s.Linux.Namespaces, Seccomp: s.Linux.Seccomp}
+	if r := s.Linux.Resources; r != nil {
+		rr := *r
+		rr.Memory, rr.CPU, rr.Pids = nil, nil, nil
+		if !reflect.ValueOf(rr).IsZero() {
+			return nil, false
+		}
+		c.Linux.Resources = &configResources{Memory: r.Memory, CPU: r.CPU, Pids: r.Pids}
+	}
+	return c, true
 }
