@@ -115,6 +115,17 @@ func (r *run) prepare(con *console) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making the run's mounts private: %w", err)
 	}
+	if r.keep == "" {
+		// The bundle and the root's writable layers (config.json, the
+		// mount points runsc's gofer makes) in memory: no file system
+		// work for them, at the start or after the run.
+		if err := os.Mkdir(r.scratch(), 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", r.scratch(), "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0700,size=16m"); err != nil {
+			return fmt.Errorf("the run's scratch file system: %w", err)
+		}
+	}
 	for _, d := range []string{r.bundle(), r.rootfs(), r.state()} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
@@ -260,7 +271,7 @@ func (r *run) overlay() string {
 // runsc's gofer makes on the host side, the mount points of volumes.
 func (r *run) mountRoot() error {
 	layers := r.spec.Rootfs.Layers
-	upper, work := r.dir+"/upper", r.dir+"/work"
+	upper, work := r.scratch()+"/upper", r.scratch()+"/work"
 	if r.keep != "" {
 		// A persistent sandbox's writable layer, kept from one boot
 		// to the next in its own directory.

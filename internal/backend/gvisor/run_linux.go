@@ -68,8 +68,19 @@ type run struct {
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
-func (r *run) bundle() string { return r.dir + "/bundle" }
-func (r *run) rootfs() string { return r.dir + "/bundle/rootfs" }
+func (r *run) bundle() string { return r.scratch() + "/bundle" }
+func (r *run) rootfs() string { return r.scratch() + "/bundle/rootfs" }
+
+// scratch holds the run's bundle and the root overlay's upper and work
+// directories: a tmpfs seen only in the run's mount namespace (which
+// goes with the namespace, nothing to remove), or, for a persistent
+// sandbox, its directory.
+func (r *run) scratch() string {
+	if r.keep != "" {
+		return r.dir
+	}
+	return r.dir + "/scratch"
+}
 
 // Run runs spec.Args under runsc to completion and removes every trace
 // of the sandbox: its container state, mounts, cgroup and directory.

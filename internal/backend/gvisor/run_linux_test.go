@@ -381,7 +381,8 @@ func overlaysOf(dataDir string) map[string]bool {
 // TestRunOverlaysVolatile: a run's overlays (the root and a copy-on-write
 // volume), whose upper layers are removed unread with the run, are
 // mounted volatile (no sync of the data directory's file system when
-// they go); the volume's writes still reach the command and never the
+// they go); the root's is in the run's scratch tmpfs, which the host
+// never sees; the volume's writes still reach the command and never the
 // host's directory.
 func TestRunOverlaysVolatile(t *testing.T) {
 	needRunsc(t)
@@ -406,6 +407,7 @@ func TestRunOverlaysVolatile(t *testing.T) {
 	}
 	go io.Copy(io.Discard, pr)
 	ovs := overlaysOf(dataDir)
+	scratch, _ := filepath.Glob(filepath.Join(dataDir, "gvisor", "agentkernel-*", "scratch", "*"))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
@@ -413,10 +415,20 @@ func TestRunOverlaysVolatile(t *testing.T) {
 	if len(ovs) != 2 {
 		t.Fatalf("want the root's and the volume's overlays, got %v", ovs)
 	}
+	inScratch := false
 	for upper, volatile := range ovs {
 		if !volatile {
 			t.Errorf("the overlay of %s is not volatile", upper)
 		}
+		inScratch = inScratch || strings.HasSuffix(upper, "/scratch/upper")
+	}
+	// The root's upper layer is in the run's scratch tmpfs, which the
+	// host's mount table never holds.
+	if !inScratch {
+		t.Errorf("the root's upper layer is not in the run's scratch directory: %v", ovs)
+	}
+	if len(scratch) > 0 {
+		t.Errorf("the host sees the run's scratch files: %v", scratch)
 	}
 	if _, err := os.Stat(filepath.Join(proj, "f")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the volume's write reached the host's directory: %v", err)
