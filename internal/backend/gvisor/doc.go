@@ -7,14 +7,20 @@
 //
 // runsc is an OCI runtime, so a run is an OCI bundle and one `runsc run`:
 //
-//   - The bundle lives in a private directory under the data directory
-//     (<data-dir>/gvisor/run-*), with runsc's own state directory (--root)
-//     beside it: each run has its own, so that nothing of one run can be
-//     seen or reused by another, and removing the directory removes the
-//     run's every trace.
+//   - Each run has a private directory under the data directory
+//     (<data-dir>/gvisor/agentkernel-*) with runsc's own state directory
+//     (--root) in it, so that nothing of one run can be seen or reused by
+//     another, and removing the directory removes the run's every trace.
+//     The bundle itself (config.json, the rootfs mount point) is in a
+//     tmpfs mounted on the directory's scratch/ in the run's own mount
+//     namespace, so it goes with that namespace and the host never sees
+//     it (a persistent sandbox's bundle is in its directory).
 //   - The root filesystem is the image store's layers under an overlay
-//     whose upper layer is in the run's directory, mounted on the bundle's
-//     rootfs, so that the store's layers are never written. The sandbox's
+//     whose upper layer is in that scratch tmpfs (a persistent sandbox's
+//     in its directory, kept), mounted on the bundle's rootfs, so that
+//     the store's layers are never written. A run's overlays are mounted
+//     volatile: their upper layers are discarded unread, and unmounting
+//     them then does not sync the data directory's file system. The sandbox's
 //     own writes do not even reach that upper layer: they go to gVisor's
 //     overlay inside the sandbox (--overlay2=root:dir=...), backed by a
 //     file in the run's directory and sized by the profile's disk limit;
