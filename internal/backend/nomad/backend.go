@@ -174,11 +174,15 @@ func (b *Backend) Wait(ctx context.Context, name string) (string, error) {
 	if err := ValidName(name); err != nil {
 		return "", err
 	}
+	id, _, _, err := b.target(ctx, name)
+	if err != nil {
+		return "", err
+	}
 	var index uint64
 	for {
 		q := b.q(ctx)
 		q.WaitIndex, q.WaitTime = index, 5*time.Second
-		allocs, meta, err := b.client.Jobs().Allocations(JobID(name), false, q)
+		allocs, meta, err := b.client.Jobs().Allocations(id, false, q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return "", fmt.Errorf("sandbox %q: not running: %w", name, ctx.Err())
@@ -214,7 +218,8 @@ func (b *Backend) Ready(ctx context.Context, name string, timeout time.Duration)
 	for {
 		code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil)
 		if err == nil && code == 0 {
-			return b.runningAlloc(ctx, name)
+			a, _, err := b.runningAlloc(ctx, name)
+			return a, err
 		}
 		if ctx.Err() != nil {
 			if err == nil {
@@ -262,11 +267,30 @@ func (b *Backend) List(ctx context.Context) ([]Sandbox, error) {
 		return nil, b.apiError("list jobs", err)
 	}
 	out := make([]Sandbox, 0, len(jobs))
+	var pooled map[string]string // pool job ID: status
 	for _, j := range jobs {
 		if j.Meta[ManagedMeta] != ManagedValue || j.ID != JobID(j.Meta[SandboxMeta]) {
 			continue
 		}
-		out = append(out, sandboxOf(j.Meta, j.ID, j.Status, j.SubmitTime))
+		st := j.Status
+		if pj := j.Meta[PooledJobMeta]; pj != "" {
+			// A pooled sandbox: the status is its pool job's.
+			if pooled == nil {
+				pooled = map[string]string{}
+				pjs, err := b.poolJobs(ctx)
+				if err != nil {
+					return nil, err
+				}
+				for _, p := range pjs {
+					pooled[p.ID] = p.Status
+				}
+			}
+			st = pooled[pj]
+			if st == "" {
+				st = "dead"
+			}
+		}
+		out = append(out, sandboxOf(j.Meta, j.ID, st, j.SubmitTime))
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
 	return out, nil
@@ -277,19 +301,24 @@ func (b *Backend) Get(ctx context.Context, name string) (*Sandbox, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
 	}
-	j, _, err := b.client.Jobs().Info(JobID(name), b.q(ctx))
+	id, _, j, err := b.target(ctx, name)
 	if err != nil {
-		if isNotFound(err) {
-			return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
-		}
-		return nil, b.apiError("read job", err)
-	}
-	if j.Meta[ManagedMeta] != ManagedValue {
-		return nil, fmt.Errorf("sandbox %q: %w (job %s is not agentkernel's)", name, ErrNotFound, JobID(name))
+		return nil, err
 	}
 	st := ""
 	if j.Status != nil {
 		st = *j.Status
+	}
+	if id != JobID(name) {
+		// A pooled sandbox: the status is its pool job's.
+		st = "dead"
+		pj, _, err := b.client.Jobs().Info(id, b.q(ctx))
+		if err != nil && !isNotFound(err) {
+			return nil, b.apiError("read job", err)
+		}
+		if err == nil && pj.Status != nil {
+			st = *pj.Status
+		}
 	}
 	var submit int64
 	if j.SubmitTime != nil {
@@ -303,14 +332,30 @@ func (b *Backend) Get(ctx context.Context, name string) (*Sandbox, error) {
 // task (which, with the agentkernel driver, removes the native sandbox
 // on the node). A job without our meta is never touched.
 func (b *Backend) Remove(ctx context.Context, name string) error {
-	if _, err := b.Get(ctx, name); err != nil {
+	if err := ValidName(name); err != nil {
 		return err
+	}
+	id, _, _, err := b.target(ctx, name)
+	if err != nil {
+		return err
+	}
+	if id != JobID(name) {
+		// A pooled sandbox: its pool job first (its task ends the
+		// node's sandbox), then its name, then the claim.
+		if _, _, err := b.client.Jobs().Deregister(id, true, b.w(ctx)); err != nil && !isNotFound(err) {
+			return b.apiError("deregister job", err)
+		}
 	}
 	if _, _, err := b.client.Jobs().Deregister(JobID(name), true, b.w(ctx)); err != nil {
 		if isNotFound(err) {
 			return fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
 		}
 		return b.apiError("deregister job", err)
+	}
+	if id != JobID(name) {
+		if _, err := b.client.Variables().Delete(claimVarPrefix+poolHex(id), b.w(ctx)); err != nil && !isNotFound(err) {
+			return b.apiError("delete pool claim", err)
+		}
 	}
 	return nil
 }
@@ -327,15 +372,20 @@ func (b *Backend) Exec(ctx context.Context, name string, argv []string, stdin io
 	if len(argv) == 0 {
 		return 0, fmt.Errorf("exec: a command is required")
 	}
-	alloc, err := b.runningAlloc(ctx, name)
+	alloc, node, err := b.runningAlloc(ctx, name)
 	if err != nil {
 		return 0, err
 	}
-	cmd := argv
-	if b.opts.Driver == DriverAgentkernel {
-		cmd = b.nodeCommand(append([]string{"exec", "-i", name, "--"}, argv...)...)
+	return b.execIn(ctx, alloc, name, b.execCommand(node, argv), false, stdin, stdout, stderr)
+}
+
+// execCommand is what runs argv in the sandbox named node on the node:
+// with the agentkernel driver, the node's `agentkernel exec`.
+func (b *Backend) execCommand(node string, argv []string) []string {
+	if b.opts.Driver != DriverAgentkernel {
+		return argv
 	}
-	return b.execIn(ctx, alloc, name, cmd, false, stdin, stdout, stderr)
+	return b.nodeCommand(append([]string{"exec", "-i", node, "--"}, argv...)...)
 }
 
 // nodeCommand is the node's agentkernel with args (and its --data-dir).
@@ -412,26 +462,40 @@ func (g *gate) close() {
 }
 
 // runningAlloc is the sandbox's running allocation (what the exec API
-// needs of it: its ID, node and namespace).
-func (b *Backend) runningAlloc(ctx context.Context, name string) (*api.Allocation, error) {
+// needs of it: its ID, node and namespace) and its sandbox's name on the
+// node. A sandbox of its own job costs one request; a pooled one (its
+// name job has no allocation) three.
+func (b *Backend) runningAlloc(ctx context.Context, name string) (*api.Allocation, string, error) {
 	allocs, _, err := b.client.Jobs().Allocations(JobID(name), false, b.q(ctx))
 	if err != nil {
 		if isNotFound(err) {
-			return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+			return nil, "", fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
 		}
-		return nil, b.apiError("list allocations", err)
+		return nil, "", b.apiError("list allocations", err)
 	}
 	for _, a := range allocs {
 		if a.ClientStatus == api.AllocClientStatusRunning {
-			return &api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, nil
+			return &api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, name, nil
 		}
 	}
+	id := JobID(name)
 	if len(allocs) == 0 {
-		if _, err := b.Get(ctx, name); err != nil {
-			return nil, err
+		tid, node, _, err := b.target(ctx, name)
+		if err != nil {
+			return nil, "", err
+		}
+		if tid != id {
+			id = tid
+			a, err := b.runningAllocOf(ctx, tid)
+			if err != nil {
+				return nil, "", err
+			}
+			if a != nil {
+				return a, node, nil
+			}
 		}
 	}
-	return nil, fmt.Errorf("sandbox %q is not running (no running allocation): wait for it, or look at `nomad job status %s`", name, JobID(name))
+	return nil, "", fmt.Errorf("sandbox %q is not running (no running allocation): wait for it, or look at `nomad job status %s`", name, id)
 }
 
 // WriteFile writes data to path inside the sandbox (through Exec: cat

@@ -308,7 +308,7 @@ func TestAgentkernelDriverEndToEnd(t *testing.T) {
 	}
 	// Control: the same probe from the raw_exec task itself (not through
 	// agentkernel exec) reaches the listener.
-	alloc, err := b.runningAlloc(ctx, name)
+	alloc, _, err := b.runningAlloc(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
