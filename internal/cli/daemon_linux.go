@@ -555,7 +555,7 @@ its idle first process, the command run in it as an exec.`,
 					return usageError("-B: %v", err)
 				}
 				if _, ok := be.(sandbox.Preparer); !ok {
-					return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s has no warm pools", b), Hint: "use -B native, gvisor, docker or podman"}
+					return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("backend %s has no warm pools", b), Hint: "use -B native, gvisor, docker, podman or nomad"}
 				}
 				if c, ok := be.(sandbox.Checker); ok {
 					if err := c.Check(spec); err != nil {
@@ -564,8 +564,16 @@ its idle first process, the command run in it as an exec.`,
 				}
 				spec.Backend = b
 			}
-			if err := mgr.PrepareRootfs(cmd.Context(), spec); err != nil {
-				return runcli.RunError(err)
+			remote := false
+			if b != "" {
+				be, _ := mgr.Backend(b)
+				_, remote = be.(sandbox.Remote)
+			}
+			// A remote backend's nodes fetch the image themselves.
+			if !remote {
+				if err := mgr.PrepareRootfs(cmd.Context(), spec); err != nil {
+					return runcli.RunError(err)
+				}
 			}
 			if err := daemon.Prewarm(p.Run, spec, count); err != nil {
 				if errors.Is(err, daemon.ErrStale) {

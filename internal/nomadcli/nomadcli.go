@@ -273,7 +273,11 @@ func (a *app) removeCmd() *cobra.Command {
 
 func (a *app) reapCmd() *cobra.Command {
 	return &cobra.Command{
-		Use: "reap", Short: "Remove the sandboxes whose TTL has passed, once", Args: cobra.NoArgs,
+		Use: "reap", Short: "Remove the sandboxes whose TTL has passed, and the warm pools' leftovers, once", Args: cobra.NoArgs,
+		Long: `Remove the sandboxes whose TTL has passed, once, and the leftovers of
+the warm pools: the waiting jobs of a server whose lease lapsed (it
+died, or stopped without draining its pools), the jobs a sandbox claimed
+but never got its name for, and the claims of jobs that are gone.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := a.backend()
 			if err != nil {
@@ -282,6 +286,13 @@ func (a *app) reapCmd() *cobra.Command {
 			names, err := b.Reap(cmd.Context())
 			for _, n := range names {
 				fmt.Fprintf(a.stdout, "expired %s\n", n)
+			}
+			if err != nil {
+				return err
+			}
+			jobs, err := b.ReapPools(cmd.Context())
+			for _, j := range jobs {
+				fmt.Fprintf(a.stdout, "pool leftover %s\n", j)
 			}
 			return err
 		},

@@ -243,7 +243,8 @@ func (m *Manager) Prepare(ctx context.Context, backend string, spec *Spec) (Prep
 	if !ok {
 		return nil, fmt.Errorf("backend %s cannot prepare sandboxes ahead: %w", b.Name(), ErrUnsupported)
 	}
-	if len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
+	// A Remote backend's nodes fetch the image themselves.
+	if _, remote := b.(Remote); !remote && len(spec.Rootfs.Layers) == 0 && !spec.Rootfs.Host {
 		if err := m.PrepareRootfs(ctx, spec); err != nil {
 			return nil, err
 		}

@@ -54,7 +54,13 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 	}
 	b, _ := s.backend()
 	r := s.request(spec, spec.Name)
-	if _, err := b.Create(ctx, r); errors.Is(err, ErrExists) {
+	// A waiting pool job of the same spec first (one that `serve`
+	// prepared), else a job of its own.
+	_, err := b.CreateMatching(ctx, r)
+	if errors.Is(err, ErrPoolEmpty) {
+		_, err = b.Create(ctx, r)
+	}
+	if errors.Is(err, ErrExists) {
 		old, gerr := b.Get(ctx, spec.Name)
 		if gerr != nil || old.Owner != spec.ID {
 			return nil, fmt.Errorf("%w: job %s belongs to another sandbox of that name (another server's, or `-B nomad sandbox create`)", err, JobID(spec.Name))
@@ -62,8 +68,7 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 		if err := b.stopAndPurge(ctx, spec.Name); err != nil {
 			return nil, err
 		}
-		_, err = b.Create(ctx, r)
-		if err != nil {
+		if _, err := b.Create(ctx, r); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
@@ -74,11 +79,16 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 		purge(b, spec.Name)
 		return nil, err
 	}
+	job, node, _, err := b.target(ctx, spec.Name)
+	if err != nil {
+		purge(b, spec.Name)
+		return nil, err
+	}
 	wctx, cancel := context.WithCancel(context.Background())
-	i := &instance{b: b, name: spec.Name, env: spec.Env, alloc: alloc, start: time.Now(), done: make(chan struct{}), cancel: cancel}
+	i := &instance{b: b, name: spec.Name, job: job, nodeName: node, env: spec.Env, alloc: alloc, start: time.Now(), done: make(chan struct{}), cancel: cancel}
 	go i.watch(wctx)
 	if log != nil {
-		fmt.Fprintf(log, "backend nomad: job %s, allocation %s on node %s\n", JobID(spec.Name), alloc.ID, alloc.NodeID)
+		fmt.Fprintf(log, "backend nomad: job %s, allocation %s on node %s\n", job, alloc.ID, alloc.NodeID)
 	}
 	return i, nil
 }
@@ -87,6 +97,21 @@ func (s *Sandboxes) Boot(ctx context.Context, spec *sandbox.Spec, dir string, lo
 // runs (the node's sandbox of that name is removed by then), and purges
 // it: a job registered under the name next finds nothing of it.
 func (b *Backend) stopAndPurge(ctx context.Context, name string) error {
+	id, _, _, err := b.target(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if id != JobID(name) {
+		// A pooled sandbox: Remove stops and purges its pool job (its
+		// node sandbox has a name of its own: nothing to wait for).
+		if err := b.Remove(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return b.waitGone(ctx, name)
+	}
 	if _, _, err := b.client.Jobs().Deregister(JobID(name), false, b.w(ctx)); err != nil && !isNotFound(err) {
 		return b.apiError("stop job", err)
 	}
@@ -140,6 +165,9 @@ func (b *Backend) waitGone(ctx context.Context, name string) error {
 type instance struct {
 	b    *Backend
 	name string
+	// job is the ID of the job whose task runs the sandbox (a pool
+	// job's for a pooled one), node its sandbox's name on the node.
+	job, nodeName string
 	// env is the sandbox's environment (Spec.Env), under each exec's.
 	env    []string
 	alloc  *api.Allocation
@@ -232,7 +260,7 @@ func (i *instance) end() {
 		i.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _, _ = i.b.client.Jobs().Deregister(JobID(i.name), false, i.b.w(ctx))
+		_, _, _ = i.b.client.Jobs().Deregister(i.job, false, i.b.w(ctx))
 		if qcancel != nil {
 			qcancel()
 		}
@@ -283,7 +311,7 @@ func (i *instance) node(ctx context.Context, args []string, tty bool, stdin io.R
 // stream makes the node's agentkernel kill what it started.
 func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
 	env := append(append([]string(nil), i.env...), req.Env...)
-	args, err := execArgs(i.name, req.Args, env, req.Workdir, req.User, req.TTY)
+	args, err := execArgs(i.nodeName, req.Args, env, req.Workdir, req.User, req.TTY)
 	if err != nil {
 		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
 	}
@@ -374,7 +402,7 @@ func nodeError(p string, code int, stderr string) error {
 // tarOut runs the node's `cp NAME:p -` into w.
 func (i *instance) tarOut(ctx context.Context, p string, w io.Writer) error {
 	var stderr bytes.Buffer
-	code, err := i.node(ctx, []string{"cp", i.name + ":" + p, "-"}, false, nil, w, &limited{w: &stderr, n: 4096})
+	code, err := i.node(ctx, []string{"cp", i.nodeName + ":" + p, "-"}, false, nil, w, &limited{w: &stderr, n: 4096})
 	if err != nil {
 		return err
 	}
@@ -401,7 +429,7 @@ func (i *instance) TarIn(dir string, r io.Reader) error {
 
 func (i *instance) tarIn(dir string, r io.Reader) error {
 	var stderr bytes.Buffer
-	code, err := i.node(context.Background(), []string{"cp", "-", i.name + ":" + dir}, false, r, io.Discard, &limited{w: &stderr, n: 4096})
+	code, err := i.node(context.Background(), []string{"cp", "-", i.nodeName + ":" + dir}, false, r, io.Discard, &limited{w: &stderr, n: 4096})
 	if err != nil {
 		return err
 	}
@@ -605,7 +633,7 @@ func (i *instance) Delete(p string, recursive bool) error {
 	if recursive {
 		flag = "r"
 	}
-	args, err := execArgs(i.name, []string{"/bin/sh", "-c", script, "sh", p, flag}, nil, "", "", false)
+	args, err := execArgs(i.nodeName, []string{"/bin/sh", "-c", script, "sh", p, flag}, nil, "", "", false)
 	if err != nil {
 		return err
 	}

@@ -231,17 +231,25 @@ func (b *Backend) Fill(ctx context.Context, p *Pool) (int, error) {
 	}
 	made := 0
 	for have := len(waiting); have < p.Size; have++ {
-		var id [8]byte
-		if _, err := rand.Read(id[:]); err != nil {
+		if _, err := b.registerPoolJob(ctx, p); err != nil {
 			return made, err
-		}
-		job := b.poolJob(p, hex.EncodeToString(id[:]))
-		if _, _, err := b.client.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: 0}, b.w(ctx)); err != nil {
-			return made, b.apiError("register pool job", err)
 		}
 		made++
 	}
 	return made, nil
+}
+
+// registerPoolJob registers one waiting job of p.
+func (b *Backend) registerPoolJob(ctx context.Context, p *Pool) (*api.Job, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	job := b.poolJob(p, hex.EncodeToString(id[:]))
+	if _, _, err := b.client.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: 0}, b.w(ctx)); err != nil {
+		return nil, b.apiError("register pool job", err)
+	}
+	return job, nil
 }
 
 // waiting is p's unclaimed, live jobs of p's current digest (its jobs
@@ -347,7 +355,15 @@ var errClaimed = errors.New("the pool job is claimed")
 // claim creates the claim of pool job id for sandbox (errClaimed when
 // another has it).
 func (b *Backend) claim(ctx context.Context, id, sandbox string) (*api.Variable, error) {
-	v := &api.Variable{Path: claimVarPrefix + poolHex(id), Items: api.VariableItems{"sandbox": sandbox}}
+	return b.claimItems(ctx, id, api.VariableItems{"sandbox": sandbox})
+}
+
+// claimItems creates the claim of pool job id with items: "sandbox", the
+// name of the sandbox taking it ("" to purge it), or "run", the owner
+// whose one command runs in it (a job of its own pool, prepared ahead
+// of that command; it is a leftover once that owner's lease lapses).
+func (b *Backend) claimItems(ctx context.Context, id string, items api.VariableItems) (*api.Variable, error) {
+	v := &api.Variable{Path: claimVarPrefix + poolHex(id), Items: items}
 	got, _, err := b.client.Variables().CheckedCreate(v, b.w(ctx))
 	if err != nil {
 		var cas api.ErrCASConflict
@@ -410,6 +426,37 @@ func (b *Backend) adopt(ctx context.Context, p *Pool, r *Request) (*Sandbox, err
 	if err != nil {
 		return nil, err
 	}
+	return b.take(ctx, w, r)
+}
+
+// CreateMatching creates r's sandbox by taking a waiting job of any pool
+// whose request matches r's (the same digest), whoever keeps it filled;
+// ErrPoolEmpty when none waits.
+func (b *Backend) CreateMatching(ctx context.Context, r *Request) (*Sandbox, error) {
+	if err := r.Check(b.opts.Driver); err != nil {
+		return nil, err
+	}
+	jobs, err := b.poolJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := b.claims(ctx)
+	if err != nil {
+		return nil, err
+	}
+	digest := b.specDigest(r)
+	var w []*api.JobListStub
+	for _, j := range jobs {
+		if j.Meta[PoolSpecMeta] == digest && j.Status == "running" && !j.Stop && claimed[poolHex(j.ID)] == nil {
+			w = append(w, j)
+		}
+	}
+	return b.take(ctx, w, r)
+}
+
+// take claims one of the waiting jobs w for r's sandbox and registers
+// r's name job; ErrPoolEmpty when every one was claimed by another.
+func (b *Backend) take(ctx context.Context, w []*api.JobListStub, r *Request) (*Sandbox, error) {
 	// Running jobs first, the others after, each lot shuffled: adopters
 	// at the same time mostly try different jobs.
 	mrand.Shuffle(len(w), func(i, k int) { w[i], w[k] = w[k], w[i] })
@@ -583,6 +630,15 @@ func (b *Backend) ReapPools(ctx context.Context) ([]string, error) {
 			v, _, err := b.client.Variables().Peek(c.Path, b.q(ctx))
 			if err != nil || v == nil {
 				continue
+			}
+			if o := v.Items["run"]; o != "" {
+				// A run's: a leftover once its owner's lease lapsed.
+				if validOwner(o) != nil {
+					continue
+				}
+				if ok, err := b.leaseLive(ctx, o); err != nil || ok {
+					continue
+				}
 			}
 			name := v.Items["sandbox"]
 			if name != "" {

@@ -189,6 +189,11 @@ func TestPool(t *testing.T) {
 	if _, err := b.Fill(ctx, p); err != nil {
 		t.Fatal(err)
 	}
+	// (Answering first: a job stopped while its node still makes the
+	// sandbox would race the test's removal of the node's directory.)
+	if err := b.WaitPool(ctx, p, 3, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	w, _ = b.waiting(ctx, p, false)
 	if len(w) != 3 {
 		t.Fatalf("refilled: %d waiting", len(w))

@@ -12,12 +12,17 @@ import (
 	"time"
 )
 
-// TestCreateRate measures, on a real dev agent: sandboxes created and
-// running per second (agentkernel driver: the node's agentkernel making
-// a native sandbox of the host image), against a plain raw_exec job
-// running sleep measured the same way (register, then wait for the task
-// to run); and the exec round trip (`true` through the alloc exec API
-// and `agentkernel exec`). A measurement, not a check: set
+// TestCreateRate measures, on a real dev agent, sandboxes created and
+// ready (agentkernel driver: the node's agentkernel running a native
+// sandbox of the host image), cold (a job of their own) and pooled
+// (taken from a warm pool filled and answering beforehand), against a
+// plain raw_exec job running sleep, all measured the same way and one
+// after the other: from the first request to the task running
+// ("running"; for a pooled sandbox, its job already runs), and to the
+// first command returned through the alloc exec API ("first exec": for
+// the sandboxes `agentkernel exec NAME -- true` on the node, for the
+// plain job `true` in its task); then the exec round trip of `true`,
+// five per sandbox. A measurement, not a check: set
 // AGENTKERNEL_NOMAD_BENCH=1 (AGENTKERNEL_NOMAD_BENCH_N, default 10).
 func TestCreateRate(t *testing.T) {
 	if os.Getenv("AGENTKERNEL_NOMAD_BENCH") != "1" {
@@ -29,12 +34,34 @@ func TestCreateRate(t *testing.T) {
 	}
 	l := startLab(t)
 	ak := buildAgentkernel(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	b := newBackend(t, l, Options{NodeAgentkernel: ak, NodeDataDir: nodeDataDir(t, ak)})
+	type series struct{ running, first, execs []time.Duration }
+	var plain, cold, pooled series
+	roundTrips := func(s *series, exec func() (int, error)) {
+		for j := 0; j < 5; j++ {
+			st := time.Now()
+			if code, err := exec(); err != nil || code != 0 {
+				t.Fatal(code, err)
+			}
+			s.execs = append(s.execs, time.Since(st))
+		}
+	}
+	untilAnswers := func(exec func() (int, error)) {
+		for {
+			code, err := exec()
+			if err == nil && code == 0 {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatal(code, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
-	// Plain jobs: raw_exec running sleep, sequentially.
-	var plain []time.Duration
+	// Plain jobs: raw_exec running sleep.
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("plain-%d", i)
 		cleanupJob(t, b, name)
@@ -47,47 +74,72 @@ func TestCreateRate(t *testing.T) {
 		if _, err := b.Wait(ctx, name); err != nil {
 			t.Fatal(err)
 		}
-		plain = append(plain, time.Since(start))
+		plain.running = append(plain.running, time.Since(start))
+		exec := func() (int, error) {
+			a, _, err := b.runningAlloc(ctx, name)
+			if err != nil {
+				return 0, err
+			}
+			return b.execIn(ctx, a, name, []string{"true"}, false, nil, nil, nil)
+		}
+		untilAnswers(exec)
+		plain.first = append(plain.first, time.Since(start))
+		roundTrips(&plain, exec)
 		_, _, _ = b.client.Jobs().Deregister(JobID(name), true, nil)
 	}
-	var cold, execs []time.Duration
-	for i := 0; i < n; i++ {
-		name := fmt.Sprintf("cold-%d", i)
-		cleanupJob(t, b, name)
-		start := time.Now()
-		if _, err := b.Create(ctx, &Request{Name: name, Image: "host", Network: NetworkNone}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Wait(ctx, name); err != nil {
-			t.Fatal(err)
-		}
-		// Ready: a command runs in the sandbox.
-		for {
-			code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil)
-			if err == nil && code == 0 {
-				break
-			}
-			if ctx.Err() != nil {
+	sandboxes := func(s *series, prefix string, create func(name string) error) {
+		for i := 0; i < n; i++ {
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			cleanupJob(t, b, name)
+			start := time.Now()
+			if err := create(name); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		cold = append(cold, time.Since(start))
-		for j := 0; j < 5; j++ {
-			s := time.Now()
-			if code, err := b.Exec(ctx, name, []string{"true"}, nil, nil, nil); err != nil || code != 0 {
-				t.Fatal(code, err)
+			if _, err := b.Wait(ctx, name); err != nil {
+				t.Fatal(err)
 			}
-			execs = append(execs, time.Since(s))
-		}
-		if err := b.Remove(ctx, name); err != nil {
-			t.Fatal(err)
+			s.running = append(s.running, time.Since(start))
+			exec := func() (int, error) { return b.Exec(ctx, name, []string{"true"}, nil, nil, nil) }
+			untilAnswers(exec)
+			s.first = append(s.first, time.Since(start))
+			roundTrips(s, exec)
+			if err := b.Remove(ctx, name); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	t.Logf("shared 2-core machine, n=%d sequential:", n)
-	t.Logf("plain raw_exec sleep job, register to running: median %v (%.2f/s)", median(plain), 1/median(plain).Seconds())
-	t.Logf("sandbox (agentkernel driver), register to first exec: median %v (%.2f/s)", median(cold), 1/median(cold).Seconds())
-	t.Logf("exec round trip (true): median %v", median(execs))
+	sandboxes(&cold, "cold", func(name string) error {
+		_, err := b.Create(ctx, &Request{Name: name, Image: "host", Network: NetworkNone})
+		return err
+	})
+	// Pooled: the pool is filled and answering before the first take
+	// (that is its point); the takes run one after the other, nothing
+	// refilling meanwhile.
+	p := &Pool{Name: "bench", Request: Request{Image: "host", Network: NetworkNone}, Size: n}
+	t.Cleanup(func() { _ = b.Drain(context.Background(), p) })
+	if _, err := b.Fill(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitPool(ctx, p, n, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sandboxes(&pooled, "pooled", func(name string) error {
+		_, adopted, err := b.CreateFromPool(ctx, p, &Request{Name: name, Image: "host", Network: NetworkNone})
+		if err == nil && !adopted {
+			err = fmt.Errorf("%s: not taken from the pool", name)
+		}
+		return err
+	})
+	t.Logf("shared 2-core machine, Nomad %s dev agent, n=%d sequential, medians:", "v1.11.2", n)
+	for _, r := range []struct {
+		what string
+		s    series
+	}{{"plain raw_exec sleep job", plain}, {"sandbox, cold (job of its own)", cold}, {"sandbox, pooled (job taken)", pooled}} {
+		t.Logf("%-32s running %8v  first exec %8v (%.2f/s)  exec round trip %v", r.what,
+			median(r.s.running).Round(time.Millisecond), median(r.s.first).Round(time.Millisecond),
+			1/median(r.s.first).Seconds(), median(r.s.execs).Round(time.Millisecond))
+	}
+	t.Logf("pooled vs cold to first exec: %.1f× faster", median(cold.first).Seconds()/median(pooled.first).Seconds())
 }
 
 func median(d []time.Duration) time.Duration {

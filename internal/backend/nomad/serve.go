@@ -30,6 +30,8 @@ type Sandboxes struct {
 	err  error
 	// startTimeout is how long a job may take to answer.
 	startTimeout time.Duration
+	// pools is this process's warm pools (serve_pool.go).
+	pools poolState
 }
 
 // ServeOptions configure Sandboxes.

@@ -277,3 +277,100 @@ func TestSandboxesRun(t *testing.T) {
 		t.Errorf("the exec driver: %v", err)
 	}
 }
+
+// TestServePool: the warm pools of `serve` on a real dev agent. The
+// first preparation reaps the jobs a dead server's pool left (its lease
+// is gone); a prepared sandbox runs its one command and its job is
+// purged; a persistent sandbox of the same spec booted by a supervisor
+// takes a waiting pool job and works as any; the prepared sandbox whose
+// job it took runs its command in a fresh job instead; Close purges.
+func TestServePool(t *testing.T) {
+	l := startLab(t)
+	s := serveSandboxes(t, l)
+	b, err := s.backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cleanupJob(t, b, "pooled")
+	// A dead server's leftover: its owner holds no lease.
+	r := s.request(hostSpec("", ""), "pool")
+	dead, err := b.registerPoolJob(ctx, &Pool{Name: "d-" + b.specDigest(r), Request: *r, Owner: "serve-dead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = b.client.Jobs().Deregister(*dead.ID, true, nil) })
+	// (Answering first: a job stopped while its node still makes the
+	// sandbox would race the test's removal of the node's directory.)
+	if _, err := b.readyJob(ctx, *dead.ID, dead.Meta[NodeNameMeta], 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	spec := hostSpec("", "")
+	p1, err := s.Prepare(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p1.Close)
+	if j, _, err := b.client.Jobs().Info(*dead.ID, nil); err == nil && (j.Stop == nil || !*j.Stop) {
+		t.Errorf("the dead server's pool job was not reaped at start")
+	}
+	p2, err := s.Prepare(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p2.Close)
+	job1 := p1.(*prepared).job
+	var out, errb bytes.Buffer
+	res, err := p1.Run(ctx, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, sandbox.Stdio{Stdout: &out, Stderr: &errb}, nil)
+	if err != nil || res.ExitCode != 3 || out.String() != "out\n" || errb.String() != "err\n" {
+		t.Fatalf("prepared run: %+v %v %q %q", res, err, out.String(), errb.String())
+	}
+	if j, _, err := b.client.Jobs().Info(job1, nil); err == nil && (j.Stop == nil || !*j.Stop) {
+		t.Errorf("the prepared sandbox's job %s runs on after its command", job1)
+	}
+	if _, err := p1.Run(ctx, []string{"true"}, sandbox.Stdio{}, nil); err == nil {
+		t.Errorf("a prepared sandbox ran a second command")
+	}
+
+	// A supervisor boots a sandbox of the same spec: it takes p2's job.
+	start := time.Now()
+	inst, err := s.Boot(ctx, hostSpec("pooled", "id-pooled"), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("boot from the pool: %v", time.Since(start))
+	i := inst.(*instance)
+	if i.job != p2.(*prepared).job {
+		t.Fatalf("boot ran in job %s, not the waiting pool job %s", i.job, p2.(*prepared).job)
+	}
+	ws, o, _ := execFds(t, i, &agent.ExecRequest{Args: []string{"sh", "-c", "echo $A > /tmp/f; cat /tmp/f"}, Env: []string{"A=mine"}}, "")
+	if ws.ExitStatus() != 0 || o != "mine\n" {
+		t.Fatalf("exec in the pooled sandbox: %v %q", ws, o)
+	}
+	if sb, err := b.Get(ctx, "pooled"); err != nil || sb.Owner != "id-pooled" || sb.Status != "running" {
+		t.Fatalf("get: %+v %v", sb, err)
+	}
+	// p2's job is taken: its command runs in a fresh job.
+	out.Reset()
+	if res, err := p2.Run(ctx, []string{"sh", "-c", "cat /tmp/f 2>/dev/null || echo fresh"}, sandbox.Stdio{Stdout: &out, Stderr: io.Discard}, nil); err != nil || res.ExitCode != 0 || out.String() != "fresh\n" {
+		t.Fatalf("run of a prepared sandbox whose job was taken: %+v %v %q", res, err, out.String())
+	}
+	i.Stop()
+	if _, err := b.Get(ctx, "pooled"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the pooled sandbox is still there after Stop: %v", err)
+	}
+	if j, _, err := b.client.Jobs().Info(i.job, nil); err == nil && (j.Stop == nil || !*j.Stop) {
+		t.Errorf("the pooled sandbox's job runs on after Stop")
+	}
+	// Close purges a prepared sandbox that never ran.
+	p3, err := s.Prepare(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3.Close()
+	if j, _, err := b.client.Jobs().Info(p3.(*prepared).job, nil); err == nil && (j.Stop == nil || !*j.Stop) {
+		t.Errorf("Close left the prepared job running")
+	}
+}

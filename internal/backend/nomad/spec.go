@@ -130,13 +130,20 @@ type jobOptions struct {
 // (`sandbox create --start`), then stays in the foreground while its
 // supervisor runs, so that the task lives exactly as long as the
 // sandbox; when the task ends (deregistered, or the sandbox stopped) it
-// removes the sandbox. Its only inputs are positional parameters and
-// environment variables (AK_BIN, AK_DATA_DIR, AK_NAME), never spliced
-// into the script.
+// removes the sandbox (a task stopped while the sandbox is being made
+// lets that finish first, so that nothing of it is left on the node).
+// While it waits it checks the supervisor's pid
+// every second (a shell builtin) and asks the node's agentkernel for the
+// sandbox's status every 30 seconds only: a waiting job, a warm pool's
+// above all, costs no process start a second. Its only inputs are
+// positional parameters and environment variables (AK_BIN, AK_DATA_DIR,
+// AK_NAME), never spliced into the script.
 const nodeScript = `ak() { if [ -n "$AK_DATA_DIR" ]; then "$AK_BIN" --data-dir "$AK_DATA_DIR" "$@"; else "$AK_BIN" "$@"; fi; }; ` +
-	`trap 'ak sandbox remove --force "$AK_NAME" >/dev/null 2>&1' EXIT; trap 'exit 143' TERM INT; ` +
-	`ak "$@" --start >/dev/null || exit 125; ` +
-	`while ak sandbox info --json "$AK_NAME" 2>/dev/null | grep -q '"status": "running"'; do sleep 1 & wait $!; done`
+	`trap 'if [ -n "$cpid" ]; then wait "$cpid"; fi; ak sandbox remove --force "$AK_NAME" >/dev/null 2>&1' EXIT; trap 'exit 143' TERM INT; ` +
+	`ak "$@" --start >/dev/null & cpid=$!; wait "$cpid" || exit 125; cpid=; ` +
+	`running() { ak sandbox info --json "$AK_NAME" 2>/dev/null | grep -q '"status": "running"'; }; ` +
+	`pid=$(ak sandbox info --json "$AK_NAME" 2>/dev/null | sed -n 's/^ *"supervisor_pid": *\([0-9][0-9]*\).*/\1/p'); i=0; ` +
+	`while :; do if [ -n "$pid" ] && [ $((i % 30)) -ne 0 ]; then kill -0 "$pid" 2>/dev/null || running || break; else running || break; fi; i=$((i + 1)); sleep 1 & wait $!; done`
 
 // createArgs is the node's `agentkernel sandbox create` command line.
 func createArgs(r *Request) []string {

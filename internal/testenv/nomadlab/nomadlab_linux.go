@@ -139,6 +139,11 @@ func (l *Lab) Log() string {
 	}
 	logs, _ := filepath.Glob(filepath.Join(l.dir, "alloc", "*", "alloc", "logs", "*"))
 	for _, f := range logs {
+		// Only the regular files: the log directory holds the tasks'
+		// FIFOs too, which an open would wait on.
+		if st, err := os.Lstat(f); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
 		t, _ := os.ReadFile(f)
 		if len(t) > 2000 {
 			t = t[len(t)-2000:]
