@@ -517,7 +517,9 @@ here with --image.
 -B gvisor, docker or podman fills that backend's pool instead, which
 'agentkernel run -B' of that backend (with the same flags) and the API's
 fast runs naming it ("backend": "docker") take: a sandbox booted ahead with
-its idle first process, the command run in it as an exec.`,
+its idle first process, the command run in it as an exec. -B nomad fills a
+pool of Nomad jobs, started and answering ahead, for the API's fast runs
+naming nomad and for persistent sandboxes of the same spec (docs/nomad.md).`,
 		Example: `  agentkernel daemon prewarm --mode claude
   agentkernel daemon prewarm --image python:3.12-alpine -p restrictive --count 4
   agentkernel daemon prewarm -B docker --image alpine:3.20 --count 2`,

@@ -22,7 +22,9 @@ import (
 // first command returned through the alloc exec API ("first exec": for
 // the sandboxes `agentkernel exec NAME -- true` on the node, for the
 // plain job `true` in its task); then the exec round trip of `true`,
-// five per sandbox. A measurement, not a check: set
+// five per sandbox. Each series' jobs stay until it ends and are then
+// stopped, their tasks waited for, so that no teardown on the node runs
+// during a measured start. A measurement, not a check: set
 // AGENTKERNEL_NOMAD_BENCH=1 (AGENTKERNEL_NOMAD_BENCH_N, default 10).
 func TestCreateRate(t *testing.T) {
 	if os.Getenv("AGENTKERNEL_NOMAD_BENCH") != "1" {
@@ -48,6 +50,27 @@ func TestCreateRate(t *testing.T) {
 			s.execs = append(s.execs, time.Since(st))
 		}
 	}
+	// A series' jobs are stopped only after it, and their tasks waited
+	// for: a teardown on the node (the previous sandbox's) never runs
+	// during a measured start.
+	settle := func(names []string) {
+		for _, name := range names {
+			id, _, _, err := b.target(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, _ = b.client.Jobs().Deregister(id, false, nil)
+			for {
+				if a, err := b.runningAllocOf(ctx, id); err != nil || a == nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err := b.Remove(ctx, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	untilAnswers := func(exec func() (int, error)) {
 		for {
 			code, err := exec()
@@ -62,6 +85,7 @@ func TestCreateRate(t *testing.T) {
 	}
 
 	// Plain jobs: raw_exec running sleep.
+	var names []string
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("plain-%d", i)
 		cleanupJob(t, b, name)
@@ -85,9 +109,14 @@ func TestCreateRate(t *testing.T) {
 		untilAnswers(exec)
 		plain.first = append(plain.first, time.Since(start))
 		roundTrips(&plain, exec)
+		names = append(names, name)
+	}
+	for _, name := range names {
 		_, _, _ = b.client.Jobs().Deregister(JobID(name), true, nil)
 	}
+	time.Sleep(2 * time.Second)
 	sandboxes := func(s *series, prefix string, create func(name string) error) {
+		var names []string
 		for i := 0; i < n; i++ {
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			cleanupJob(t, b, name)
@@ -103,10 +132,9 @@ func TestCreateRate(t *testing.T) {
 			untilAnswers(exec)
 			s.first = append(s.first, time.Since(start))
 			roundTrips(s, exec)
-			if err := b.Remove(ctx, name); err != nil {
-				t.Fatal(err)
-			}
+			names = append(names, name)
 		}
+		settle(names)
 	}
 	sandboxes(&cold, "cold", func(name string) error {
 		_, err := b.Create(ctx, &Request{Name: name, Image: "host", Network: NetworkNone})
