@@ -95,7 +95,7 @@ agentkernel.toml is never read for it. See docs/nomad.md.`,
 
 	sb := &cobra.Command{Use: "sandbox", Short: "Create, list and remove sandboxes"}
 	sb.AddCommand(a.createCmd(), a.listCmd(), a.removeCmd(), a.reapCmd(), a.execCmd())
-	root.AddCommand(sb, a.runCmd(), a.cpCmd())
+	root.AddCommand(sb, a.runCmd(), a.cpCmd(), a.poolCmd())
 	for _, c := range []*cobra.Command{a.createCmd(), a.listCmd(), a.removeCmd(), a.execCmd()} {
 		c.Hidden = true
 		root.AddCommand(c)
@@ -167,6 +167,7 @@ func (a *app) createCmd() *cobra.Command {
 	var f sandboxFlags
 	var ttl, timeout time.Duration
 	var wait bool
+	var pool string
 	c := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a sandbox: a Nomad job whose task holds it",
@@ -192,9 +193,23 @@ func (a *app) createCmd() *cobra.Command {
 					return fmt.Errorf("already %d sandboxes ([orchestrator] max_sandboxes = %d): remove one first", len(l), a.maxSandboxes)
 				}
 			}
-			s, err := b.Create(cmd.Context(), r)
+			var s *nomad.Sandbox
+			adopted := false
+			if pool != "" {
+				p := &nomad.Pool{Name: pool, Request: *f.request("pool")}
+				s, adopted, err = b.CreateFromPool(cmd.Context(), p, r)
+			} else {
+				s, err = b.Create(cmd.Context(), r)
+			}
 			if err != nil {
 				return err
+			}
+			if pool != "" && !a.quiet {
+				if adopted {
+					fmt.Fprintf(a.stderr, "sandbox %s: taken from pool %s\n", s.Name, pool)
+				} else {
+					fmt.Fprintf(a.stderr, "sandbox %s: pool %s has no waiting job of this spec: a job of its own\n", s.Name, pool)
+				}
 			}
 			if wait {
 				if err := ready(cmd.Context(), b, s.Name, timeout); err != nil {
@@ -210,6 +225,7 @@ func (a *app) createCmd() *cobra.Command {
 	}
 	f.add(c)
 	c.Flags().DurationVar(&ttl, "ttl", 0, "remove the sandbox after this long (by 'sandbox reap')")
+	c.Flags().StringVar(&pool, "pool", "", "take a waiting job of this pool when its spec is the sandbox's ('pool fill -B nomad'), else make one")
 	c.Flags().BoolVar(&wait, "wait", true, "wait until the sandbox answers")
 	c.Flags().DurationVar(&timeout, "start-timeout", 2*time.Minute, "how long the sandbox may take to start")
 	return c
@@ -408,4 +424,62 @@ directory as DST receives the file under its own name. Files up to 64 MiB.`,
 			return clustercli.Copy(cmd.Context(), b, args[0], args[1])
 		},
 	}
+}
+
+func (a *app) poolCmd() *cobra.Command {
+	pc := &cobra.Command{Use: "pool", Short: "Warm pools: jobs started ahead, taken by 'sandbox create --pool'",
+		Long: `A warm pool is a number of jobs started ahead, each running a sandbox of
+the pool's spec (image, profile, network, memory) and waiting. 'sandbox
+create NAME --pool POOL' with the same spec takes one: the sandbox answers
+in the time of a few API requests instead of a job's start. A job is taken
+through a Nomad Variable created with check-and-set, so two creates never
+take one job; the token needs Nomad Variables under agentkernel/. A pool
+filled here stands until 'pool drain'. See docs/nomad.md.`}
+	var f sandboxFlags
+	var size int
+	var wait bool
+	var timeout time.Duration
+	fill := &cobra.Command{
+		Use:   "fill POOL --size N [--image IMAGE] [-p PROFILE] [--network MODE] [--memory MIB]",
+		Short: "Bring a pool to N waiting jobs",
+		Example: `  agentkernel pool fill py -B nomad --image python:3.12-alpine --network none --size 4
+  agentkernel sandbox create job1 -B nomad --pool py --image python:3.12-alpine --network none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			p := &nomad.Pool{Name: args[0], Request: *f.request("pool"), Size: size}
+			n, err := b.Fill(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if wait {
+				if err := b.WaitPool(cmd.Context(), p, size, timeout); err != nil {
+					return err
+				}
+			}
+			if !a.quiet {
+				fmt.Fprintf(a.stderr, "pool %s: %d job(s) started, %d wanted\n", p.Name, n, size)
+			}
+			return nil
+		},
+	}
+	f.add(fill)
+	fill.Flags().IntVar(&size, "size", 1, "waiting jobs to keep")
+	fill.Flags().BoolVar(&wait, "wait", false, "wait until every waiting job answers")
+	fill.Flags().DurationVar(&timeout, "start-timeout", 5*time.Minute, "how long the jobs may take to answer, with --wait")
+	drain := &cobra.Command{
+		Use: "drain POOL", Short: "Purge a pool's waiting jobs (sandboxes taken from it stay)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := a.backend()
+			if err != nil {
+				return err
+			}
+			return b.Drain(cmd.Context(), &nomad.Pool{Name: args[0]})
+		},
+	}
+	pc.AddCommand(fill, drain)
+	return pc
 }

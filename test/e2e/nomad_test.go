@@ -101,6 +101,27 @@ func TestNomadCommandLine(t *testing.T) {
 		t.Errorf("listed after remove: %s", r)
 	}
 
+	// A warm pool: a job started ahead, taken by a create of its spec.
+	if r := a.run(nomadArgs("pool", "fill", "warm", "--image", "host", "--network", "none", "--size", "1", "--wait")...); r.code != 0 {
+		t.Fatalf("pool fill: %s", r)
+	}
+	defer a.run(nomadArgs("pool", "drain", "warm")...)
+	if r := a.run(nomadArgs("sandbox", "create", "pooled", "--pool", "warm", "--image", "host", "--network", "none")...); r.code != 0 || r.stdout != "pooled\n" || !strings.Contains(r.stderr, "taken from pool warm") {
+		t.Fatalf("create from the pool: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "exec", "pooled", "--", "sh", "-c", "echo pooled; exit 5")...); r.code != 5 || r.stdout != "pooled\n" {
+		t.Errorf("exec in the pooled sandbox: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "list")...); r.code != 0 || !strings.Contains(r.stdout, "pooled") {
+		t.Errorf("list: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "remove", "pooled")...); r.code != 0 {
+		t.Errorf("remove the pooled sandbox: %s", r)
+	}
+	if r := a.run(nomadArgs("pool", "drain", "warm")...); r.code != 0 {
+		t.Errorf("pool drain: %s", r)
+	}
+
 	a.stdin = "to the run\n"
 	r := a.run(nomadArgs("run", "--image", "host", "--network", "none", "-i", "--", "sh", "-c", "cat; exit 4")...)
 	if r.code != 4 || r.stdout != "to the run\n" {
