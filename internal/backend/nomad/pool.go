@@ -136,10 +136,9 @@ func (p *Pool) template() Request {
 // settings: two requests of the same digest make the same job but for
 // its names, meta and TTL.
 func (b *Backend) specDigest(r *Request) string {
+	// Memory as asked: 0 is the node profile's limit (and no --memory),
+	// not the 256 MiB Nomad reserves for it.
 	mem, cpu := r.MemoryMB, r.CPUMHz
-	if mem == 0 {
-		mem = 256
-	}
 	if cpu == 0 {
 		cpu = 100
 	}
@@ -156,6 +155,8 @@ func (b *Backend) specDigest(r *Request) string {
 func (b *Backend) poolJob(p *Pool, hexid string) *api.Job {
 	r := p.template()
 	r.Name = "pool-" + hexid
+	r.AllowDomains = slices.Clone(r.AllowDomains)
+	slices.Sort(r.AllowDomains)
 	job := buildJob(b.jobOptions(), &r, b.opts.Now())
 	id := poolJobPrefix + hexid
 	job.ID, job.Name = &id, &id
@@ -397,8 +398,11 @@ func (b *Backend) purgePoolJob(ctx context.Context, id string) error {
 
 // Matches reports whether r's sandbox may be a job of p: same digest.
 func (b *Backend) Matches(p *Pool, r *Request) bool {
+	if p == nil {
+		return false
+	}
 	t := p.template()
-	return p != nil && b.specDigest(&t) == b.specDigest(r)
+	return b.specDigest(&t) == b.specDigest(r)
 }
 
 // CreateFromPool creates r's sandbox by taking one of p's waiting jobs
@@ -471,11 +475,22 @@ func (b *Backend) take(ctx context.Context, w []*api.JobListStub, r *Request) (*
 		return 0
 	})
 	for _, j := range w {
+		if ValidName(j.Meta[NodeNameMeta]) != nil {
+			continue
+		}
 		v, err := b.claim(ctx, j.ID, r.Name)
 		if errors.Is(err, errClaimed) {
 			continue
 		}
 		if err != nil {
+			return nil, err
+		}
+		// The job itself, not only its meta, must run r's sandbox.
+		if err := b.verifyPoolJob(ctx, j.ID, r); err != nil {
+			_, _ = b.client.Variables().CheckedDelete(v.Path, v.ModifyIndex, b.w(context.WithoutCancel(ctx)))
+			if errors.Is(err, errNotThatJob) {
+				continue
+			}
 			return nil, err
 		}
 		job := b.nameJob(r, j.ID, j.Meta[NodeNameMeta])
@@ -681,4 +696,46 @@ func (b *Backend) ReapPools(ctx context.Context) ([]string, error) {
 		}
 	}
 	return gone, nil
+}
+
+var errNotThatJob = errors.New("the pool job does not run the request's sandbox")
+
+// verifyPoolJob checks that pool job id runs what a pool job made for r
+// runs: the same driver, command line, environment, resources and
+// network mode (its meta could say anything).
+func (b *Backend) verifyPoolJob(ctx context.Context, id string, r *Request) error {
+	got, _, err := b.client.Jobs().Info(id, b.q(ctx))
+	if err != nil {
+		if isNotFound(err) {
+			return errNotThatJob
+		}
+		return b.apiError("read pool job", err)
+	}
+	want := b.poolJob(&Pool{Name: "verify", Request: *r}, poolHex(id))
+	if len(got.TaskGroups) != 1 || len(got.TaskGroups[0].Tasks) != 1 || got.ParameterizedJob != nil || got.Periodic != nil {
+		return errNotThatJob
+	}
+	gg, wg := got.TaskGroups[0], want.TaskGroups[0]
+	gt, wt := gg.Tasks[0], wg.Tasks[0]
+	same := func(x, y any) bool {
+		a, err1 := json.Marshal(x)
+		c, err2 := json.Marshal(y)
+		return err1 == nil && err2 == nil && string(a) == string(c)
+	}
+	if gt.Driver != wt.Driver || !same(gt.Config, wt.Config) || !same(gt.Env, wt.Env) || gt.User != wt.User ||
+		gt.Resources == nil || gt.Resources.MemoryMB == nil || gt.Resources.CPU == nil ||
+		*gt.Resources.MemoryMB != *wt.Resources.MemoryMB || *gt.Resources.CPU != *wt.Resources.CPU ||
+		got.Meta[NodeNameMeta] != want.Meta[NodeNameMeta] {
+		return errNotThatJob
+	}
+	mode := func(ns []*api.NetworkResource) string {
+		if len(ns) == 0 {
+			return ""
+		}
+		return ns[0].Mode
+	}
+	if b.opts.Driver == DriverExec && mode(gg.Networks) != mode(wg.Networks) {
+		return errNotThatJob
+	}
+	return nil
 }

@@ -280,3 +280,34 @@ func TestMetaUpdateReplacesTask(t *testing.T) {
 	}
 	t.Fatalf("a meta update left the allocation running: claiming by meta would be possible on this Nomad")
 }
+
+// TestPoolForgedJobNotTaken: a job dressed as a pool's waiting job (its
+// meta says the pool and the spec's digest) that runs something else is
+// never taken: the taker checks the job itself, gives the claim back and
+// finds the pool empty; no name job is left.
+func TestPoolForgedJobNotTaken(t *testing.T) {
+	l := startLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := newBackend(t, l, Options{})
+	p := &Pool{Name: "forged", Request: Request{Image: "host", Network: NetworkNone}, Size: 1}
+	job := b.poolJob(p, "00112233445566ff")
+	job.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "/bin/sleep", "args": []string{"600"}}
+	if _, _, err := b.client.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = b.client.Jobs().Deregister(*job.ID, true, nil) })
+	if n, err := b.Waiting(ctx, p); err != nil || n != 1 {
+		t.Fatalf("the forged job does not look waiting: %d %v", n, err)
+	}
+	cleanupJob(t, b, "victim")
+	if _, err := b.adopt(ctx, p, &Request{Name: "victim", Image: "host", Network: NetworkNone}); !errors.Is(err, ErrPoolEmpty) {
+		t.Fatalf("take: %v, want ErrPoolEmpty", err)
+	}
+	if _, _, err := b.client.Jobs().Info(JobID("victim"), nil); err == nil || !isNotFound(err) {
+		t.Fatalf("a name job was left: %v", err)
+	}
+	if v, _, _ := b.client.Variables().Peek(claimVarPrefix+"00112233445566ff", nil); v != nil {
+		t.Fatal("the claim was kept")
+	}
+}
