@@ -61,6 +61,11 @@ func TestNomadCommandLine(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// The tasks' last agentkernel commands may still write there:
+		// wait until no process names the directory on its command line.
+		for i := 0; i < 150 && procsNaming(nodeData) > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 		os.RemoveAll(nodeData)
 	}()
 	a := newAK(t)
@@ -134,4 +139,17 @@ func TestNomadCommandLine(t *testing.T) {
 	if r := a.run(nomadArgs("sandbox", "create", "../x")...); r.code != 125 || !strings.Contains(r.stderr, "DNS label") {
 		t.Errorf("hostile name: %s", r)
 	}
+}
+
+// procsNaming counts the processes whose command line names dir.
+func procsNaming(dir string) int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), dir) {
+			n++
+		}
+	}
+	return n
 }
