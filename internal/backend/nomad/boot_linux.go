@@ -311,7 +311,7 @@ func (i *instance) node(ctx context.Context, args []string, tty bool, stdin io.R
 // stream makes the node's agentkernel kill what it started.
 func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
 	env := append(append([]string(nil), i.env...), req.Env...)
-	args, err := execArgs(i.nodeName, req.Args, env, req.Workdir, req.User, req.TTY)
+	x, err := execWithEnv(i.nodeName, req.Args, env, req.Workdir, req.User, req.TTY)
 	if err != nil {
 		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
 	}
@@ -339,7 +339,7 @@ func (i *instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, er
 				f.Close()
 			}
 		}()
-		code, err := i.node(ctx, args, req.TTY, files[0], files[1], files[2])
+		code, err := i.b.runNode(ctx, i.alloc, i.name, x, files[0], files[1], files[2])
 		switch {
 		case err != nil && ctx.Err() != nil:
 			p.status = syscall.WaitStatus(syscall.SIGKILL)

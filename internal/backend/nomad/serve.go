@@ -1,16 +1,19 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/agentkernel/agentkernel/internal/envblock"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -144,27 +147,76 @@ func (s *Sandboxes) request(spec *sandbox.Spec, name string) *Request {
 }
 
 // execArgs is the node's `agentkernel exec` of args in name, with the
-// request's environment, directory and user. An environment entry
-// without "=" would pass the node's own value of that variable: refused.
+// directory and user, for a command without an environment of its own
+// (execWithEnv gives it one).
 func execArgs(name string, args, env []string, workdir, user string, tty bool) ([]string, error) {
-	out := []string{"exec", "-i"}
-	if tty {
-		out = append(out, "-t")
+	if len(env) > 0 {
+		return nil, errors.New("execArgs: an environment goes through execWithEnv")
 	}
-	for _, e := range env {
-		k, _, ok := strings.Cut(e, "=")
-		if !ok || k == "" || strings.ContainsRune(e, 0) {
-			return nil, fmt.Errorf("environment entry %q: KEY=VALUE is required", e)
+	x, err := execWithEnv(name, args, nil, workdir, user, tty)
+	return x.args, err
+}
+
+// nodeExec is a command for the node's `agentkernel exec`: its
+// arguments, and its environment as an envblock block for its stdin
+// (nil for none).
+type nodeExec struct {
+	args  []string
+	block []byte
+	tty   bool
+}
+
+// execWithEnv is the node's `agentkernel exec` of args in name, with the
+// request's environment, directory and user. The environment never goes
+// on the command line, which every user of the node can read
+// (/proc/PID/cmdline): it is sent on stdin before the command's own
+// (--env-stdin, runNode). An entry without "=" would pass the node's own
+// value of that variable: refused, as is one with a NUL.
+func execWithEnv(name string, args, env []string, workdir, user string, tty bool) (nodeExec, error) {
+	x := nodeExec{args: []string{"exec", "-i"}, tty: tty}
+	if tty {
+		x.args = append(x.args, "-t")
+	}
+	if len(env) > 0 {
+		b, err := envblock.Encode(env)
+		if err != nil {
+			return nodeExec{}, err
 		}
-		out = append(out, "-e", e)
+		x.block = b
+		x.args = append(x.args, "--env-stdin")
 	}
 	if workdir != "" {
-		out = append(out, "-w", workdir)
+		x.args = append(x.args, "-w", workdir)
 	}
 	if user != "" {
-		out = append(out, "-u", user)
+		x.args = append(x.args, "-u", user)
 	}
-	return append(append(out, name, "--"), args...), nil
+	x.args = append(append(x.args, name, "--"), args...)
+	return x, nil
+}
+
+// runNode runs x through the exec API in alloc's task: its block first
+// on stdin, then stdin. With a terminal the node's agentkernel answers
+// envblock.Ready once its terminal is raw, and the block waits for it
+// (a cooked terminal would echo it into the output).
+func (b *Backend) runNode(ctx context.Context, alloc *api.Allocation, name string, x nodeExec, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	cmd := b.nodeCommand(x.args...)
+	switch {
+	case x.block == nil:
+		return b.execIn(ctx, alloc, name, cmd, x.tty, stdin, stdout, stderr)
+	case !x.tty:
+		in := io.Reader(bytes.NewReader(x.block))
+		if stdin != nil {
+			in = io.MultiReader(in, stdin)
+		}
+		return b.execIn(ctx, alloc, name, cmd, false, in, stdout, stderr)
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	f := envblock.NewFilter(stdout, x.block, stdin)
+	defer f.Close()
+	return b.execIn(ctx, alloc, name, cmd, true, f.Stdin(), f.Writer(), stderr)
 }
 
 // runName is a fresh name for a run's job.
@@ -195,7 +247,7 @@ func (s *Sandboxes) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.S
 	r := s.request(spec, name)
 	// A run whose purge never happened is reaped after a day.
 	r.TTL = 24 * time.Hour
-	args, err := execArgs(name, spec.Args, spec.Env, spec.Workdir, spec.User, spec.TTY)
+	x, err := execWithEnv(name, spec.Args, spec.Env, spec.Workdir, spec.User, spec.TTY)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
@@ -217,7 +269,7 @@ func (s *Sandboxes) Run(ctx context.Context, spec *sandbox.Spec, stdio sandbox.S
 	if spec.Interactive || spec.TTY {
 		stdin = stdio.Stdin
 	}
-	code, err := b.execIn(runCtx, alloc, name, b.nodeCommand(args...), spec.TTY, stdin, stdio.Stdout, stdio.Stderr)
+	code, err := b.runNode(runCtx, alloc, name, x, stdin, stdio.Stdout, stdio.Stderr)
 	if err != nil {
 		if ctx.Err() == nil && runCtx.Err() != nil {
 			return sandbox.Result{ExitCode: 124, TimedOut: true}, nil

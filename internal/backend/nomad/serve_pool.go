@@ -185,11 +185,11 @@ func (p *prepared) Run(ctx context.Context, args []string, stdio sandbox.Stdio, 
 			}
 		}()
 	}
-	cmd, err := execArgs(p.node, args, spec.Env, spec.Workdir, spec.User, false)
+	x, err := execWithEnv(p.node, args, spec.Env, spec.Workdir, spec.User, false)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	code, err := p.b.execIn(runCtx, a, p.node, p.b.nodeCommand(cmd...), false, nil, stdio.Stdout, stdio.Stderr)
+	code, err := p.b.runNode(runCtx, a, p.node, x, nil, stdio.Stdout, stdio.Stderr)
 	if err != nil {
 		if ctx.Err() == nil && runCtx.Err() != nil {
 			if spec.Resources.Timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) {

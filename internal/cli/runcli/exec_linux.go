@@ -19,6 +19,7 @@ import (
 	"github.com/agentkernel/agentkernel/internal/agent"
 	"github.com/agentkernel/agentkernel/internal/audit"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
+	"github.com/agentkernel/agentkernel/internal/envblock"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 	"github.com/agentkernel/agentkernel/internal/sandboxdir"
 )
@@ -312,6 +313,15 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 		}
 		req.Env = append(req.Env, kv)
 	}
+	if o.EnvStdin {
+		env, restore, err := a.readEnvBlock()
+		if err != nil {
+			return &ExitError{Code: ExitAgentkernel, Err: fmt.Errorf("exec --env-stdin: %w", err),
+				Hint: "--env-stdin is for programs that write the environment as a block on stdin (such as the nomad backend); by hand use -e KEY=VALUE"}
+		}
+		defer restore()
+		req.Env = append(req.Env, env...)
+	}
 	if o.Detach {
 		d, err := m.ExecDetached(ctx, name, req)
 		if err != nil {
@@ -412,6 +422,35 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+// readEnvBlock reads exec --env-stdin's block from a.Stdin, no byte
+// more: what follows is the command's stdin. A terminal is made raw
+// first (restore puts it back), and Ready written to a.Stdout once it is,
+// since a terminal's line discipline would echo and edit the block's
+// bytes: the writer waits for Ready before it sends the block.
+func (a *App) readEnvBlock() (env []string, restore func(), err error) {
+	restore = func() {}
+	if a.Stdin == nil {
+		return nil, restore, errors.New("no stdin to read the environment from")
+	}
+	if in, ok := a.Stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+		st, err := term.MakeRaw(int(in.Fd()))
+		if err != nil {
+			return nil, restore, fmt.Errorf("the terminal on stdin: %w", err)
+		}
+		restore = func() { _ = term.Restore(int(in.Fd()), st) }
+		if _, err := io.WriteString(a.Stdout, envblock.Ready); err != nil {
+			restore()
+			return nil, func() {}, err
+		}
+	}
+	env, err = envblock.Read(a.Stdin)
+	if err != nil {
+		restore()
+		return nil, func() {}, err
+	}
+	return env, restore, nil
 }
 
 // printDetached prints a detached command: its ID alone (what -d

@@ -16,7 +16,11 @@ import (
 
 // ExecOptions are the flags of 'exec' and 'attach'.
 type ExecOptions struct {
-	Env         []string
+	Env []string
+	// EnvStdin is --env-stdin: more of the environment, read from the
+	// beginning of stdin as one block (internal/envblock), for callers
+	// that must keep values off the command line.
+	EnvStdin    bool
 	Workdir     string
 	User        string
 	TTY         bool
@@ -75,6 +79,7 @@ func BindExecFlags(fs *pflag.FlagSet, o *ExecOptions) {
 	bindExecEnv(fs, o)
 	fs.BoolVarP(&o.TTY, "tty", "t", false, "allocate a pseudo-terminal")
 	fs.BoolVarP(&o.Interactive, "interactive", "i", false, "pass stdin to the command")
+	fs.BoolVar(&o.EnvStdin, "env-stdin", false, "read more KEY=VALUE entries from the beginning of stdin as one length-prefixed block, before the command's own stdin (for programs that pipe the environment, such as the nomad backend: values stay off the command line)")
 	fs.BoolVar(&o.Sudo, "sudo", false, "run as root (uid 0) inside the sandbox: root of the sandbox's own user namespace, never the host's")
 	fs.DurationVar(&o.Timeout, "timeout", 0, "kill the command once it has run this long (e.g. 30s, 5m): exit status 124")
 	fs.BoolVarP(&o.Detach, "detach", "d", false, "run the command detached: print its ID and return; it runs on in the sandbox")
@@ -300,7 +305,7 @@ func checkExecFlags(o *ExecOptions, args []string) error {
 	if ops == 0 {
 		return nil
 	}
-	if o.Detach || o.TTY || o.Interactive || o.Timeout != 0 || o.Sudo || len(o.Env) > 0 || o.Workdir != "" || o.User != "" || o.Receipt != "" {
+	if o.Detach || o.TTY || o.Interactive || o.Timeout != 0 || o.Sudo || len(o.Env) > 0 || o.EnvStdin || o.Workdir != "" || o.User != "" || o.Receipt != "" {
 		return bad("--list, --status, --logs and --kill take no command flags")
 	}
 	if len(args) != 1 {
