@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentkernel/agentkernel/internal/envblock"
 )
 
 var detachedIDRE = regexp.MustCompile(`^[0-9a-f]{16}\n$`)
@@ -170,5 +172,82 @@ func TestExecClientKilled(t *testing.T) {
 			t.Fatalf("no \"client gone\" entry in the audit log:\n%s", b)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestExecEnvStdin: exec --env-stdin takes the environment from one
+// block at the beginning of stdin and leaves the rest, byte for byte, to
+// the command; with -t it makes its terminal raw and says so before it
+// reads (nothing of the block is echoed); a stdin that is not a block is
+// refused with 125 before any command runs.
+func TestExecEnvStdin(t *testing.T) {
+	a, _ := newSandbox(t, "envin")
+	secret := "s3cr3t-" + strings.Repeat("v", 20)
+	block, err := envblock.Encode([]string{"S=" + secret, "ML=two\nlines", "K=block"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stdin = string(block) + "rest of stdin\x00\n"
+	r := a.must("exec", "-i", "--env-stdin", "-e", "K=flag", "-e", "F=1", "envin", "--", "sh", "-c", `printf '%s|%s|%s|%s\n' "$S" "$ML" "$K" "$F"; od -c | head -2`)
+	if want := secret + "|two\nlines|block|1\n"; !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, `r   e   s   t       o   f       s   t   d   i   n  \0  \n`) {
+		t.Errorf("env and stdin: %q", r.stdout)
+	}
+	// Without -i, the command's stdin is empty; so it is when the block
+	// is all there is.
+	a.stdin = string(block) + "not passed"
+	if r := a.must("exec", "--env-stdin", "envin", "--", "sh", "-c", `echo "$K"; wc -c`); r.stdout != "block\n0\n" {
+		t.Errorf("without -i: %q", r.stdout)
+	}
+	a.stdin = string(block)
+	if r := a.must("exec", "-i", "--env-stdin", "envin", "--", "sh", "-c", `echo "$K"; wc -c`); r.stdout != "block\n0\n" {
+		t.Errorf("empty stdin after the block: %q", r.stdout)
+	}
+	for name, in := range map[string]string{
+		"not a block": "S=x\n",
+		"empty":       "",
+		"no NUL":      envblock.Magic + "\x00\x00\x00\x03S=x",
+		"huge":        envblock.Magic + "\x7f\xff\xff\xff",
+	} {
+		a.stdin = in
+		r := a.run("exec", "-i", "--env-stdin", "envin", "--", "touch", "/tmp/ran")
+		if r.code != 125 || !strings.Contains(r.stderr, "exec --env-stdin:") {
+			t.Errorf("%s: %v", name, r)
+		}
+	}
+	a.stdin = ""
+	if r := a.run("exec", "envin", "--", "test", "-e", "/tmp/ran"); r.code != 1 {
+		t.Errorf("a refused block ran the command: %v", r)
+	}
+
+	// -t: the block goes after the marker, through a terminal.
+	c, master, rd := ptyRun(t, a, 24, 80, "exec", "-it", "--env-stdin", "envin", "--", "sh", "-c", `echo "[$S]"; read x; echo "got $x"`)
+	expect(t, rd, envblock.Ready)
+	if _, err := master.Write(append(block, "hello\r"...)); err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := rd.Read(buf)
+			seen.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if code := exitCode(t, c); code != 0 {
+		t.Errorf("exec -t: exit %d", code)
+	}
+	master.Close()
+	<-done
+	out := seen.String()
+	if !strings.Contains(out, "["+secret+"]") || !strings.Contains(out, "got hello") {
+		t.Errorf("exec -t output: %q", out)
+	}
+	if strings.Contains(out, "AKENV") || strings.Count(out, secret) != 1 {
+		t.Errorf("the block was echoed: %q", out)
 	}
 }
