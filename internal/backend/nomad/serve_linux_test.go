@@ -6,9 +6,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,6 +94,7 @@ func TestSandboxesBoot(t *testing.T) {
 	if _, err := i.Exec(&agent.ExecRequest{Args: []string{"true"}, Env: []string{"HOME"}}, [3]int{0, 1, 2}); err == nil {
 		t.Errorf("an environment entry without a value (the node's own) was taken")
 	}
+	checkEnvOffCmdline(t, i)
 	// A signal ends a long command.
 	inR, _, _ := os.Pipe()
 	_, outW, _ := os.Pipe()
@@ -372,5 +376,76 @@ func TestServePool(t *testing.T) {
 	p3.Close()
 	if j, _, err := b.client.Jobs().Info(p3.(*prepared).job, nil); err == nil && (j.Stop == nil || !*j.Stop) {
 		t.Errorf("Close left the prepared job running")
+	}
+}
+
+// checkEnvOffCmdline: while a command with a secret in its environment
+// runs (through the exec API and the node's agentkernel), no process of
+// this machine, the node's included, has the secret on its command line,
+// and the node's exec was given it on stdin; with a TTY, the block is
+// not echoed and the command reads what follows it.
+func checkEnvOffCmdline(t *testing.T, i *instance) {
+	t.Helper()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	secret := "tok-" + hex.EncodeToString(rnd[:])
+	inR, inW, _ := os.Pipe()
+	outR, outW, _ := os.Pipe()
+	p, err := i.Exec(&agent.ExecRequest{Args: []string{"sh", "-c", `echo "$T"; exec sleep 601`}, Env: []string{"T=" + secret}}, [3]int{int(inR.Fd()), int(outW.Fd()), int(outW.Fd())})
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inW.Close()
+	defer outR.Close()
+	line := make([]byte, len(secret)+1)
+	if _, err := io.ReadFull(outR, line); err != nil || string(line) != secret+"\n" {
+		t.Fatalf("the command did not see its environment: %q %v", line, err)
+	}
+	var sawSleep, sawNode bool
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cl, secret) {
+			t.Errorf("%s holds the secret: %q", f, cl)
+		}
+		if strings.HasPrefix(cl, "sleep 601") {
+			sawSleep = true
+		}
+		if strings.Contains(cl, " exec -i --env-stdin ") {
+			sawNode = true
+		}
+	}
+	if !sawSleep || !sawNode {
+		t.Errorf("the scan missed the command (%v) or the node's exec --env-stdin (%v)", sawSleep, sawNode)
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	p.Wait()
+
+	// With a TTY: the node's terminal is raw before the block is sent.
+	inR, inW2, _ := os.Pipe()
+	outR2, outW2, _ := os.Pipe()
+	p, err = i.Exec(&agent.ExecRequest{Args: []string{"sh", "-c", `echo "[$T]"; read x; echo "got $x"`}, Env: []string{"T=" + secret, "ML=a\nb"}, TTY: true}, [3]int{int(inR.Fd()), int(outW2.Fd()), int(outW2.Fd())})
+	inR.Close()
+	outW2.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inW2.Close()
+	inW2.Write([]byte("typed\r"))
+	outc := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(outR2); outc <- string(b) }()
+	if ws := p.Wait(); ws.ExitStatus() != 0 {
+		t.Errorf("exec with a TTY: %v", ws)
+	}
+	inW2.Close()
+	out := <-outc
+	if !strings.Contains(out, "["+secret+"]") || !strings.Contains(out, "got typed") || strings.Count(out, secret) != 1 || strings.Contains(out, "AKENV") || strings.Contains(out, "agentkernel-env-ready") {
+		t.Errorf("exec with a TTY: %q", out)
 	}
 }
