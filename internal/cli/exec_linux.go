@@ -36,17 +36,18 @@ directory and identity. --sudo runs it as root (uid and gid 0) inside the
 sandbox: root of the sandbox's own user namespace, an unprivileged id on the
 host, with the capabilities the sandbox's profile keeps and no more; it is
 --user 0:0. --timeout DUR kills the command once it has run
-that long: exit status 124 and a line saying so. --env-stdin is for programs
-that pipe the environment, such as the nomad backend, so that no value
-appears on a command line (which every user of the machine can read): exec
-reads one block from the beginning of stdin, "AKENV1\0", a 4-byte
-big-endian length, then NUL-ended KEY=VALUE entries (at most 1 MiB), and no
-byte more; the rest of stdin is the command's (with -i). Anything else is
-refused, exit status 125. When stdin is a terminal, exec makes it raw and
-writes the marker ESC ]5379;agentkernel-env-ready BEL before it reads: send
-the block after it. When exec itself is killed
+that long: exit status 124 and a line saying so. When exec itself is killed
 (kill -9) or loses its connection to the sandbox, the command it started is
 killed too, and the audit log says so ("client gone").
+
+--env-stdin is for programs that pipe the environment, such as the nomad
+backend, so that no value appears on a command line (which every user of the
+machine can read): exec reads one block from the beginning of stdin,
+"AKENV1\0", a 4-byte big-endian length, then NUL-ended KEY=VALUE entries (at
+most 1 MiB), and no byte more; the rest of stdin is the command's (with -i).
+Anything else is refused, exit status 125. When stdin is a terminal, exec
+makes it raw and writes the marker ESC ]5379;agentkernel-env-ready BEL
+before it reads: send the block after it.
 
 -d runs the command detached: exec prints its ID and returns while the
 command runs on, owned by the sandbox's supervisor, until it ends, is killed
