@@ -399,6 +399,7 @@ func checkEnvOffCmdline(t *testing.T, i *instance) {
 	}
 	defer inW.Close()
 	defer outR.Close()
+	_ = outR.SetReadDeadline(time.Now().Add(time.Minute))
 	line := make([]byte, len(secret)+1)
 	if _, err := io.ReadFull(outR, line); err != nil || string(line) != secret+"\n" {
 		t.Fatalf("the command did not see its environment: %q %v", line, err)
@@ -440,8 +441,17 @@ func checkEnvOffCmdline(t *testing.T, i *instance) {
 	inW2.Write([]byte("typed\r"))
 	outc := make(chan string, 1)
 	go func() { b, _ := io.ReadAll(outR2); outc <- string(b) }()
-	if ws := p.Wait(); ws.ExitStatus() != 0 {
-		t.Errorf("exec with a TTY: %v", ws)
+	waited := make(chan syscall.WaitStatus, 1)
+	go func() { waited <- p.Wait() }()
+	select {
+	case ws := <-waited:
+		if ws.ExitStatus() != 0 {
+			t.Errorf("exec with a TTY: %v", ws)
+		}
+	case <-time.After(time.Minute):
+		_ = p.Signal(syscall.SIGKILL)
+		<-waited
+		t.Errorf("exec with a TTY did not end")
 	}
 	inW2.Close()
 	out := <-outc
