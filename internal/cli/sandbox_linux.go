@@ -908,6 +908,16 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 			return fail(err)
 		}
 	}
+	var serveOpts []supervisor.ServeOption
+	if os.Getenv("AGENTKERNEL_SUPERVISOR_LOCK_FD") == "4" {
+		// The supervisor lock its starter took (supervisor.WithLock).
+		_ = os.Unsetenv("AGENTKERNEL_SUPERVISOR_LOCK_FD")
+		lock := os.NewFile(4, "supervisor.lock")
+		if err := setCloexec(lock); err != nil {
+			return fail(err)
+		}
+		serveOpts = append(serveOpts, supervisor.WithLock(lock))
+	}
 	b, err := os.ReadFile(dir + "/spec.json")
 	if err != nil {
 		return fail(err)
@@ -942,7 +952,7 @@ func supervise(dataDir, name string, logger *slog.Logger, warn func(string), all
 	if err != nil {
 		return fail(err)
 	}
-	if err := supervisor.Serve(context.Background(), booter, &spec, dir, ready, supervisor.WithExpiry(startExpire(dataDir, name, warn))); err != nil {
+	if err := supervisor.Serve(context.Background(), booter, &spec, dir, ready, append(serveOpts, supervisor.WithExpiry(startExpire(dataDir, name, warn)))...); err != nil {
 		return &ExitError{Code: ExitAgentkernel, Err: err}
 	}
 	return nil

@@ -426,6 +426,31 @@ func tryFlock(path string) (func(), error) {
 	return unlock, err
 }
 
+// takeLock is the supervisor's lock on path: held (the starter's
+// descriptor, WithLock) when it is path's file and flock'ed, else taken
+// here (tryFlock).
+func takeLock(path string, held *os.File) (func(), error) {
+	if held == nil {
+		return tryFlock(path)
+	}
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(held.Fd()), &a); err != nil {
+		held.Close()
+		return nil, err
+	}
+	if err := unix.Lstat(path, &b); err != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+		held.Close()
+		return nil, fmt.Errorf("the supervisor lock handed over is not %s", path)
+	}
+	// The starter's open file holds the lock already: this only checks
+	// (an flock on the same open file never waits for itself).
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		held.Close()
+		return nil, errors.New("another supervisor runs this sandbox")
+	}
+	return func() { held.Close() }, nil
+}
+
 // lockedGet takes the sandbox's lock and reads its state under it. It
 // checks that the sandbox exists first, so that a name that does not
 // exist gets no lock file.
@@ -502,7 +527,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 			return nil, err
 		}
 		m.removeCgroups(sb)
-		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log")); err != nil {
+		if pid, start, err = spawn(m.SuperviseCommand(name), filepath.Join(dir, "supervisor.log"), filepath.Join(dir, supervisorLockFile)); err != nil {
 			return nil, err
 		}
 		if err := m.copyFiles(ctx, name); err != nil {
@@ -789,7 +814,23 @@ func ProcStart(pid int) (uint64, error) {
 
 // spawn starts argv detached (own session, stdio to logPath) and waits
 // until it reports ready on fd 3.
-func spawn(argv []string, logPath string) (int, uint64, error) {
+func spawn(argv []string, logPath, lockPath string) (int, uint64, error) {
+	// The supervisor's lock is taken here and handed to it (fd 4), so
+	// that it is held from before the supervisor exists: a start that
+	// comes while this one's supervisor is still starting up finds it
+	// booting (adoptBooting) rather than no one, and does not start a
+	// second one that would then fail on the lock.
+	lockf, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer lockf.Close()
+	if err := unix.Flock(int(lockf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return 0, 0, errors.New("another supervisor runs this sandbox")
+		}
+		return 0, 0, err
+	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, 0, err
@@ -803,9 +844,9 @@ func spawn(argv []string, logPath string) (int, uint64, error) {
 	cmd := exec.Command(argv[0])
 	cmd.Args = argv[1:]
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{rw}
+	cmd.ExtraFiles = []*os.File{rw, lockf}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = append(os.Environ(), "AGENTKERNEL_SUPERVISOR_READY_FD=3")
+	cmd.Env = append(os.Environ(), "AGENTKERNEL_SUPERVISOR_READY_FD=3", "AGENTKERNEL_SUPERVISOR_LOCK_FD=4")
 	if err := cmd.Start(); err != nil {
 		rw.Close()
 		return 0, 0, fmt.Errorf("starting supervisor: %w", err)

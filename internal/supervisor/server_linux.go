@@ -47,7 +47,7 @@ func Serve(ctx context.Context, b sandbox.Booter, spec *sandbox.Spec, dir string
 	// Held from before the boot to the end: a starter killed while this
 	// supervisor boots leaves the next start something to wait for
 	// (Manager.adoptBooting) rather than a second supervisor to race.
-	unlockSup, err := tryFlock(filepath.Join(dir, supervisorLockFile))
+	unlockSup, err := takeLock(filepath.Join(dir, supervisorLockFile), o.lock)
 	if err != nil {
 		return fail(err)
 	}

@@ -38,6 +38,16 @@ type ServeOption func(*serveOptions)
 
 type serveOptions struct {
 	onExpire func()
+	lock     *os.File
+}
+
+// WithLock gives Serve the sandbox's supervisor lock as its starter took
+// it (spawn: a descriptor of supervisor.lock, flock'ed before this
+// process existed), so that no moment passes between the start and the
+// lock in which another starter could see no supervisor and start a
+// second one. Serve checks that it is the lock of its directory.
+func WithLock(f *os.File) ServeOption {
+	return func(o *serveOptions) { o.lock = f }
 }
 
 // WithExpiry has Serve call onExpire once the sandbox's expiry (the
