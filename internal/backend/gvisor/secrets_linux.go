@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -180,10 +181,10 @@ func (r *run) secretFilesMount(uid, gid int) (specs.Mount, error) {
 	}
 	defer unix.Close(sfd)
 	for _, f := range files {
-		if !secretFileName(f.Key) {
+		if !native.SecretFileName(f.Key) {
 			return specs.Mount{}, fmt.Errorf("--secret-file: %.130q is not a secret's name", f.Key)
 		}
-		if err := writeSecretFile(sfd, f, uid, gid); err != nil {
+		if err := native.WriteSecretFile(sfd, f, uid, gid); err != nil {
 			return specs.Mount{}, fmt.Errorf("secret files: %s: %w", f.Key, err)
 		}
 	}
@@ -191,38 +192,6 @@ func (r *run) secretFilesMount(uid, gid int) (specs.Mount, error) {
 		return specs.Mount{}, fmt.Errorf("secret files: making them read-only: %w", err)
 	}
 	return specs.Mount{Destination: sandbox.SecretFilesDir, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}, nil
-}
-
-// secretFileName reports whether k can name a secret's file: the vault's
-// rule for names ([A-Za-z0-9_-]{1,128}), so never a path, "." or "..".
-func secretFileName(k string) bool {
-	if k == "" || len(k) > 128 {
-		return false
-	}
-	for _, c := range []byte(k) {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// writeSecretFile creates f (a name checked by secretFileName) in the
-// directory dfd, a fresh tmpfs: a new file, no link followed.
-func writeSecretFile(dfd int, f sandbox.SecretFile, uid, gid int) error {
-	fd, err := unix.Openat(dfd, f.Key, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
-	if err != nil {
-		return err
-	}
-	file := os.NewFile(uintptr(fd), f.Key)
-	defer file.Close()
-	if _, err := file.Write(f.Value); err != nil {
-		return err
-	}
-	if err := file.Chown(uid, gid); err != nil {
-		return err
-	}
-	return file.Chmod(0o400)
 }
 
 // secretMountPoint makes the file name (relative to the root) a mount

@@ -52,7 +52,7 @@ func (r *runState) secretConfig(cfg *initConfig) error {
 	}
 	if len(s.Files) > 0 {
 		for _, f := range s.Files {
-			if !secretFileName(f.Key) {
+			if !SecretFileName(f.Key) {
 				return fmt.Errorf("--secret-file: %.130q is not a secret's name", f.Key)
 			}
 		}
@@ -273,9 +273,10 @@ func readRegular(path string, max int64) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, max))
 }
 
-// secretFileName reports whether k can name a secret's file: the vault's
+// SecretFileName reports whether k can name a secret's file: the vault's
 // rule for names ([A-Za-z0-9_-]{1,128}), so never a path, "." or "..".
-func secretFileName(k string) bool {
+// The gvisor backend checks its secret files with it too.
+func SecretFileName(k string) bool {
 	if k == "" || len(k) > 128 {
 		return false
 	}
@@ -326,10 +327,10 @@ func (s *initState) writeSecretFiles(uid, gid int) error {
 	}
 	defer unix.Close(dfd)
 	for _, f := range files {
-		if !secretFileName(f.Key) {
+		if !SecretFileName(f.Key) {
 			return fmt.Errorf("secret files: %.130q is not a secret's name", f.Key)
 		}
-		if err := writeSecretFile(dfd, f, uid, gid); err != nil {
+		if err := WriteSecretFile(dfd, f, uid, gid); err != nil {
 			return fmt.Errorf("secret files: %s: %w", f.Key, err)
 		}
 	}
@@ -339,9 +340,11 @@ func (s *initState) writeSecretFiles(uid, gid int) error {
 	return nil
 }
 
-// writeSecretFile creates f (a name checked by secretFileName) in the
-// directory dfd, a fresh tmpfs: a new file, no link followed.
-func writeSecretFile(dfd int, f sandbox.SecretFile, uid, gid int) error {
+// WriteSecretFile creates f (a name checked by SecretFileName) in the
+// directory dfd, a fresh tmpfs: a new file, no link followed, mode 0400,
+// owned by uid:gid. The gvisor backend writes its secret files with it
+// too.
+func WriteSecretFile(dfd int, f sandbox.SecretFile, uid, gid int) error {
 	fd, err := unix.Openat(dfd, f.Key, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o400)
 	if err != nil {
 		return err
