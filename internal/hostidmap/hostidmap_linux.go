@@ -269,7 +269,7 @@ func MountsUnder(pid int, dir string) ([]string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		if p := unescapeMount(f[4]); strings.HasPrefix(p, prefix) && !slices.Contains(out, p) {
+		if p := UnescapeMount(f[4]); strings.HasPrefix(p, prefix) && !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
@@ -277,8 +277,10 @@ func MountsUnder(pid int, dir string) ([]string, error) {
 	return out, nil
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
+// UnescapeMount undoes mountinfo's octal escapes (\040 for a space) in
+// a path field of /proc/PID/mountinfo (the native backend's cgroup
+// lookup reads the file with it too).
+func UnescapeMount(s string) string {
 	if !strings.Contains(s, "\\") {
 		return s
 	}

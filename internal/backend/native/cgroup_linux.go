@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/cgroups/fs2"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentkernel/agentkernel/internal/hostidmap"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -302,7 +303,7 @@ func v1OwnDirIn(mountinfo, c, own string) (string, bool) {
 		if len(f) < 5 || len(g) < 3 || g[0] != "cgroup" || !slices.Contains(strings.Split(g[2], ","), c) {
 			continue
 		}
-		root, mnt := unescapeMount(f[3]), unescapeMount(f[4])
+		root, mnt := hostidmap.UnescapeMount(f[3]), hostidmap.UnescapeMount(f[4])
 		if !strings.HasPrefix(mnt, cgroupRoot+"/") {
 			continue
 		}
@@ -313,25 +314,6 @@ func v1OwnDirIn(mountinfo, c, own string) (string, bool) {
 		return filepath.Join(mnt, rel), true
 	}
 	return "", false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, "\\") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // setV1Limits writes controller c's limits into the fresh cgroup dir.
