@@ -16,9 +16,6 @@ import (
 
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
-
-	"github.com/agentkernel/agentkernel/bench/harness"
-	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestEngineGCKilledRun: a rootful docker or podman run of the
@@ -31,40 +28,16 @@ import (
 // ends as usual, leaving nothing either. The project's files are never
 // touched.
 func TestEngineGCKilledRun(t *testing.T) {
-	for _, e := range []struct {
-		name, env string
-		start     func(string) (string, func(), error)
-	}{
-		{"docker", "DOCKER_HOST", harness.StartPrivateDocker},
-		{"podman", "CONTAINER_HOST", harness.StartPodmanService},
-	} {
+	for _, e := range engines() {
 		t.Run(e.name, func(t *testing.T) {
-			work, err := os.MkdirTemp("", "ake2e")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(work) })
-			host, stop, err := e.start(filepath.Join(work, e.name))
-			if err != nil {
-				testenv.Missing(t, "%s: %v", e.name, err)
-			}
-			t.Cleanup(stop)
-			checkEngineGCKilledRun(t, e.name, e.env, host)
+			checkEngineGCKilledRun(t, e, startEngine(t, e))
 		})
 	}
 }
 
-func checkEngineGCKilledRun(t *testing.T, backend, env, host string) {
+func checkEngineGCKilledRun(t *testing.T, e engine, host string) {
 	daemon := socketPeer(t, strings.TrimPrefix(host, "unix://"))
-	a, ref := withRegistry(t)
-	a.env = append(a.env, env+"="+host)
-	cfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
-	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, []byte("[security]\nallow_degraded = [\"landlock\"]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, ref := withEngine(t, e, host)
 	if err := os.WriteFile(filepath.Join(a.dir, "project.txt"), []byte("project\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +89,7 @@ func checkEngineGCKilledRun(t *testing.T, backend, env, host string) {
 	defer cancel()
 	start := func(script string) (*exec.Cmd, *strings.Builder) {
 		t.Helper()
-		c := a.cmd(ctx, "run", "-B", backend, "-p", "permissive", "--image", ref, "--", "sh", "-c", script)
+		c := a.cmd(ctx, "run", "-B", e.name, "-p", "permissive", "--image", ref, "--", "sh", "-c", script)
 		var stderr strings.Builder
 		c.Stderr = &stderr
 		if err := c.Start(); err != nil {
@@ -161,7 +134,7 @@ func checkEngineGCKilledRun(t *testing.T, backend, env, host string) {
 	}
 
 	r := a.run("gc")
-	if r.code != 0 || !strings.Contains(r.stdout, backend+" container") || !strings.Contains(r.stdout, "removed "+killedDir+"\n") {
+	if r.code != 0 || !strings.Contains(r.stdout, e.name+" container") || !strings.Contains(r.stdout, "removed "+killedDir+"\n") {
 		t.Errorf("gc: %v", r)
 	}
 	if m := mounts(killedDir); len(m) != 0 {

@@ -10,9 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/agentkernel/agentkernel/bench/harness"
 	"github.com/agentkernel/agentkernel/internal/backend/native/idrange"
-	"github.com/agentkernel/agentkernel/internal/testenv"
 )
 
 // TestPersistentIDsKept: a persistent sandbox of the gvisor, docker and
@@ -27,33 +25,9 @@ func TestPersistentIDsKept(t *testing.T) {
 		a, ref := withGVisor(t)
 		checkPersistentIDs(t, a, ref, "gvisor")
 	})
-	for _, e := range []struct {
-		name, env string
-		start     func(string) (string, func(), error)
-	}{
-		{"docker", "DOCKER_HOST", harness.StartPrivateDocker},
-		{"podman", "CONTAINER_HOST", harness.StartPodmanService},
-	} {
+	for _, e := range engines() {
 		t.Run(e.name, func(t *testing.T) {
-			work, err := os.MkdirTemp("", "ake2e")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = os.RemoveAll(work) })
-			host, stop, err := e.start(filepath.Join(work, e.name))
-			if err != nil {
-				testenv.Missing(t, "%s: %v", e.name, err)
-			}
-			t.Cleanup(stop)
-			a, ref := withRegistry(t)
-			a.env = append(a.env, e.env+"="+host)
-			cfg := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
-			if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(cfg, []byte("[security]\nallow_degraded = [\"landlock\"]\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			a, ref := withEngine(t, e, startEngine(t, e))
 			checkPersistentIDs(t, a, ref, e.name)
 		})
 	}
