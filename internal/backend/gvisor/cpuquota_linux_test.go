@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,20 +97,7 @@ func TestCPUQuota(t *testing.T) {
 	b := New(Options{DataDir: dataDir})
 	spec := testSpec(layer, "sh", "-c", "echo up; while :; do :; done")
 	spec.Resources = sandbox.Resources{CPUPercent: 20, MemoryMB: 256}
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: pw, Stderr: os.Stderr})
-		pw.Close()
-		done <- err
-	}()
-	buf := make([]byte, 3)
-	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "up\n" {
-		t.Fatalf("the command did not start: %q %v", buf, err)
-	}
-	go io.Copy(io.Discard, pr)
+	cancel, done := startRun(t, b, spec, "up\n")
 	runs, _ := filepath.Glob(filepath.Join(dataDir, "gvisor", "agentkernel-*"))
 	if len(runs) != 1 {
 		t.Fatalf("runs: %q", runs)
@@ -128,7 +114,7 @@ func TestCPUQuota(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := (<-done).err; !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 	if left := leftovers(dataDir); len(left) > 0 {

@@ -78,24 +78,7 @@ func TestRunCancelled(t *testing.T) {
 	b := New(Options{DataDir: dataDir})
 	spec := testSpec(layer, "sh", "-c", "echo up; sleep 60")
 	spec.Resources = sandbox.Resources{MemoryMB: 256, PIDs: 64}
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	type outcome struct {
-		res sandbox.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		res, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: pw, Stderr: os.Stderr})
-		pw.Close()
-		done <- outcome{res, err}
-	}()
-	buf := make([]byte, 3)
-	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "up\n" {
-		t.Fatalf("the command did not start: %q %v", buf, err)
-	}
-	go io.Copy(io.Discard, pr)
+	cancel, done := startRun(t, b, spec, "up\n")
 	// The sandbox runs: its directory, its runsc processes and its
 	// cgroup exist (the checks below see them).
 	if left := leftovers(dataDir); len(left) == 0 {
@@ -103,7 +86,7 @@ func TestRunCancelled(t *testing.T) {
 	}
 	start := time.Now()
 	cancel()
-	var o outcome
+	var o runOutcome
 	select {
 	case o = <-done:
 	case <-time.After(20 * time.Second):
@@ -116,6 +99,34 @@ func TestRunCancelled(t *testing.T) {
 	if left := leftovers(dataDir); len(left) > 0 {
 		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
 	}
+}
+
+// runOutcome is what a background Run returned.
+type runOutcome struct {
+	res sandbox.Result
+	err error
+}
+
+// startRun runs spec in the background until its command has written
+// want (the rest of its output is discarded), and returns the run's
+// cancel and where its outcome arrives.
+func startRun(t *testing.T, b *Backend, spec *sandbox.Spec, want string) (context.CancelFunc, <-chan runOutcome) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan runOutcome, 1)
+	go func() {
+		res, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: pw, Stderr: os.Stderr})
+		pw.Close()
+		done <- runOutcome{res, err}
+	}()
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != want {
+		t.Fatalf("the command did not start: %q %v", buf, err)
+	}
+	go io.Copy(io.Discard, pr)
+	return cancel, done
 }
 
 // TestRunStatus: the command's status, output and a not-found command.
@@ -392,24 +403,11 @@ func TestRunOverlaysVolatile(t *testing.T) {
 	b := New(Options{DataDir: dataDir})
 	spec := testSpec(layer, "sh", "-c", "echo new > /workspace/f; cat /workspace/f; echo up; sleep 60")
 	spec.Mounts = []sandbox.Mount{{Kind: sandbox.MountCopyOnWrite, Source: proj, Dest: "/workspace"}}
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Run(ctx, spec, sandbox.Stdio{Stdout: pw, Stderr: os.Stderr})
-		pw.Close()
-		done <- err
-	}()
-	buf := make([]byte, 7)
-	if _, err := io.ReadFull(pr, buf); err != nil || string(buf) != "new\nup\n" {
-		t.Fatalf("the command did not start: %q %v", buf, err)
-	}
-	go io.Copy(io.Discard, pr)
+	cancel, done := startRun(t, b, spec, "new\nup\n")
 	ovs := overlaysOf(dataDir)
 	scratch, _ := filepath.Glob(filepath.Join(dataDir, "gvisor", "agentkernel-*", "scratch", "*"))
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := (<-done).err; !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 	if len(ovs) != 2 {
