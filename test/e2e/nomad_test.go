@@ -51,23 +51,9 @@ func TestNomadCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
-	defer func() {
-		// The node's sandboxes end with their tasks; wait for that before
-		// removing their data directory.
-		for i := 0; i < 150; i++ {
-			out, err := newAK(t).cmd(context.Background(), "--data-dir", nodeData, "-q", "sandbox", "list", "--all").Output()
-			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// The tasks' last agentkernel commands may still write there:
-		// wait until no process names the directory on its command line.
-		for i := 0; i < 150 && procsNaming(nodeData) > 0; i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-		os.RemoveAll(nodeData)
-	}()
+	// The node's sandboxes end with their tasks: their data directory
+	// goes after them.
+	defer func() { _ = nomadlab.RemoveNodeData(full, nodeData) }()
 	a := newAK(t)
 	cfg := filepath.Join(a.home, "nomad.toml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[orchestrator]\nnomad_addr = %q\n", l.Address)), 0o600); err != nil {
@@ -139,17 +125,4 @@ func TestNomadCommandLine(t *testing.T) {
 	if r := a.run(nomadArgs("sandbox", "create", "../x")...); r.code != 125 || !strings.Contains(r.stderr, "DNS label") {
 		t.Errorf("hostile name: %s", r)
 	}
-}
-
-// procsNaming counts the processes whose command line names dir.
-func procsNaming(dir string) int {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	n := 0
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), dir) {
-			n++
-		}
-	}
-	return n
 }

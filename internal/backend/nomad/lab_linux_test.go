@@ -5,9 +5,6 @@ package nomad
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -72,35 +69,9 @@ func nodeDataDir(t *testing.T, ak string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for i := 0; i < 150; i++ {
-			out, err := exec.Command(ak, "--data-dir", dir, "-q", "sandbox", "list", "--all").Output()
-			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 { // the header only
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		// The tasks' last agentkernel commands (a removal, a status
-		// check) may still write there: wait until no process names
-		// the directory on its command line.
-		for i := 0; i < 150 && usersOf(dir) > 0; i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := nomadlab.RemoveNodeData(ak, dir); err != nil {
 			t.Errorf("node data dir: %v", err)
 		}
 	})
 	return dir
-}
-
-// usersOf counts the processes whose command line names dir.
-func usersOf(dir string) int {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	n := 0
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), dir) {
-			n++
-		}
-	}
-	return n
 }
