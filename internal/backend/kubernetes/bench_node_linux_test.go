@@ -131,17 +131,7 @@ func BenchmarkNodeColdSandbox(bb *testing.B) {
 		if _, err := b.Create(ctx, &Request{Name: name, Image: kubelab.TestImage, Profile: prof}); err != nil {
 			bb.Fatal(err)
 		}
-		if _, err := b.WaitRunning(ctx, name, 2*time.Minute); err != nil {
-			bb.Fatal(err)
-		}
-		m["running"] = append(m["running"], time.Since(start))
-		if err := benchExecTrue(ctx, b, name); err != nil {
-			bb.Fatal(err)
-		}
-		m["first-exec"] = append(m["first-exec"], time.Since(start))
-		bb.StopTimer()
-		benchRemove(bb, b, name)
-		bb.StartTimer()
+		measureStart(ctx, bb, b, name, start, m)
 	}
 	m.report(bb)
 }
@@ -170,19 +160,26 @@ func BenchmarkNodePooledSandbox(bb *testing.B) {
 		if err != nil || !adopted {
 			bb.Fatalf("adopt: %v %v", adopted, err)
 		}
-		if _, err := b.WaitRunning(ctx, name, 2*time.Minute); err != nil {
-			bb.Fatal(err)
-		}
-		m["running"] = append(m["running"], time.Since(start))
-		if err := benchExecTrue(ctx, b, name); err != nil {
-			bb.Fatal(err)
-		}
-		m["first-exec"] = append(m["first-exec"], time.Since(start))
-		bb.StopTimer()
-		benchRemove(bb, b, name)
-		bb.StartTimer()
+		measureStart(ctx, bb, b, name, start, m)
 	}
 	m.report(bb)
+}
+
+// measureStart records the times from start to sandbox name's Running
+// and to its first exec returned, then removes it outside the timer.
+func measureStart(ctx context.Context, bb *testing.B, b *Backend, name string, start time.Time, m medians) {
+	bb.Helper()
+	if _, err := b.WaitRunning(ctx, name, 2*time.Minute); err != nil {
+		bb.Fatal(err)
+	}
+	m["running"] = append(m["running"], time.Since(start))
+	if err := benchExecTrue(ctx, b, name); err != nil {
+		bb.Fatal(err)
+	}
+	m["first-exec"] = append(m["first-exec"], time.Since(start))
+	bb.StopTimer()
+	benchRemove(bb, b, name)
+	bb.StartTimer()
 }
 
 // BenchmarkNodeExec: an exec round trip (true) into a Running sandbox.
