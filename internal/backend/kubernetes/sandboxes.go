@@ -458,9 +458,17 @@ func (s *Sandboxes) Connect(ctx context.Context, name string) (sandbox.Conn, err
 	if info.Status != sandbox.StatusRunning {
 		return nil, fmt.Errorf("sandbox %q: %w", name, sandbox.ErrNotRunning)
 	}
-	_, _ = s.Update(ctx, name, func(i *sandbox.Info) error { i.LastActivityAt = time.Now().UTC(); return nil })
+	// The last activity is a write to the record (the API server): at
+	// most one each activityEvery, not one per command.
+	if time.Since(info.LastActivityAt) >= activityEvery {
+		_, _ = s.Update(ctx, name, func(i *sandbox.Info) error { i.LastActivityAt = time.Now().UTC(); return nil })
+	}
 	return &conn{b: s.b, name: name, s: s}, nil
 }
+
+// activityEvery is how stale a sandbox's recorded last activity may be
+// before a connection writes it again.
+const activityEvery = 10 * time.Second
 
 // DiskUsage is 0: a pod's writable layer is on its node, out of sight.
 func (s *Sandboxes) DiskUsage(context.Context, string) (int64, error) { return 0, nil }
