@@ -217,18 +217,7 @@ export V
 			t.Errorf("--placeholder-secrets: no %q in %v", want, r)
 		}
 	}
-	found := false
-	for _, q := range up.requests() {
-		if q.path == "/gv-placeholder-file" {
-			found = true
-			if q.auth != "Bearer "+fileValue {
-				t.Errorf("--placeholder-secrets: upstream got Authorization %q, want the vault's value", q.auth)
-			}
-		}
-	}
-	if !found {
-		t.Errorf("--placeholder-secrets: the request did not reach the upstream")
-	}
+	up.wantAuth(t, "--placeholder-secrets", "/gv-placeholder-file", "Bearer "+fileValue)
 	noValueOnDisk(t, a.dataDir, fileValue)
 	noValueOnDisk(t, a.dataDir, inline)
 	if r := a.gv(ref, []string{"--pull", "never", "--network", "none", "--secret-file", "FKEY", "--name", "kept"}, "true"); r.code != 125 || !strings.Contains(r.stderr, "persistent sandboxes") {
@@ -290,18 +279,7 @@ cat "$SSL_CERT_FILE"`)
 		if strings.Contains(r.stdout, value) || strings.Contains(r.stderr, value) {
 			t.Errorf("exec %s: the value reached the sandbox's output: %v", path, r)
 		}
-		var seen *upstreamRequest
-		for _, q := range up.requests() {
-			if q.path == path {
-				q := q
-				seen = &q
-			}
-		}
-		if seen == nil {
-			t.Errorf("exec %s: the request did not reach the upstream", path)
-		} else if seen.auth != "Bearer "+value {
-			t.Errorf("exec %s: upstream got Authorization %q, want the vault's value", path, seen.auth)
-		}
+		up.wantAuth(t, "exec", path, "Bearer "+value)
 		return lastCert(ca)
 	}
 	ca1 := check("gvsec", "/gv-first")

@@ -116,18 +116,7 @@ curl -fsS -H "Authorization: Bearer $v" https://`+upstreamName+`/placeholder-fil
 	if strings.Contains(r.stdout, fileValue) {
 		t.Errorf("--placeholder-secrets: the value reached the sandbox:\n%s", r.stdout)
 	}
-	found := false
-	for _, q := range up.requests() {
-		if q.path == "/placeholder-file" {
-			found = true
-			if q.auth != "Bearer "+fileValue {
-				t.Errorf("--placeholder-secrets: upstream got Authorization %q, want the vault's value", q.auth)
-			}
-		}
-	}
-	if !found {
-		t.Errorf("--placeholder-secrets: the request did not reach the upstream")
-	}
+	up.wantAuth(t, "--placeholder-secrets", "/placeholder-file", "Bearer "+fileValue)
 	_ = filepath.Walk(n.a.dataDir, func(p string, fi os.FileInfo, err error) error {
 		if err == nil && fi.Mode().IsRegular() {
 			if b, _ := os.ReadFile(p); strings.Contains(string(b), fileValue) || strings.Contains(string(b), inline) {

@@ -71,6 +71,24 @@ func (u *secretUpstream) requests() []upstreamRequest {
 	return append([]upstreamRequest(nil), u.seen...)
 }
 
+// wantAuth checks that a request for path reached u, its last one with
+// Authorization auth; what names the case in the errors.
+func (u *secretUpstream) wantAuth(t *testing.T, what, path, auth string) {
+	t.Helper()
+	var seen *upstreamRequest
+	for _, q := range u.requests() {
+		if q.path == path {
+			q := q
+			seen = &q
+		}
+	}
+	if seen == nil {
+		t.Errorf("%s: the request for %s did not reach the upstream", what, path)
+	} else if seen.auth != auth {
+		t.Errorf("%s: upstream got Authorization %q for %s, want the vault's value", what, seen.auth, path)
+	}
+}
+
 func newSecretUpstream(t *testing.T, lab *netlab.Lab) *secretUpstream {
 	t.Helper()
 	ns := fmt.Sprintf("akup%d", os.Getpid())
