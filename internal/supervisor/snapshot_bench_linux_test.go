@@ -36,7 +36,7 @@ func BenchmarkSnapshotRestore(b *testing.B) {
 			if err := unix.Statfs(m.DataDir, &fs); err != nil {
 				b.Fatal(err)
 			}
-			if free := int64(fs.Bavail) * fs.Bsize; free < 2*int64(size.mib)<<20 {
+			if free := int64(fs.Bavail) * int64(fs.Bsize); free < 2*int64(size.mib)<<20 {
 				b.Skipf("%d MiB free on the data directory's file system: too little for %s", free>>20, size.name)
 			}
 			spec := &sandbox.Spec{Image: "busybox", Rootfs: cache.Rootfs{Layers: []string{b.TempDir()}, IDMap: cache.IDMap{Size: 65536}}}

@@ -419,7 +419,7 @@ func usedBytes(t *testing.T, dir string) int64 {
 	if err := unix.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	return int64(st.Blocks-st.Bfree) * st.Bsize
+	return int64(st.Blocks-st.Bfree) * int64(st.Bsize)
 }
 
 // fill writes a file in dir that leaves free bytes available.
@@ -429,7 +429,7 @@ func fill(t *testing.T, dir string, free int64) string {
 	if err := unix.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
-	size := int64(st.Bavail)*st.Bsize - free
+	size := int64(st.Bavail)*int64(st.Bsize) - free
 	p := filepath.Join(dir, "filler")
 	f, err := os.Create(p)
 	if err != nil {

@@ -66,8 +66,8 @@ func (s *stubScript) off() int {
 type ref int
 
 // add appends a record; arguments are uint64 values or refs.
-func (s *stubScript) add(desc string, nr uintptr, args ...any) int {
-	r := stubRecord{nr: uint64(nr), desc: desc}
+func (s *stubScript) add(desc string, nr uint64, args ...any) int {
+	r := stubRecord{nr: nr, desc: desc}
 	for i, a := range args {
 		switch v := a.(type) {
 		case ref:
