@@ -490,21 +490,34 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		return nil, err
 	}
 	defer unlock()
+	stopping := filepath.Join(m.Dir(name), stoppingFile)
 	if sb.Status == store.StatusRunning {
+		_, err := os.Lstat(stopping)
+		cut := err == nil
 		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
+			if !cut {
+				c.Close()
+				return m.info(sb), nil
+			}
+			// A stop whose caller was killed: its supervisor may still
+			// answer while it ends the sandbox (or may not have been
+			// told yet). The stop is finished, then the sandbox
+			// started afresh, rather than said to run.
+			_ = c.Stop(ctx)
 			c.Close()
-			return m.info(sb), nil
 		}
-		// Running on record, but its supervisor no longer answers: a stop
-		// whose caller was killed is still ending it (the socket goes
-		// first). It is let end, with what it ran (its cgroups), then
-		// started afresh, rather than said to run.
+		// Running on record, but its supervisor no longer answers (or
+		// was told to stop): it is let end, with what it ran (its
+		// cgroups), then started afresh.
 		m.awaitSupervisorEnd(sb)
 		m.removeCgroups(sb)
 		lock := filepath.Join(m.Dir(name), supervisorLockFile)
 		for i := 0; i < 300 && locked(lock); i++ {
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	if err := os.Remove(stopping); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	if err := m.thawSpec(sb); err != nil {
 		return nil, err
@@ -557,7 +570,14 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 	// A freeze whose taker died is undone first (best effort: the stop
 	// goes on, and its processes die with the sandbox once thawed).
 	_ = m.thawSpec(sb)
+	stopping := filepath.Join(m.Dir(name), stoppingFile)
 	if sb.Status == store.StatusRunning {
+		// Said before the supervisor is told: a start that comes after
+		// this stop's caller was killed finishes the stop (Start)
+		// instead of taking a supervisor that is ending for running.
+		if err := os.WriteFile(stopping, nil, 0o600); err != nil {
+			return nil, err
+		}
 		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
 			err = c.Stop(ctx)
 			c.Close()
@@ -579,8 +599,13 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 	if err != nil {
 		return nil, storeErr(name, err)
 	}
+	_ = os.Remove(stopping)
 	return m.info(sb), nil
 }
+
+// stoppingFile is in a sandbox's directory from the moment a stop is
+// about to tell its supervisor to end until the stop is recorded.
+const stoppingFile = "stopping"
 
 // awaitSupervisorEnd waits up to 2 s for sb's supervisor, which was told
 // to stop, to end, then makes sure with SIGKILL.

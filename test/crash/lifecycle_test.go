@@ -711,3 +711,56 @@ func TestStartFinishesKilledTake(t *testing.T) {
 		t.Errorf("records left: %v", left)
 	}
 }
+
+// TestStartFinishesKilledStop: a `sandbox stop` killed after it told the
+// supervisor to stop, while the sandbox's processes still have their
+// grace period (one ignores SIGTERM), leaves a supervisor that still
+// answers but is ending the sandbox. The next start must not take it
+// for running: it finishes the stop and starts the sandbox afresh, so
+// that a command run after the grace period has passed still finds it.
+func TestStartFinishesKilledStop(t *testing.T) {
+	a := newAK(t)
+	loadTestImage(t, a)
+	w := &lcWorld{t: t, a: a, files: map[string]map[string]string{"ks": {}}}
+	w.must("sandbox", "create", "ks", "--image", imageRef, "--start")
+	t.Cleanup(func() { a.run(t, "sandbox", "rm", "--force", "ks") })
+	w.must("exec", "-d", "ks", "--", "sh", "-c", "trap 'echo term > /root/got-term' TERM; while :; do sleep 0.1; done")
+	mark := filepath.Join(a.dataDir, "sandboxes", "ks", "upper", "root", "got-term")
+	time.Sleep(300 * time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stop := a.cmd(ctx, "sandbox", "stop", "ks")
+	if err := stop.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(mark); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = stop.Process.Kill()
+			_ = stop.Wait()
+			t.Fatal("the sandbox's command never got the stop's SIGTERM")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Told, and in its grace period: the stop's caller dies.
+	_ = stop.Process.Kill()
+	_ = stop.Wait()
+
+	w.ensureRunning("ks", "after the killed stop")
+	// Past the grace period of the cut stop (3 s): a sandbox that was only
+	// said to run would be gone by now.
+	time.Sleep(4 * time.Second)
+	if r := a.run(t, "exec", "ks", "--", "echo", "alive"); r.code != 0 || !strings.Contains(r.stdout, "alive") {
+		t.Fatalf("the sandbox started after the killed stop does not answer: %v", r)
+	}
+	if r := a.run(t, "sandbox", "list"); !strings.Contains(r.stdout, "running") {
+		t.Errorf("sandbox list after the start: %v", r)
+	}
+	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", "ks", "stopping")); !os.IsNotExist(err) {
+		t.Errorf("the stop's marker is left after the start: %v", err)
+	}
+}
