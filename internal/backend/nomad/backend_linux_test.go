@@ -370,7 +370,7 @@ func TestAgentkernelDriverEndToEnd(t *testing.T) {
 	}
 }
 
-func buildAgentkernel(t *testing.T) string {
+func buildAgentkernel(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AGENTKERNEL_FULL"); p != "" {
 		return p

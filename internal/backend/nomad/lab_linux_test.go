@@ -13,7 +13,7 @@ import (
 )
 
 // startLab runs a real Nomad dev agent for the test, torn down after it.
-func startLab(t *testing.T) *nomadlab.Lab {
+func startLab(t testing.TB) *nomadlab.Lab {
 	t.Helper()
 	testenv.RequireRoot(t) // raw_exec and the exec driver run tasks as root
 	bin, ok := nomadlab.Binary()
@@ -41,7 +41,7 @@ func startLab(t *testing.T) *nomadlab.Lab {
 	return l
 }
 
-func newBackend(t *testing.T, l *nomadlab.Lab, o Options) *Backend {
+func newBackend(t testing.TB, l *nomadlab.Lab, o Options) *Backend {
 	t.Helper()
 	o.Address = l.Address
 	b, err := New(o)
@@ -53,7 +53,7 @@ func newBackend(t *testing.T, l *nomadlab.Lab, o Options) *Backend {
 
 // cleanupJob purges a sandbox's job at the end of the test, so that the
 // agent's Close finds no task running.
-func cleanupJob(t *testing.T, b *Backend, name string) {
+func cleanupJob(t testing.TB, b *Backend, name string) {
 	t.Cleanup(func() {
 		_, _, _ = b.client.Jobs().Deregister(JobID(name), true, nil)
 	})
@@ -62,7 +62,7 @@ func cleanupJob(t *testing.T, b *Backend, name string) {
 // nodeDataDir is the node agentkernel's --data-dir for a test. Its
 // cleanup (which runs after the jobs' purges, registered later) waits
 // for the tasks' exits to remove their native sandboxes, then removes it.
-func nodeDataDir(t *testing.T, ak string) string {
+func nodeDataDir(t testing.TB, ak string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "nomad-node-")
 	if err != nil {
