@@ -218,7 +218,13 @@ func (a *app) createCmd() *cobra.Command {
 			}
 			fmt.Fprintln(a.stdout, s.Name)
 			if !a.quiet {
-				fmt.Fprintf(a.stderr, "sandbox %s: job %s\n", s.Name, s.JobID)
+				if s.TaskJobID != s.JobID {
+					// Nomad cannot rename the pool job it took, nor the
+					// node's agentkernel its running sandbox.
+					fmt.Fprintf(a.stderr, "sandbox %s: job %s (its name held by job %s); on the node, sandbox %s\n", s.Name, s.TaskJobID, s.JobID, s.NodeName)
+				} else {
+					fmt.Fprintf(a.stderr, "sandbox %s: job %s\n", s.Name, s.JobID)
+				}
 			}
 			return nil
 		},
@@ -244,13 +250,17 @@ func (a *app) listCmd() *cobra.Command {
 				return err
 			}
 			w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSTATUS\tPROFILE\tNETWORK\tDRIVER\tEXPIRES")
+			fmt.Fprintln(w, "NAME\tSTATUS\tPROFILE\tNETWORK\tDRIVER\tEXPIRES\tON THE NODE")
 			for _, s := range l {
 				exp := "-"
 				if !s.ExpiresAt.IsZero() {
 					exp = s.ExpiresAt.UTC().Format(time.RFC3339)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, s.Profile, s.Network, s.Driver, exp)
+				node := s.NodeName
+				if node == "" {
+					node = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, s.Profile, s.Network, s.Driver, exp, node)
 			}
 			return w.Flush()
 		},

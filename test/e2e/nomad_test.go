@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -97,8 +99,20 @@ func TestNomadCommandLine(t *testing.T) {
 		t.Fatalf("pool fill: %s", r)
 	}
 	defer a.run(nomadArgs("pool", "drain", "warm")...)
-	if r := a.run(nomadArgs("sandbox", "create", "pooled", "--pool", "warm", "--image", "host", "--network", "none")...); r.code != 0 || r.stdout != "pooled\n" || !strings.Contains(r.stderr, "taken from pool warm") {
+	r := a.run(nomadArgs("sandbox", "create", "pooled", "--pool", "warm", "--image", "host", "--network", "none")...)
+	if r.code != 0 || r.stdout != "pooled\n" || !strings.Contains(r.stderr, "taken from pool warm") {
 		t.Fatalf("create from the pool: %s", r)
+	}
+	// Its job and its name on the node are the pool job's, and said so.
+	m := regexp.MustCompile(`sandbox pooled: job agentkernel\.(pool-[0-9a-f]{16}) \(its name held by job agentkernel-pooled\); on the node, sandbox (pool-[0-9a-f]{16})\n`).FindStringSubmatch(r.stderr)
+	if m == nil || m[1] != m[2] {
+		t.Fatalf("create from the pool does not name its job and node sandbox: %s", r)
+	}
+	if r := a.run(nomadArgs("sandbox", "list")...); !regexp.MustCompile(`(?m)^pooled +running .* ` + m[2] + `\s*$`).MatchString(r.stdout) {
+		t.Errorf("list does not show the pooled sandbox's node name %s: %s", m[2], r)
+	}
+	if out, err := exec.Command(full, "--data-dir", nodeData, "-q", "sandbox", "list").Output(); err != nil || !strings.Contains(string(out), m[2]+" ") {
+		t.Errorf("the node's sandbox list: %s %v", out, err)
 	}
 	if r := a.run(nomadArgs("sandbox", "exec", "pooled", "--", "sh", "-c", "echo pooled; exit 5")...); r.code != 5 || r.stdout != "pooled\n" {
 		t.Errorf("exec in the pooled sandbox: %s", r)
@@ -114,7 +128,7 @@ func TestNomadCommandLine(t *testing.T) {
 	}
 
 	a.stdin = "to the run\n"
-	r := a.run(nomadArgs("run", "--image", "host", "--network", "none", "-i", "--", "sh", "-c", "cat; exit 4")...)
+	r = a.run(nomadArgs("run", "--image", "host", "--network", "none", "-i", "--", "sh", "-c", "cat; exit 4")...)
 	if r.code != 4 || r.stdout != "to the run\n" {
 		t.Errorf("run: %s", r)
 	}

@@ -133,8 +133,18 @@ func (b *Backend) w(ctx context.Context) *api.WriteOptions {
 
 // Sandbox is one sandbox as List shows it.
 type Sandbox struct {
-	Name      string
-	JobID     string
+	Name  string
+	JobID string // agentkernel-NAME, the job that holds the name
+	// TaskJobID is the job whose task runs the sandbox: JobID, or for a
+	// pooled sandbox the pool job it took (agentkernel.pool-HEX), whose
+	// allocation `nomad alloc logs` and `nomad alloc exec` reach.
+	TaskJobID string
+	// NodeName is the sandbox's name for the node's agentkernel: Name,
+	// or for a pooled sandbox its pool job's pool-HEX (a running native
+	// sandbox cannot be renamed). The node's `agentkernel sandbox list`,
+	// its audit log (`agentkernel audit`) and its data directory name it
+	// so.
+	NodeName  string
 	Status    string // the job's: pending, running, dead
 	Profile   string
 	Network   string
@@ -244,9 +254,17 @@ func lastEvent(ts *api.TaskState) string {
 
 func sandboxOf(meta map[string]string, id, status string, submit int64) Sandbox {
 	s := Sandbox{
-		Name: meta[SandboxMeta], JobID: id, Status: status,
+		Name: meta[SandboxMeta], JobID: id, TaskJobID: id, NodeName: meta[SandboxMeta], Status: status,
 		Profile: meta[ProfileMeta], Network: meta[NetworkMeta], Driver: meta[DriverMeta],
 		Labels: labelsOf(meta), Owner: meta[OwnerMeta],
+	}
+	if pj := meta[PooledJobMeta]; pj != "" {
+		// A pooled sandbox's; meta that names no pool job of ours
+		// (target refuses it) is not shown.
+		s.TaskJobID, s.NodeName = "", ""
+		if poolHex(pj) != "" && ValidName(meta[NodeNameMeta]) == nil {
+			s.TaskJobID, s.NodeName = pj, meta[NodeNameMeta]
+		}
 	}
 	if submit > 0 {
 		s.Created = time.Unix(0, submit)

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +29,8 @@ func TestPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	var skew atomic.Int64
-	b := newBackend(t, l, Options{NodeAgentkernel: ak, NodeDataDir: nodeDataDir(t, ak),
+	nodeData := nodeDataDir(t, ak)
+	b := newBackend(t, l, Options{NodeAgentkernel: ak, NodeDataDir: nodeData,
 		Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	p := &Pool{Name: "warm", Request: Request{Image: "host", Network: NetworkNone}, Size: 3, Owner: "test-server"}
 	t.Cleanup(func() { _ = b.Drain(context.Background(), p) })
@@ -74,6 +77,22 @@ func TestPool(t *testing.T) {
 	}
 	if list, err := b.List(ctx); err != nil || len(list) != 1 || list[0].Name != "w1" || list[0].Status != "running" {
 		t.Fatalf("list: %+v %v", list, err)
+	}
+	// Where the pool job's name shows: the node's agentkernel knows the
+	// sandbox as pool-HEX (its list and audit log), and Get says so;
+	// inside, the host name is the one every sandbox gets.
+	if !strings.HasPrefix(g.NodeName, "pool-") || g.TaskJobID != "agentkernel."+g.NodeName || g.JobID != "agentkernel-w1" {
+		t.Fatalf("get: node name %q, task job %q, job %q", g.NodeName, g.TaskJobID, g.JobID)
+	}
+	var host bytes.Buffer
+	if code, err := b.Exec(ctx, "w1", []string{"hostname"}, nil, &host, nil); err != nil || code != 0 || host.String() != "agentkernel\n" {
+		t.Fatalf("hostname in a pooled sandbox: %q %d %v", host.String(), code, err)
+	}
+	if out, err := exec.Command(ak, "--data-dir", nodeData, "-q", "sandbox", "list").Output(); err != nil || !strings.Contains(string(out), g.NodeName+" ") || strings.Contains(string(out), "w1") {
+		t.Fatalf("the node's sandbox list: %s %v", out, err)
+	}
+	if out, err := exec.Command(ak, "--data-dir", nodeData, "audit", "--sandbox", g.NodeName).Output(); err != nil || !strings.Contains(string(out), "hostname") {
+		t.Fatalf("the node's audit log of %s: %s %v", g.NodeName, out, err)
 	}
 	if n, _ := b.Waiting(ctx, p); n != 2 {
 		t.Fatalf("waiting after a take: %d, want 2", n)
