@@ -157,7 +157,7 @@ func TestNomadServeWarmPool(t *testing.T) {
 	}
 	done := make(chan runResp, 1)
 	go func() {
-		body := `{"command":["sh","-c","echo ` + token + ` > /tmp/took; sleep 3; cat /tmp/took"]}`
+		body := `{"command":["sh","-c","echo ` + token + ` > /tmp/took; sleep 5; cat /tmp/took"]}`
 		req, _ := http.NewRequest("POST", s.url+"/run", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 		req.Header.Set("Content-Type", "application/json")
