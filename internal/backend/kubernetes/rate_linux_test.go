@@ -3,9 +3,6 @@ package kubernetes
 import (
 	"context"
 	"fmt"
-	"os"
-	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -13,61 +10,64 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestCreateRate measures sandboxes created per second (API objects: a
-// NetworkPolicy and a pod each, as Create makes them) against plain pod
-// creation of the same pod through the same client, in alternating
-// rounds, and prints the medians. Only with AGENTKERNEL_KUBE_BENCH=1
-// (AGENTKERNEL_KUBE_BENCH_N sandboxes per round, default 40): it is a
-// measurement, not a check.
-func TestCreateRate(t *testing.T) {
-	if os.Getenv("AGENTKERNEL_KUBE_BENCH") != "1" {
-		t.Skip("a measurement: set AGENTKERNEL_KUBE_BENCH=1")
-	}
-	n := 40
-	if v, err := strconv.Atoi(os.Getenv("AGENTKERNEL_KUBE_BENCH_N")); err == nil && v > 0 {
-		n = v
-	}
+// BenchmarkCreateObjects measures sandboxes created per second through
+// the API server (the objects Create makes: a NetworkPolicy, then a pod;
+// nothing starts, the test API server has no node) against plain
+// creation of the same pod through the same client, with 1 and 8
+// clients at once. Each sub-benchmark reports objects/s (sandboxes or
+// pods per second of the whole batch); the namespace is emptied between
+// batches, outside the timer, so every batch starts from the same store.
+//
+//	go test -run '^$' -bench BenchmarkCreateObjects -benchtime 40x ./internal/backend/kubernetes
+func BenchmarkCreateObjects(b *testing.B) {
 	ctx := context.Background()
-	b := backend(t, Options{})
-	p := mustProfile(t, "moderate")
-	const rounds = 5
-	for _, workers := range []int{1, 8} {
-		var sb, plain []float64
-		for round := range rounds {
-			// Sandboxes: Create (policy, then pod).
-			d := timeParallel(t, n, workers, func(i int) error {
-				_, err := b.Create(ctx, &Request{Name: fmt.Sprintf("s%d-%d-%d", workers, round, i), Image: "busybox", Profile: p})
-				return err
-			})
-			sb = append(sb, float64(n)/d.Seconds())
-			// Plain pods: the same pod object, one request each.
-			d = timeParallel(t, n, workers, func(i int) error {
-				pod := buildPod(b.podOptions(), &Request{Name: fmt.Sprintf("p%d-%d-%d", workers, round, i), Image: "busybox", Profile: p}, time.Now())
-				_, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
-				return err
-			})
-			plain = append(plain, float64(n)/d.Seconds())
-			// Clean up between rounds so that every round starts from the
-			// same store size.
-			if err := b.client.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.client.NetworkingV1().NetworkPolicies(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-				t.Fatal(err)
-			}
+	be := backend(b, Options{})
+	p := mustProfile(b, "moderate")
+	batch := 0
+	clean := func(b *testing.B) {
+		if err := be.client.CoreV1().Pods(be.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatal(err)
 		}
-		t.Logf("%d client(s), %d per round, %d rounds: sandboxes/s median %.1f (rounds %s); plain pods/s median %.1f (rounds %s)",
-			workers, n, rounds, median(sb), fmtRates(sb), median(plain), fmtRates(plain))
+		if err := be.client.NetworkingV1().NetworkPolicies(be.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("Sandbox/clients=%d", clients), func(b *testing.B) {
+			batch++
+			prefix := fmt.Sprintf("s%d-%d", clients, batch)
+			rate := parallelRate(b, clients, func(i int) error {
+				_, err := be.Create(ctx, &Request{Name: fmt.Sprintf("%s-%d", prefix, i), Image: "busybox", Profile: p})
+				return err
+			})
+			b.ReportMetric(rate, "objects/s")
+			clean(b)
+		})
+		b.Run(fmt.Sprintf("PlainPod/clients=%d", clients), func(b *testing.B) {
+			batch++
+			prefix := fmt.Sprintf("p%d-%d", clients, batch)
+			rate := parallelRate(b, clients, func(i int) error {
+				pod := buildPod(be.podOptions(), &Request{Name: fmt.Sprintf("%s-%d", prefix, i), Image: "busybox", Profile: p}, time.Now())
+				_, err := be.client.CoreV1().Pods(be.ns).Create(ctx, pod, metav1.CreateOptions{})
+				return err
+			})
+			b.ReportMetric(rate, "objects/s")
+			clean(b)
+		})
 	}
 }
 
-func timeParallel(t *testing.T, n, workers int, f func(i int) error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var wg sync.WaitGroup
+// parallelRate runs f for 0..b.N-1 over workers goroutines, under the
+// benchmark's timer, and returns the calls per second; the first error
+// fails the benchmark.
+func parallelRate(b *testing.B, workers int, f func(i int) error) float64 {
+	b.Helper()
 	next := make(chan int)
-	var firstErr error
+	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var firstErr error
+	b.ResetTimer()
+	start := time.Now()
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -83,30 +83,15 @@ func timeParallel(t *testing.T, n, workers int, f func(i int) error) time.Durati
 			}
 		}()
 	}
-	for i := range n {
+	for i := range b.N {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	took := time.Since(start)
+	b.StopTimer()
 	if firstErr != nil {
-		t.Fatal(firstErr)
+		b.Fatal(firstErr)
 	}
-	return time.Since(start)
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-func fmtRates(v []float64) string {
-	out := ""
-	for i, x := range v {
-		if i > 0 {
-			out += " "
-		}
-		out += strconv.FormatFloat(x, 'f', 1, 64)
-	}
-	return out
+	return float64(b.N) / took.Seconds()
 }
