@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -213,9 +212,7 @@ func (c *conn) ExecDetached(ctx context.Context, req sandbox.ExecRequest) (sandb
 		return sandbox.DetachedCommand{}, err
 	}
 	if c.s != nil {
-		mu, _ := c.s.detaching.LoadOrStore(c.name, &sync.Mutex{})
-		mu.(*sync.Mutex).Lock()
-		defer mu.(*sync.Mutex).Unlock()
+		defer c.s.detaching.lock(c.name)()
 	}
 	all, err := c.detached(ctx, "")
 	if err != nil {

@@ -325,4 +325,8 @@ func TestNodeDetachedStopStart(t *testing.T) {
 	if ok != sandbox.MaxDetachedRunning || limited != 2 {
 		t.Errorf("%d started, %d refused; want %d and 2", ok, limited, sandbox.MaxDetachedRunning)
 	}
+	// The per-sandbox lock of those starts went with them.
+	if n := s.detaching.len(); n != 0 {
+		t.Errorf("%d detached-start locks left after every start returned", n)
+	}
 }

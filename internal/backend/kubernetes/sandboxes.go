@@ -43,18 +43,56 @@ type Sandboxes struct {
 	// id tells this server's start claims from others' (records.go).
 	id string
 
-	mu    sync.Mutex
-	names map[string]*nameLock
-	// detaching holds a *sync.Mutex per sandbox name: detached starts
-	// in one sandbox go one at a time, so that the count of running
-	// ones is not outrun (detached.go).
-	detaching sync.Map
+	// names orders this server's Start, Stop and Remove of one sandbox.
+	names keyedLocks
+	// detaching makes detached starts in one sandbox go one at a time,
+	// so that the count of running ones is not outrun (detached.go).
+	detaching keyedLocks
 }
 
-// nameLock orders this server's Start, Stop and Remove of one sandbox.
-type nameLock struct {
+// keyedLocks is a mutex per key, held only while some caller holds or
+// waits for it: a key's entry goes with its last user, so the map
+// never holds more keys than there are callers at that moment. The
+// zero value is ready to use.
+type keyedLocks struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
 	mu   sync.Mutex
 	refs int
+}
+
+// lock holds key's lock until the returned function is called.
+func (k *keyedLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// len is how many keys have an entry.
+func (k *keyedLocks) len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.locks)
 }
 
 // NewSandboxes keeps the records of b's sandboxes in b's namespace;
@@ -63,29 +101,11 @@ type nameLock struct {
 func NewSandboxes(b *Backend, dataDir string) *Sandboxes {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace()), id: hex.EncodeToString(id[:]), names: map[string]*nameLock{}}
+	return &Sandboxes{b: b, dir: filepath.Join(dataDir, "kubernetes", b.Namespace()), id: hex.EncodeToString(id[:])}
 }
 
 // lock holds name's lock until the returned function is called.
-func (s *Sandboxes) lock(name string) func() {
-	s.mu.Lock()
-	l := s.names[name]
-	if l == nil {
-		l = &nameLock{}
-		s.names[name] = l
-	}
-	l.refs++
-	s.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.names, name)
-		}
-		s.mu.Unlock()
-	}
-}
+func (s *Sandboxes) lock(name string) func() { return s.names.lock(name) }
 
 // status fills info's Status (and StopReason) from its pod.
 func (s *Sandboxes) status(ctx context.Context, info *sandbox.Info) error {
