@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/agentkernel/agentkernel/internal/backend/kubernetes"
 	"github.com/agentkernel/agentkernel/internal/clustercli"
@@ -78,10 +79,11 @@ A pod that no node starts within --start-timeout ends the run with status
 				return err
 			}
 			ctx := cmd.Context()
+			var s *kubernetes.Sandbox
 			if pool != "" {
-				_, _, err = b.CreateFromPool(ctx, &kubernetes.Pool{Name: pool, Image: image, Profile: p}, r)
+				s, _, err = b.CreateFromPool(ctx, &kubernetes.Pool{Name: pool, Image: image, Profile: p}, r)
 			} else {
-				_, err = b.Create(ctx, r)
+				s, err = b.Create(ctx, r)
 			}
 			if err != nil {
 				return err
@@ -93,14 +95,18 @@ A pod that no node starts within --start-timeout ends the run with status
 					fmt.Fprintf(a.stderr, "agentkernel: removing the run's sandbox %s: %v (agentkernel sandbox rm -B kubernetes %s)\n", name, err, name)
 				}
 			}()
-			if _, err := b.WaitRunning(ctx, name, startTimeout); err != nil {
-				return err
+			// A pod adopted from a pool runs already: the exec goes
+			// straight to it.
+			if s.Phase != corev1.PodRunning {
+				if s, err = b.WaitRunning(ctx, name, startTimeout); err != nil {
+					return err
+				}
 			}
 			io := kubernetes.ExecIO{Stdout: a.stdout, Stderr: a.stderr}
 			if interactive {
 				io.Stdin = os.Stdin
 			}
-			code, err := b.Exec(ctx, name, args, io)
+			code, err := b.ExecIn(ctx, s, args, io)
 			if err != nil {
 				return err
 			}

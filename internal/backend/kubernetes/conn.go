@@ -11,6 +11,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/sandbox"
@@ -35,6 +36,42 @@ type conn struct {
 	// s, where set, holds the detached commands of the sandbox's
 	// earlier pods.
 	s *Sandboxes
+
+	mu sync.Mutex
+	// pod is the sandbox's pod as last seen Running, at seen (Connect
+	// saw it): commands within podFresh of that go to it without
+	// another look-up, later ones look again.
+	pod  *Sandbox
+	seen time.Time
+}
+
+// podFresh is how long a connection trusts the pod it last saw
+// Running: a command within it goes straight to that pod (by name: a
+// pod gone since fails the command), one after it lists the sandbox's
+// pods again first. The look-up is an API round trip before every
+// command; the connection a command is run through was opened (and the
+// pod seen) a moment before.
+const podFresh = time.Second
+
+// exec runs args in the sandbox's pod.
+func (c *conn) exec(ctx context.Context, args []string, stdio ExecIO) (int, error) {
+	c.mu.Lock()
+	pod := c.pod
+	if pod != nil && time.Since(c.seen) > podFresh {
+		pod = nil
+	}
+	c.mu.Unlock()
+	if pod == nil {
+		seen := time.Now()
+		sb, err := c.b.Get(ctx, c.name)
+		if err != nil {
+			return 0, err
+		}
+		c.mu.Lock()
+		c.pod, c.seen, pod = sb, seen, sb
+		c.mu.Unlock()
+	}
+	return c.b.ExecIn(ctx, pod, args, stdio)
 }
 
 func (c *conn) Close() error { return nil }
@@ -97,7 +134,7 @@ func (c *conn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sandbox.
 		ectx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	code, err := c.b.Exec(ectx, c.name, args, ExecIO{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, TTY: req.TTY})
+	code, err := c.exec(ectx, args, ExecIO{Stdin: stdio.Stdin, Stdout: stdio.Stdout, Stderr: stdio.Stderr, TTY: req.TTY})
 	if err != nil {
 		if req.Timeout > 0 && errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			return sandbox.Result{ExitCode: 124, TimedOut: true}, nil
@@ -111,7 +148,7 @@ func (c *conn) Exec(ctx context.Context, req sandbox.ExecRequest, stdio sandbox.
 // stderr.
 func (c *conn) script(ctx context.Context, script string, stdin io.Reader, stdout io.Writer, args ...string) (int, string, error) {
 	var stderr bytes.Buffer
-	code, err := c.b.Exec(ctx, c.name, append([]string{"sh", "-c", script, "sh"}, args...), ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	code, err := c.exec(ctx, append([]string{"sh", "-c", script, "sh"}, args...), ExecIO{Stdin: stdin, Stdout: stdout, Stderr: &stderr})
 	return code, strings.TrimSpace(stderr.String()), err
 }
 

@@ -305,7 +305,11 @@ func (b *Backend) createOwned(ctx context.Context, r *Request, u *unstructured.U
 		return err
 	}
 	if pool != nil && pool.Image == r.Image && pool.Profile.Name == r.Profile.Name && r.MemoryMB == 0 && r.CPUPercent == 0 {
-		s, err := b.adopt(ctx, pool, r)
+		pods, err := b.listPool(ctx, pool.Name)
+		var s *Sandbox
+		if err == nil {
+			s, err = b.adopt(ctx, pool, r, pods)
+		}
 		if err == nil {
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 				"labels":          map[string]string{OwnerLabel: ownerKind},

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
@@ -26,7 +28,9 @@ type ExecIO struct {
 
 // Exec runs args in the named sandbox's container through the API's exec
 // subresource (the kubelet runs it) and returns its exit status. The
-// arguments go to the container as they are: no shell reads them.
+// arguments go to the container as they are: no shell reads them. It
+// looks the sandbox's pod up first (one list); a caller that has just
+// seen the pod runs ExecIn.
 func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio ExecIO) (int, error) {
 	if len(args) == 0 {
 		return 0, fmt.Errorf("exec: a command is required")
@@ -35,11 +39,25 @@ func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio Ex
 	if err != nil {
 		return 0, err
 	}
+	return b.ExecIn(ctx, s, args, stdio)
+}
+
+// ExecIn is Exec in the pod s names, as the caller saw it a moment ago
+// (Get, WaitRunning, CreateFromPool), without looking it up again: s
+// must be Running and not being removed. The exec goes to that pod by
+// its name; one gone since fails it (ErrNotFound).
+func (b *Backend) ExecIn(ctx context.Context, s *Sandbox, args []string, stdio ExecIO) (int, error) {
+	if len(args) == 0 {
+		return 0, fmt.Errorf("exec: a command is required")
+	}
 	if s.Removing {
-		return 0, fmt.Errorf("sandbox %q is being removed: exec refused", name)
+		return 0, fmt.Errorf("sandbox %q is being removed: exec refused", s.Name)
 	}
 	if s.Phase != corev1.PodRunning {
-		return 0, fmt.Errorf("sandbox %q is %s, not Running: exec needs a running pod", name, s.Phase)
+		return 0, fmt.Errorf("sandbox %q is %s, not Running: exec needs a running pod", s.Name, s.Phase)
+	}
+	if s.Pod == "" {
+		return 0, fmt.Errorf("sandbox %q: no pod to run in", s.Name)
 	}
 	req := b.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(b.ns).Name(s.Pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
@@ -73,6 +91,12 @@ func (b *Backend) Exec(ctx context.Context, name string, args []string, stdio Ex
 		return ce.Code, nil
 	}
 	if err != nil {
+		// The error of an upgrade the API server refused hides its
+		// status: a pod gone since s was seen is told by asking.
+		if ctx.Err() != nil {
+		} else if _, gerr := b.client.CoreV1().Pods(b.ns).Get(ctx, s.Pod, metav1.GetOptions{}); apierrors.IsNotFound(gerr) {
+			return 0, fmt.Errorf("sandbox %q: its pod %s is gone (stopped or removed meanwhile; start it again): %w", s.Name, s.Pod, ErrNotFound)
+		}
 		return 0, b.apiError("exec", err)
 	}
 	return 0, nil

@@ -132,10 +132,29 @@ func (b *Backend) CreateFromPool(ctx context.Context, p *Pool, r *Request) (s *S
 		s, err := b.Create(ctx, r)
 		return s, false, err
 	}
-	if err := b.claimWith(ctx, r, nil, nil); err != nil {
+	// The pool's pods are listed while the name is claimed: the list is
+	// only read once the claim is made, and an adoption from a list
+	// that has aged (a pod taken or gone since) fails on the pod's
+	// resourceVersion and tries the next.
+	var (
+		pods *corev1.PodList
+		lerr error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		pods, lerr = b.listPool(ctx, p.Name)
+	}()
+	err = b.claimWith(ctx, r, nil, nil)
+	<-done
+	if err != nil {
 		return nil, false, err
 	}
-	s, err = b.adopt(ctx, p, r)
+	if lerr != nil {
+		s, err = nil, lerr
+	} else {
+		s, err = b.adopt(ctx, p, r, pods)
+	}
 	if err == nil {
 		return s, true, nil
 	}
@@ -154,11 +173,17 @@ func (b *Backend) CreateFromPool(ctx context.Context, p *Pool, r *Request) (s *S
 	return &sb, false, nil
 }
 
-func (b *Backend) adopt(ctx context.Context, p *Pool, r *Request) (*Sandbox, error) {
-	pods, err := b.client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: poolSelector(p.Name)})
+// listPool lists a pool's pods.
+func (b *Backend) listPool(ctx context.Context, pool string) (*corev1.PodList, error) {
+	pods, err := b.client.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: poolSelector(pool)})
 	if err != nil {
 		return nil, b.apiError("list pool pods", err)
 	}
+	return pods, nil
+}
+
+// adopt takes one of pods, the pool's pods as listed, for r.
+func (b *Backend) adopt(ctx context.Context, p *Pool, r *Request, pods *corev1.PodList) (*Sandbox, error) {
 	// Running pods first: they are the warm ones.
 	order := make([]*corev1.Pod, 0, len(pods.Items))
 	for i := range pods.Items {

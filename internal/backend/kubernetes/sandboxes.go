@@ -469,21 +469,41 @@ func (s *Sandboxes) GC(ctx context.Context, dryRun bool) (sandbox.GCResult, erro
 }
 
 // Connect opens a connection to a running sandbox (sandbox.ErrNotRunning
-// when its pod does not run).
+// when its pod does not run). The record and the pod are read at once,
+// and the connection's first commands go to the pod seen here.
 func (s *Sandboxes) Connect(ctx context.Context, name string) (sandbox.Conn, error) {
-	info, err := s.Get(ctx, name)
-	if err != nil {
-		return nil, err
+	var (
+		r    *record
+		rerr error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		r, _, rerr = s.load(ctx, name)
+	}()
+	seen := time.Now()
+	sb, perr := s.b.Get(ctx, name)
+	<-done
+	if rerr != nil {
+		return nil, rerr
 	}
+	if perr != nil && !errors.Is(perr, ErrNotFound) {
+		return nil, perr
+	}
+	if perr != nil {
+		sb = nil
+	}
+	info := r.Info
+	statusFrom(info, sb)
 	if info.Status != sandbox.StatusRunning {
 		return nil, fmt.Errorf("sandbox %q: %w", name, sandbox.ErrNotRunning)
 	}
 	// The last activity is a write to the record (the API server): at
 	// most one each activityEvery, not one per command.
 	if time.Since(info.LastActivityAt) >= activityEvery {
-		_, _ = s.Update(ctx, name, func(i *sandbox.Info) error { i.LastActivityAt = time.Now().UTC(); return nil })
+		_, _ = s.modify(ctx, name, func(r *record) error { r.Info.LastActivityAt = time.Now().UTC(); return nil })
 	}
-	return &conn{b: s.b, name: name, s: s}, nil
+	return &conn{b: s.b, name: name, s: s, pod: sb, seen: seen}, nil
 }
 
 // activityEvery is how stale a sandbox's recorded last activity may be
