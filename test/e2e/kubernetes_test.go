@@ -236,6 +236,44 @@ func TestKubernetesNodeExec(t *testing.T) {
 		t.Errorf("run -i -B kubernetes: %s", r)
 	}
 	a.stdin = ""
+	// From a warm pool: the run adopts the pool's Running pod and runs
+	// the command in it straight away; the pod goes after.
+	if r := a.run("pool", "fill", "rp", "-B", "kubernetes", "-c", cfg, "--no-user-namespace", "--image", kubelab.TestImage, "-p", "restrictive", "--size", "1"); r.code != 0 {
+		t.Fatalf("pool fill: %s", r)
+	}
+	poolPods := func() (running, all int) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "agentkernel.io/pool=rp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil {
+				all++
+				if p.Status.Phase == corev1.PodRunning {
+					running++
+				}
+			}
+		}
+		return running, all
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if n, _ := poolPods(); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool's pod did not run within 2 minutes")
+		}
+	}
+	r = a.run("run", "-B", "kubernetes", "-c", cfg, "--no-user-namespace", "--image", kubelab.TestImage, "-p", "restrictive", "--pool", "rp", "--", "sh", "-c", "echo pooled as $(id -u); exit 4")
+	if r.code != 4 || r.stdout != "pooled as 65532\n" {
+		t.Errorf("run --pool: %s", r)
+	}
+	if _, all := poolPods(); all != 0 {
+		t.Errorf("%d pods still wait in the pool after a run took its only one", all)
+	}
+	if r := a.run("pool", "drain", "rp", "-B", "kubernetes", "-c", cfg); r.code != 0 {
+		t.Errorf("pool drain: %s", r)
+	}
 	if n := managed(); n != 0 {
 		t.Errorf("%d pods left after the runs", n)
 	}
