@@ -103,4 +103,17 @@ func TestNodeConnPod(t *testing.T) {
 	if out, err := run(c, "echo", "three"); err != nil || out != "three\n" {
 		t.Errorf("exec after a restart: %q %v", out, err)
 	}
+
+	// A last activity older than activityEvery is written by the next
+	// connection.
+	old := time.Now().UTC().Add(-2 * activityEvery)
+	if _, err := s.Update(ctx, "cp", func(i *sandbox.Info) error { i.LastActivityAt = old; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Connect(ctx, "cp"); err != nil {
+		t.Fatal(err)
+	}
+	if i, err := s.Get(ctx, "cp"); err != nil || !i.LastActivityAt.After(old.Add(activityEvery)) {
+		t.Errorf("last activity after a connection: %v %v, want written anew", i.LastActivityAt, err)
+	}
 }

@@ -93,9 +93,10 @@ func (b *Backend) ExecIn(ctx context.Context, s *Sandbox, args []string, stdio E
 	if err != nil {
 		// The error of an upgrade the API server refused hides its
 		// status: a pod gone since s was seen is told by asking.
-		if ctx.Err() != nil {
-		} else if _, gerr := b.client.CoreV1().Pods(b.ns).Get(ctx, s.Pod, metav1.GetOptions{}); apierrors.IsNotFound(gerr) {
-			return 0, fmt.Errorf("sandbox %q: its pod %s is gone (stopped or removed meanwhile; start it again): %w", s.Name, s.Pod, ErrNotFound)
+		if ctx.Err() == nil {
+			if _, gerr := b.client.CoreV1().Pods(b.ns).Get(ctx, s.Pod, metav1.GetOptions{}); apierrors.IsNotFound(gerr) {
+				return 0, fmt.Errorf("sandbox %q: its pod %s is gone (stopped or removed meanwhile; start it again): %w", s.Name, s.Pod, ErrNotFound)
+			}
 		}
 		return 0, b.apiError("exec", err)
 	}
