@@ -14,7 +14,10 @@
 //     The bundle itself (config.json, the rootfs mount point) is in a
 //     tmpfs mounted on the directory's scratch/ in the run's own mount
 //     namespace, so it goes with that namespace and the host never sees
-//     it (a persistent sandbox's bundle is in its directory).
+//     it (a persistent sandbox's bundle is in its directory). Where that
+//     tmpfs cannot hold the overlay's extended attributes (a kernel
+//     without tmpfs xattrs; one setxattr on it tells) or the overlay
+//     refuses it, the run keeps them in its directory on disk instead.
 //   - The root filesystem is the image store's layers under an overlay
 //     whose upper layer is in that scratch tmpfs (a persistent sandbox's
 //     in its directory, kept), mounted on the bundle's rootfs, so that

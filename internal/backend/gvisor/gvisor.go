@@ -50,6 +50,11 @@ type Backend struct {
 	opts Options
 	// bg counts the teardowns of pooled runs' sandboxes (Drain).
 	bg sync.WaitGroup
+	// noScratchXattr makes memScratch's probe of the scratch tmpfs
+	// fail as on a kernel whose tmpfs has no extended attributes, so
+	// that runs take the on-disk layout: the tests' way there on a
+	// kernel whose tmpfs has them.
+	noScratchXattr bool
 }
 
 // New returns the gvisor backend.

@@ -116,20 +116,12 @@ func (r *run) prepare(con *console) error {
 		return fmt.Errorf("making the run's mounts private: %w", err)
 	}
 	if r.keep == "" {
-		// The bundle and the root's writable layers (config.json, the
-		// mount points runsc's gofer makes) in memory: no file system
-		// work for them, at the start or after the run.
-		if err := os.Mkdir(r.scratch(), 0o700); err != nil {
-			return err
-		}
-		if err := unix.Mount("tmpfs", r.scratch(), "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0700,size=16m"); err != nil {
-			return fmt.Errorf("the run's scratch file system: %w", err)
-		}
+		// The bundle and the root's writable layers in memory where
+		// the kernel allows.
+		r.mem = r.memScratch()
 	}
-	for _, d := range []string{r.bundle(), r.rootfs(), r.state()} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
-		}
+	if err := os.Mkdir(r.state(), 0o700); err != nil {
+		return err
 	}
 	r.trace.stage("namespace unshared")
 	if err := r.mountRoot(); err != nil {
@@ -265,11 +257,84 @@ func (r *run) overlay() string {
 	return o
 }
 
+// memScratch mounts a tmpfs on the run's scratch directory, for the
+// bundle and the root's writable layers (config.json, the mount points
+// runsc's gofer makes): in memory, no file system work for them at the
+// start or after the run. It returns the directory, or "" when that
+// tmpfs cannot be used, and the run keeps them in its directory on disk
+// instead (the layout before): the tmpfs cannot be mounted, or it
+// cannot hold the extended attributes the root overlay keeps in its
+// upper layer (trusted.overlay.*, or user.overlay.* with userxattr; a
+// kernel built without CONFIG_TMPFS_XATTR, or before 6.6 for user.*).
+// One setxattr on the tmpfs's own root tells.
+func (r *run) memScratch() string {
+	dir := r.dir + "/scratch"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return ""
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0700,size=16m"); err != nil {
+		os.Remove(dir)
+		r.trace.stage("scratch tmpfs: " + err.Error())
+		return ""
+	}
+	name := "trusted.agentkernel"
+	if r.spec.Rootfs.UserXattr {
+		name = "user.agentkernel"
+	}
+	err := unix.Setxattr(dir, name, []byte{'1'}, 0)
+	if err == nil && r.b.noScratchXattr {
+		err = unix.EOPNOTSUPP
+	}
+	if err != nil {
+		r.dropMem(dir)
+		r.trace.stage("scratch tmpfs has no " + name + ": " + err.Error())
+		return ""
+	}
+	return dir
+}
+
+// dropMem unmounts the scratch tmpfs at dir (nothing in it is in use)
+// and removes its mount point.
+func (r *run) dropMem(dir string) {
+	_ = unix.Unmount(dir, unix.MNT_DETACH)
+	os.Remove(dir)
+}
+
 // mountRoot mounts the image's layers on the bundle's rootfs: an
-// overlay whose upper layer is in the run's directory. The sandbox's own
-// writes go to gVisor's overlay (overlay); this upper layer takes what
-// runsc's gofer makes on the host side, the mount points of volumes.
+// overlay whose upper layer is in the run's scratch directory. The
+// sandbox's own writes go to gVisor's overlay (overlay); this upper
+// layer takes what runsc's gofer makes on the host side, the mount
+// points of volumes. Where the overlay refuses an upper layer on the
+// scratch tmpfs (what memScratch's probe did not foresee), the bundle
+// and the layers move to the run's directory on disk.
 func (r *run) mountRoot() error {
+	err := r.mountRootIn()
+	var refused *overlayMountError
+	if err != nil && r.mem != "" && errors.As(err, &refused) {
+		r.trace.stage("root overlay on the scratch tmpfs: " + err.Error())
+		r.dropMem(r.mem)
+		r.mem = ""
+		err = r.mountRootIn()
+	}
+	return err
+}
+
+// overlayMountError is mountOverlay's failure of mount(2) itself.
+type overlayMountError struct {
+	dst string
+	err error
+}
+
+func (e *overlayMountError) Error() string { return "mount overlay on " + e.dst + ": " + e.err.Error() }
+func (e *overlayMountError) Unwrap() error { return e.err }
+
+// mountRootIn is mountRoot in scratch() as it is.
+func (r *run) mountRootIn() error {
+	for _, d := range []string{r.bundle(), r.rootfs()} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+	}
 	layers := r.spec.Rootfs.Layers
 	upper, work := r.scratch()+"/upper", r.scratch()+"/work"
 	if r.keep != "" {
@@ -356,7 +421,7 @@ func mountOverlay(lower []string, upper, work, extra, dst string, flags uintptr)
 		}
 	}
 	if err := unix.Mount("overlay", dst, "overlay", flags, data); err != nil {
-		return fmt.Errorf("mount overlay on %s: %w", dst, err)
+		return &overlayMountError{dst, err}
 	}
 	return nil
 }

@@ -65,6 +65,11 @@ type run struct {
 	// placeholders, the trust variables, AGENTKERNEL_SECRETS_PATH),
 	// set by secretMounts: a persistent sandbox's execs get them too.
 	secretEnv []string
+	// mem is the run's scratch tmpfs (memScratch), "" where the bundle
+	// and the root's writable layers are on disk: a persistent
+	// sandbox's, or where the tmpfs cannot hold an overlay's upper
+	// layer.
+	mem string
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -73,13 +78,13 @@ func (r *run) rootfs() string { return r.scratch() + "/bundle/rootfs" }
 
 // scratch holds the run's bundle and the root overlay's upper and work
 // directories: a tmpfs seen only in the run's mount namespace (which
-// goes with the namespace, nothing to remove), or, for a persistent
-// sandbox, its directory.
+// goes with the namespace, nothing to remove), or the run's directory
+// (a persistent sandbox's, or where that tmpfs cannot be used).
 func (r *run) scratch() string {
-	if r.keep != "" {
-		return r.dir
+	if r.mem != "" {
+		return r.mem
 	}
-	return r.dir + "/scratch"
+	return r.dir
 }
 
 // Run runs spec.Args under runsc to completion and removes every trace
