@@ -249,6 +249,13 @@ type configResources struct {
 	Pids   *specs.LinuxPids   `json:"pids,omitempty"`
 }
 
+// warmConfigEncoders has encoding/json build (and cache) its encoders
+// for config and every type under it (it builds a struct's, pointer's
+// or slice's encoder with those of its fields and elements), so that a
+// goroutine with nothing else to do pays for that instead of the one
+// that writes the bundle.
+func warmConfigEncoders() { _, _ = json.Marshal(&config{}) }
+
 // marshalConfig is json.Marshal(s), through config when s sets nothing
 // that config lacks (checked field by field: a field config does not
 // carry is never dropped), else through specs.Spec itself.

@@ -50,6 +50,9 @@ func (r *run) start(stdio sandbox.Stdio, errLog *os.File, con *console) (*exec.C
 		}
 	}
 	cmd.ExtraFiles = []*os.File{errLog}
+	if r.caught != nil {
+		<-r.caught
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}

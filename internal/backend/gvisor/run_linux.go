@@ -65,6 +65,10 @@ type run struct {
 	// placeholders, the trust variables, AGENTKERNEL_SECRETS_PATH),
 	// set by secretMounts: a persistent sandbox's execs get them too.
 	secretEnv []string
+	// caught, when set, is closed once the run catches the signals it
+	// forwards: start waits for it before it starts runsc, so that no
+	// signal can end agentkernel while runsc runs on without it.
+	caught chan struct{}
 	// mem is the run's scratch tmpfs (memScratch), "" where the bundle
 	// and the root's writable layers are on disk: a persistent
 	// sandbox's, or where the tmpfs cannot hold an overlay's upper
@@ -181,10 +185,6 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 	}
 	defer errLog.Close()
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-
 	var con *console
 	if r.spec.TTY {
 		if con, err = newConsole(r.dir, stdio); err != nil {
@@ -193,6 +193,7 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 	}
 	startCh := make(chan started, 1)
 	waitCh := make(chan error, 1)
+	r.caught = make(chan struct{})
 	goLocked(func() {
 		// The thread unshares a mount namespace for the run and starts
 		// runsc from it. It is never unlocked: it ends with this
@@ -204,6 +205,16 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 			waitCh <- cmd.Wait()
 		}
 	})
+	// While that thread builds the bundle: building encoding/json's
+	// encoders for config.json's types, which writeConfig would
+	// otherwise build on the thread's way to runsc, and catching the
+	// signals (the runtime's first signal.Notify starts its signal loop
+	// and changes seven handlers).
+	warmConfigEncoders()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	close(r.caught)
 	st := <-startCh
 	r.trace.stage("runsc started")
 	if st.err != nil {
