@@ -529,3 +529,31 @@ func TestRunScratchFallback(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRootOverlayRefused: where the root overlay's mount fails with
+// its upper layer on the scratch tmpfs, the run tries again with the
+// layers in its directory on disk (the fallback for an overlay that
+// refuses a tmpfs upper layer the xattr probe passed). This kernel's
+// overlay takes a tmpfs upper layer, so the test makes both mounts fail
+// the same way (a lower layer that is a file): the error is the second
+// mount's, on the run's directory, and nothing is left behind.
+func TestRunRootOverlayRefused(t *testing.T) {
+	needRunsc(t)
+	file := filepath.Join(t.TempDir(), "layer")
+	if err := os.WriteFile(file, []byte("not a directory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	b := New(Options{DataDir: dataDir})
+	_, err := b.Run(context.Background(), testSpec(file, "true"), sandbox.Stdio{Stdout: io.Discard, Stderr: io.Discard})
+	var refused *overlayMountError
+	if !errors.As(err, &refused) {
+		t.Fatalf("want the overlay's mount error, got %v", err)
+	}
+	if want := "/bundle/rootfs"; !strings.HasSuffix(refused.dst, want) || strings.Contains(refused.dst, "/scratch/") {
+		t.Errorf("want the last try on the run's directory on disk (…%s, not under scratch/), got %s", want, refused.dst)
+	}
+	if left := leftovers(dataDir); len(left) > 0 {
+		t.Fatalf("left behind:\n%s", strings.Join(left, "\n"))
+	}
+}
