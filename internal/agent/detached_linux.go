@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -103,6 +105,13 @@ func (s *Server) ServeDetached(dir string) error {
 		return err
 	}
 	d := &detachedSet{dir: dir, cmds: map[string]*detachedCmd{}}
+	restored := map[string]Restored{}
+	if dr, ok := s.sb.(DetachedRestorer); ok {
+		for id, r := range dr.RestoredDetached() {
+			restored[id] = r
+		}
+	}
+	var resumed []*detachedCmd
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		if sandbox.ValidDetachedID(e.Name()) != nil {
@@ -117,6 +126,15 @@ func (s *Server) ServeDetached(dir string) error {
 			continue
 		}
 		if info.Status == sandbox.DetachedRunning {
+			if r, ok := restored[info.ID]; ok {
+				delete(restored, info.ID)
+				if cmd, err := d.resume(info, r); err == nil {
+					d.cmds[info.ID] = cmd
+					resumed = append(resumed, cmd)
+					continue
+				}
+				killProc(r.Proc)
+			}
 			now := time.Now().UTC()
 			info.Status, info.Reason, info.FinishedAt = sandbox.DetachedFailed, "sandbox stopped", &now
 			writeMeta(filepath.Join(dir, info.ID), &info)
@@ -125,9 +143,57 @@ func (s *Server) ServeDetached(dir string) error {
 		close(done)
 		d.cmds[info.ID] = &detachedCmd{info: info, done: done}
 	}
+	// A restored command without a running record is nobody's.
+	for _, r := range restored {
+		killProc(r.Proc)
+		r.Stdout.Close()
+		r.Stderr.Close()
+	}
 	d.prune()
 	s.det = d
+	for _, cmd := range resumed {
+		s.watchDetached(cmd, filepath.Join(dir, cmd.info.ID), cmd.info.StartedAt, 0)
+	}
 	return nil
+}
+
+// resume makes a detached command that the sandbox's boot restored
+// (DetachedRestorer) one of d's again, running: its output copied on
+// after what its files hold.
+func (d *detachedSet) resume(info sandbox.DetachedCommand, r Restored) (*detachedCmd, error) {
+	dir := filepath.Join(d.dir, info.ID)
+	cmd := &detachedCmd{proc: r.Proc, done: make(chan struct{}), info: info}
+	var files [2]*os.File
+	for i, name := range []string{"stdout", "stderr"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			var st os.FileInfo
+			if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
+				err = fmt.Errorf("%s: not a regular file", name)
+			}
+			if err == nil {
+				cmd.out[i] = &capWriter{f: f, limit: sandbox.DetachedLogCap, n: st.Size(), clipped: st.Size() >= sandbox.DetachedLogCap}
+			}
+		}
+		if err != nil {
+			if f != nil {
+				f.Close()
+			}
+			for _, g := range files[:i] {
+				g.Close()
+			}
+			return nil, err
+		}
+		files[i] = f
+	}
+	for i, rd := range []*os.File{r.Stdout, r.Stderr} {
+		go func(w *capWriter, rd, f *os.File) {
+			_, _ = io.Copy(w, rd)
+			rd.Close()
+			f.Close()
+		}(cmd.out[i], rd, files[i])
+	}
+	return cmd, nil
 }
 
 func newDetachedID() (string, error) {
@@ -273,7 +339,13 @@ func (c *serverConn) detach(req Request) {
 	}
 	start := time.Now()
 	ereq := *req.Exec
-	p, err := c.s.sb.Exec(&ereq, [3]int{int(null.Fd()), int(pipes[0][1].Fd()), int(pipes[1][1].Fd())})
+	stdio := [3]int{int(null.Fd()), int(pipes[0][1].Fd()), int(pipes[1][1].Fd())}
+	var p Process
+	if de, ok := c.s.sb.(DetachedExecer); ok {
+		p, err = de.ExecDetached(id, &ereq, stdio)
+	} else {
+		p, err = c.s.sb.Exec(&ereq, stdio)
+	}
 	null.Close()
 	if err != nil {
 		cleanup()
@@ -303,10 +375,18 @@ func (c *serverConn) detach(req Request) {
 	// the client for an Exited that never comes).
 	_ = c.conn.Send(Response{ID: req.ID, Detached: []sandbox.DetachedCommand{cmd.snapshot()}})
 
+	c.s.watchDetached(cmd, dir, start, ereq.TimeoutMS)
+}
+
+// watchDetached waits for the detached command cmd (its record in dir,
+// started at start) to end, killing it after timeoutMS when > 0, and
+// records its end.
+func (s *Server) watchDetached(cmd *detachedCmd, dir string, start time.Time, timeoutMS int64) {
+	p, id := cmd.proc, cmd.info.ID
 	var timer *time.Timer
 	timedOut := make(chan struct{})
-	if ereq.TimeoutMS > 0 {
-		timer = time.AfterFunc(time.Duration(ereq.TimeoutMS)*time.Millisecond, func() {
+	if timeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(timeoutMS)*time.Millisecond, func() {
 			close(timedOut)
 			killProc(p)
 		})
@@ -340,7 +420,7 @@ func (c *serverConn) detach(req Request) {
 		}
 		cmd.mu.Unlock()
 		close(cmd.done)
-		c.s.audit(ExecEnd{Args: info.Command, ExitCode: code, Duration: time.Since(start), Reason: reason})
+		s.audit(ExecEnd{Args: info.Command, ExitCode: code, Duration: time.Since(start), Reason: reason})
 	}()
 }
 

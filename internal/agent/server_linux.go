@@ -116,6 +116,30 @@ type Process interface {
 	Wait() syscall.WaitStatus
 }
 
+// DetachedExecer is a Sandbox that starts detached commands its own way
+// (gvisor: as containers of the sandbox, which a memory snapshot keeps,
+// rather than as execs, which it does not): the server calls
+// ExecDetached, with the detached command's id, instead of Exec.
+type DetachedExecer interface {
+	ExecDetached(id string, req *ExecRequest, stdio [3]int) (Process, error)
+}
+
+// Restored is a detached command that a sandbox's boot brought back
+// with its memory (a memory snapshot's): its process, and the read ends
+// of its stdout and stderr, which the server copies on into the
+// command's files.
+type Restored struct {
+	Proc           Process
+	Stdout, Stderr *os.File
+}
+
+// DetachedRestorer is a Sandbox whose boot may have restored detached
+// commands: RestoredDetached returns them by id (ServeDetached lists
+// those as running, where their records say they were).
+type DetachedRestorer interface {
+	RestoredDetached() map[string]Restored
+}
+
 // idleTrimAfter is how long a server waits without a request before it
 // gives memory back (package idletrim).
 const idleTrimAfter = 10 * time.Second

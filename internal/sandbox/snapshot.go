@@ -41,6 +41,41 @@ type Snapshot struct {
 	// (the image's and every snapshot's it descends from).
 	Layers    int       `json:"layers"`
 	CreatedAt time.Time `json:"created_at"`
+	// Memory: the snapshot also holds the running sandbox's memory (its
+	// processes), which the first start of a sandbox restored from it
+	// resumes (SnapshotOptions.Memory; gvisor only).
+	Memory bool `json:"memory,omitempty"`
+}
+
+// SnapshotOptions are a take's options.
+type SnapshotOptions struct {
+	// Memory also takes the memory of the running sandbox: its detached
+	// commands resume, with their memory, at the first start of a
+	// sandbox restored from the snapshot. The backend must be a
+	// Checkpointer (gvisor), the sandbox running.
+	Memory bool
+}
+
+// MemorySnapshotter is a Snapshotter that takes snapshots with options
+// (package supervisor's Manager).
+type MemorySnapshotter interface {
+	TakeSnapshotWith(ctx context.Context, sandbox, name string, opts SnapshotOptions) (*Snapshot, error)
+}
+
+// MemoryDir is, in a persistent sandbox's directory, the memory image a
+// restore of a memory snapshot leaves for its first start (which
+// consumes it): the Checkpointer's files and, in detached/, the records
+// of the detached commands it holds.
+const MemoryDir = "memory"
+
+// Checkpointer is what a backend offers to take the memory of a
+// running sandbox, which its Freezer holds still.
+type Checkpointer interface {
+	// Checkpoint writes the memory of the sandbox spec describes (its
+	// directory dir) into the directory to (made, only root may enter
+	// it) and returns the ids of the detached commands it holds; an
+	// error wrapping ErrUnsupported for a sandbox it cannot take.
+	Checkpoint(spec *Spec, dir, to string) (detached []string, err error)
 }
 
 // Snapshotter takes, lists, restores and deletes snapshots. The Manager
@@ -135,6 +170,11 @@ func ValidateSnapshotName(name string) error {
 // TakeSnapshot snapshots the sandbox called sandbox as name (""
 // for DefaultSnapshotName).
 func (m *Manager) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snapshot, error) {
+	return m.TakeSnapshotWith(ctx, sandbox, name, SnapshotOptions{})
+}
+
+// TakeSnapshotWith is TakeSnapshot with options.
+func (m *Manager) TakeSnapshotWith(ctx context.Context, sandbox, name string, opts SnapshotOptions) (*Snapshot, error) {
 	sn, err := m.snapshotter()
 	if err != nil {
 		return nil, err
@@ -156,9 +196,20 @@ func (m *Manager) TakeSnapshot(ctx context.Context, sandbox, name string) (*Snap
 		}
 	}
 	start := time.Now()
-	s, err := sn.TakeSnapshot(ctx, sandbox, name)
+	var s *Snapshot
+	details := "snapshot " + name
+	if opts.Memory {
+		ms, ok := sn.(MemorySnapshotter)
+		if !ok {
+			return nil, m.missing("memory snapshots")
+		}
+		details += " with memory"
+		s, err = ms.TakeSnapshotWith(ctx, sandbox, name, opts)
+	} else {
+		s, err = sn.TakeSnapshot(ctx, sandbox, name)
+	}
 	if !errors.Is(err, ErrSandboxNotFound) {
-		m.audit(audit.Entry{Sandbox: sandbox, Action: ActionSnapshot, Details: "snapshot " + name}, start, err)
+		m.audit(audit.Entry{Sandbox: sandbox, Action: ActionSnapshot, Details: details}, start, err)
 	}
 	return s, err
 }

@@ -233,7 +233,9 @@ type config struct {
 	Hostname string         `json:"hostname,omitempty"`
 	Mounts   []specs.Mount  `json:"mounts,omitempty"`
 	Hooks    *specs.Hooks   `json:"hooks,omitempty"`
-	Linux    *configLinux   `json:"linux,omitempty"`
+	// Annotations: a persistent sandbox's container names (detached.go).
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Linux       *configLinux      `json:"linux,omitempty"`
 }
 
 type configLinux struct {
@@ -270,11 +272,11 @@ func marshalConfig(s *specs.Spec) ([]byte, error) {
 // asConfig is s as a config; false when s sets a field config lacks.
 func asConfig(s *specs.Spec) (*config, bool) {
 	rest := *s
-	rest.Version, rest.Process, rest.Root, rest.Hostname, rest.Mounts, rest.Hooks, rest.Linux = "", nil, nil, "", nil, nil, nil
+	rest.Version, rest.Process, rest.Root, rest.Hostname, rest.Mounts, rest.Hooks, rest.Annotations, rest.Linux = "", nil, nil, "", nil, nil, nil, nil
 	if !reflect.ValueOf(rest).IsZero() {
 		return nil, false
 	}
-	c := &config{Version: s.Version, Process: s.Process, Root: s.Root, Hostname: s.Hostname, Mounts: s.Mounts, Hooks: s.Hooks}
+	c := &config{Version: s.Version, Process: s.Process, Root: s.Root, Hostname: s.Hostname, Mounts: s.Mounts, Hooks: s.Hooks, Annotations: s.Annotations}
 	if s.Linux == nil {
 		return c, true
 	}

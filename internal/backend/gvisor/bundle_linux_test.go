@@ -36,6 +36,7 @@ func TestMarshalConfig(t *testing.T) {
 			c.Process.Terminal = true
 			c.Process.ConsoleSize = &specs.Box{Height: 24, Width: 80}
 			c.Linux.Namespaces[1].Path = "/r/state/netns"
+			c.Annotations = map[string]string{annSandboxID: "agentkernel-x", annType: "sandbox", annName: "sandbox"}
 			cases = append(cases, c)
 		}
 	}
@@ -64,7 +65,7 @@ func TestMarshalConfigFallsBack(t *testing.T) {
 	}
 	carried := map[string]bool{
 		"Spec.Version": true, "Spec.Process": true, "Spec.Root": true, "Spec.Hostname": true, "Spec.Mounts": true,
-		"Spec.Hooks": true, "Spec.Linux": true, "Linux.Resources": true, "Linux.CgroupsPath": true,
+		"Spec.Hooks": true, "Spec.Annotations": true, "Spec.Linux": true, "Linux.Resources": true, "Linux.CgroupsPath": true,
 		"Linux.Namespaces": true, "Linux.Seccomp": true, "LinuxResources.Memory": true,
 		"LinuxResources.CPU": true, "LinuxResources.Pids": true,
 	}

@@ -184,6 +184,12 @@ func (r *run) prepare(con *console) error {
 		// remove what runsc could not (Boot).
 		s.Linux.CgroupsPath = cgroupName(r.id)
 	}
+	if r.keep != "" {
+		// The sandbox's own container, named: further containers
+		// (detached commands) join it, and a memory snapshot's restore
+		// finds each by its name (detached_linux.go).
+		s.Annotations = map[string]string{annSandboxID: r.id, annType: "sandbox", annName: "sandbox"}
+	}
 	// The CPU quota from the command's start, not over gVisor's boot.
 	cpuQuotaHook(s)
 	if netNeeded(r.spec) {
@@ -208,22 +214,13 @@ func (r *run) prepare(con *console) error {
 // runCmd is `runsc run` of the bundle as container id, its state in
 // state, its error log on descriptor 3.
 func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
-	network := "--network=none"
-	if netNeeded(r.spec) {
-		network = "--network=sandbox"
+	args := append(r.globalArgs(state), "--log-fd=3")
+	if r.restoreImage != "" {
+		// A memory snapshot's first boot: the sandbox as it was.
+		args = append(args, "restore", "--image-path", r.restoreImage, "--bundle", r.bundle())
+	} else {
+		args = append(args, "run", "--bundle", r.bundle())
 	}
-	args := []string{"--root", state, "--platform=systrap", network, "--overlay2=" + r.overlay(), "--log-fd=3"}
-	if r.keep != "" {
-		// Files copied in from the host are seen at once.
-		args = append(args, "--file-access=shared")
-	}
-	if hostWritable(r.spec) {
-		args = append(args, "--oci-seccomp") // the set-id guard
-	}
-	if d := os.Getenv(DebugLogEnv); d != "" {
-		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(d, "/")+"/")
-	}
-	args = append(args, "run", "--bundle", r.bundle())
 	if con != nil {
 		args = append(args, "--console-socket", con.path)
 	}
@@ -238,6 +235,27 @@ func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 		cmd.SysProcAttr.Pdeathsig = unix.SIGKILL
 	}
 	return cmd
+}
+
+// globalArgs are runsc's flags for the sandbox whose state is in state,
+// the same for each of its containers.
+func (r *run) globalArgs(state string) []string {
+	network := "--network=none"
+	if netNeeded(r.spec) {
+		network = "--network=sandbox"
+	}
+	args := []string{"--root", state, "--platform=systrap", network, "--overlay2=" + r.overlay()}
+	if r.keep != "" {
+		// Files copied in from the host are seen at once.
+		args = append(args, "--file-access=shared")
+	}
+	if hostWritable(r.spec) {
+		args = append(args, "--oci-seccomp") // the set-id guard
+	}
+	if d := os.Getenv(DebugLogEnv); d != "" {
+		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(d, "/")+"/")
+	}
+	return args
 }
 
 // overlay is runsc's --overlay2: the root's writes go to a file in the

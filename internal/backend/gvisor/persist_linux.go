@@ -99,7 +99,17 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	if err := os.Mkdir(r.dir, 0o700); err != nil {
 		return nil, err
 	}
-	in := &Instance{r: r, done: make(chan struct{}), log: log, started: time.Now(), rootFd: -1}
+	// A memory snapshot's first boot restores its image (then removed:
+	// later boots are cold ones).
+	restoreDir := ""
+	if fi, err := os.Lstat(filepath.Join(dir, sandbox.MemoryDir)); err == nil && fi.IsDir() && !pooled {
+		restoreDir = filepath.Join(r.dir, "restore")
+		if err := os.Rename(filepath.Join(dir, sandbox.MemoryDir), restoreDir); err != nil {
+			return nil, err
+		}
+		r.restoreImage = filepath.Join(restoreDir, "image")
+	}
+	in := &Instance{r: r, done: make(chan struct{}), log: log, started: time.Now(), rootFd: -1, calls: make(chan func())}
 	errLog, err := os.OpenFile(r.dir+"/runsc-error.log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -121,9 +131,20 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		// The host-side root, for file operations from any thread.
 		fd, err := unix.Open(r.rootfs(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		bootCh <- booted{cmd: cmd, rootFd: fd, err: err}
-		werr := cmd.Wait()
-		errLog.Close()
-		in.end(werr)
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		// The thread serves what must run in the boot's namespaces (a
+		// detached command's runsc create) until runsc has ended.
+		for {
+			select {
+			case f := <-in.calls:
+				f()
+			case werr := <-waited:
+				errLog.Close()
+				in.end(werr)
+				return
+			}
+		}
 	})
 	bt := <-bootCh
 	if bt.err != nil {
@@ -132,7 +153,23 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 		return nil, bt.err
 	}
 	in.cmd, in.rootFd = bt.cmd, bt.rootFd
-	if err := in.awaitRunning(ctx); err != nil {
+	err = nil
+	if restoreDir != "" {
+		// The sandbox's restore waits for each of its containers'.
+		if err = in.awaitState(ctx); err == nil {
+			err = in.restoreContainers(restoreDir)
+		}
+	}
+	if err == nil {
+		err = in.awaitRunning(ctx)
+	}
+	if restoreDir != "" {
+		_ = os.RemoveAll(restoreDir)
+		if err != nil {
+			err = fmt.Errorf("restoring the memory snapshot (the next start boots the sandbox afresh from its files): %w", err)
+		}
+	}
+	if err != nil {
 		in.Kill()
 		// Cut short (a cancelled context) before runsc made the
 		// container, which its kill and delete then do not find:
@@ -157,11 +194,17 @@ type Instance struct {
 	log     *os.File
 	started time.Time
 
+	// calls are run on the boot's thread, in its namespaces (inNS).
+	calls chan func()
+
 	mu      sync.Mutex
 	stopped bool
 	reason  string
-	done    chan struct{}
-	closed  sync.Once
+	// restored are the detached commands a memory snapshot's boot
+	// brought back, until the agent takes them (RestoredDetached).
+	restored map[string]agent.Restored
+	done     chan struct{}
+	closed   sync.Once
 }
 
 var (
@@ -210,6 +253,26 @@ func (in *Instance) awaitRunning(ctx context.Context) error {
 	}
 }
 
+// awaitState waits until runsc knows the sandbox (its restore begun).
+func (in *Instance) awaitState(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if exec.CommandContext(ctx, in.r.runsc, "--root", in.r.state(), "state", in.r.id).Run() == nil {
+			return nil
+		}
+		select {
+		case <-in.done:
+			return fmt.Errorf("the gvisor sandbox did not start: %s", in.ExitReason())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the gvisor sandbox did not start within 30 s")
+		}
+	}
+}
+
 // Done is closed once the sandbox has ended.
 func (in *Instance) Done() <-chan struct{} { return in.done }
 
@@ -237,6 +300,8 @@ func (in *Instance) Close() {
 		if in.rootFd >= 0 {
 			unix.Close(in.rootFd)
 		}
+		// Detached commands' containers: their gofers end with them.
+		in.deleteDetached()
 		in.r.cleanup()
 	})
 }
@@ -297,41 +362,11 @@ func (in *Instance) Stats() agent.Stats {
 // its descriptors 0-2, and returns once it runs (its pid in the
 // sandbox is known).
 func (in *Instance) Exec(req *agent.ExecRequest, stdio [3]int) (agent.Process, error) {
-	if len(req.Args) == 0 {
-		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: "no command"}
-	}
-	root := "/proc/self/fd/" + strconv.Itoa(in.rootFd)
-	user := req.User
-	if user == "" {
-		user = in.r.spec.User
-	}
-	if user == "" {
-		user = in.r.spec.Rootfs.Config.User
-	}
-	uid, gid, groups, _, err := native.ResolveUser(root, user)
+	p, err := in.execProcess(req)
 	if err != nil {
-		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
+		return nil, err
 	}
-	workdir := req.Workdir
-	if workdir == "" {
-		workdir = in.r.spec.Workdir
-	}
-	// The sandbox's own variables, then its secrets' (placeholders and
-	// trust store), then the request's, each over the one before.
-	env := append(append(append([]string{}, in.r.spec.Env...), in.r.secretEnv...), req.Env...)
-	espec := &sandbox.Spec{Args: req.Args, Workdir: workdir, Env: env,
-		User: strconv.Itoa(uid) + ":" + strconv.Itoa(gid), Rootfs: in.r.spec.Rootfs, Security: in.r.spec.Security, Mounts: in.r.spec.Mounts, ReadOnlyRoot: in.r.spec.ReadOnlyRoot}
-	p, err := resolveProcess(espec, root)
-	if err != nil {
-		return nil, &agent.ExecError{Kind: agent.KindSetup, Msg: err.Error()}
-	}
-	if err := lookCommand(root, p, espec); err != nil {
-		errno := unix.ENOENT
-		if errors.Is(err, sandbox.ErrCannotInvoke) {
-			errno = unix.EACCES
-		}
-		return nil, &agent.ExecError{Kind: agent.KindExec, Errno: errno, Msg: err.Error()}
-	}
+	uid, gid, groups := p.uid, p.gid, p.groups
 	pidFile := filepath.Join(in.r.dir, "exec-"+randomHex()+".pid")
 	args := []string{"--root", in.r.state(), "exec", "--cwd", p.cwd, "--user", strconv.Itoa(uid) + ":" + strconv.Itoa(gid), "--internal-pid-file", pidFile}
 	for _, g := range groups {

@@ -74,6 +74,9 @@ type run struct {
 	// sandbox's, or where the tmpfs cannot hold an overlay's upper
 	// layer.
 	mem string
+	// restoreImage is the runsc image a persistent sandbox's boot
+	// restores (a memory snapshot's first start), "" for a cold boot.
+	restoreImage string
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
