@@ -83,11 +83,22 @@ func snapshotError(snap, sb string, err error) error {
 
 func newSnapshotTakeCmd(a *App) *cobra.Command {
 	var name string
+	var memory bool
 	cmd := &cobra.Command{
 		Use:   "take SANDBOX",
 		Short: "Snapshot a sandbox's files (running: frozen meanwhile; stopped: its layer as it is)",
+		Long: `Snapshot a sandbox's files: a running sandbox is frozen while its writable
+layer is copied; a stopped one's layer becomes the snapshot's as it is.
+
+--memory (running gvisor sandboxes without a network) also takes the
+sandbox's memory, in the same freeze: its detached commands (exec --detach)
+and what they hold. The first 'sandbox start' of a sandbox restored from such
+a snapshot resumes them where they were, listed as running by 'exec --list';
+later starts boot afresh from the files. Foreground commands (exec without
+--detach) are not kept: their callers are gone. The source runs on.`,
 		Example: `  agentkernel snapshot take dev
-  agentkernel snapshot take dev --name dev-clean`,
+  agentkernel snapshot take dev --name dev-clean
+  agentkernel snapshot take dev --name dev-live --memory   # -B gvisor, running`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, done, err := a.sandboxes()
@@ -100,7 +111,7 @@ func newSnapshotTakeCmd(a *App) *cobra.Command {
 				snap = sandbox.DefaultSnapshotName(args[0], time.Now())
 			}
 			end := a.working("taking snapshot " + snap + " of " + args[0])
-			s, err := m.TakeSnapshot(cmdContext(cmd), args[0], snap)
+			s, err := m.TakeSnapshotWith(cmdContext(cmd), args[0], snap, sandbox.SnapshotOptions{Memory: memory})
 			end()
 			if err != nil {
 				return snapshotError(snap, args[0], err)
@@ -111,6 +122,7 @@ func newSnapshotTakeCmd(a *App) *cobra.Command {
 	}
 	cmd.ValidArgsFunction = a.completeFirstSandboxName(1)
 	cmd.Flags().StringVar(&name, "name", "", "the snapshot's name (default <sandbox>-YYYYMMDD)")
+	cmd.Flags().BoolVar(&memory, "memory", false, "also take the running sandbox's memory: its detached commands resume at the restored sandbox's first start (gvisor)")
 	return cmd
 }
 
@@ -141,9 +153,13 @@ func newSnapshotListCmd(a *App) *cobra.Command {
 				return enc.Encode(out)
 			}
 			tw := tabwriter.NewWriter(a.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSANDBOX\tBACKEND\tCREATED")
+			fmt.Fprintln(tw, "NAME\tSANDBOX\tBACKEND\tCREATED\tMEMORY")
 			for _, s := range out {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Sandbox, s.Backend, s.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+				mem := "-"
+				if s.Memory {
+					mem = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, s.Sandbox, s.Backend, s.CreatedAt.Local().Format("2006-01-02 15:04:05"), mem)
 			}
 			return tw.Flush()
 		},

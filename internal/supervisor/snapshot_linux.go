@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -287,6 +288,14 @@ func writables(spec *sandbox.Spec, dir string, rootShift idShift) ([]writable, e
 // TakeSnapshot turns the writable layers of the sandbox src (its
 // root's and those of its copy-on-write volumes) into the snapshot name.
 func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.Snapshot, error) {
+	return m.TakeSnapshotWith(ctx, src, name, sandbox.SnapshotOptions{})
+}
+
+// TakeSnapshotWith is TakeSnapshot with options
+// (sandbox.MemorySnapshotter): with Memory, the running sandbox's memory
+// too, taken by its backend's sandbox.Checkpointer in the same freeze as
+// its files, into memoryDir(name).
+func (m *Manager) TakeSnapshotWith(ctx context.Context, src, name string, opts sandbox.SnapshotOptions) (*sandbox.Snapshot, error) {
 	metaPath, err := m.metaPath(name)
 	if err != nil {
 		return nil, err
@@ -328,6 +337,36 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 		return nil, fmt.Errorf("sandbox %q runs on backend %s, which has no snapshots yet (sandboxes on native and gvisor do): %w", src, spec.Backend, sandbox.ErrUnsupported)
 	}
 	dir := m.Dir(src)
+	var memory func() error
+	memDir := m.memoryDir(name)
+	if opts.Memory {
+		ck, _ := m.freezer(spec.Backend).(sandbox.Checkpointer)
+		switch {
+		case ck == nil:
+			return nil, fmt.Errorf("sandbox %q runs on backend %s, which has no memory snapshots (gvisor sandboxes do); take one without --memory: %w", src, backendName(spec.Backend), sandbox.ErrUnsupported)
+		case sb.Status != store.StatusRunning:
+			return nil, fmt.Errorf("sandbox %q is not running: a memory snapshot takes a running sandbox's processes; start it first, or take one without --memory: %w", src, sandbox.ErrUnsupported)
+		}
+		if err := os.MkdirAll(filepath.Dir(memDir), 0o700); err != nil {
+			return nil, err
+		}
+		// What a killed take left (no metadata names it).
+		if err := os.RemoveAll(memDir); err != nil {
+			return nil, err
+		}
+		memory = func() error {
+			ids, err := ck.Checkpoint(&spec, dir, memDir)
+			if err != nil {
+				return err
+			}
+			return copyDetached(filepath.Join(dir, "detached"), filepath.Join(memDir, "detached"), ids)
+		}
+		defer func() {
+			if _, err := os.Lstat(metaPath); err != nil {
+				_ = os.RemoveAll(memDir)
+			}
+		}()
+	}
 	if err := m.thawLeftover(&spec, dir); err != nil {
 		return nil, err
 	}
@@ -345,7 +384,7 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 	case len(ws) == 0:
 		// Never started: the snapshot is its image.
 	case sb.Status == store.StatusRunning:
-		if finals, err = m.copyRunning(&spec, dir, ws, layers, unlock); err != nil {
+		if finals, err = m.copyRunning(&spec, dir, ws, layers, unlock, memory); err != nil {
 			return nil, err
 		}
 	default:
@@ -379,7 +418,7 @@ func (m *Manager) TakeSnapshot(ctx context.Context, src, name string) (*sandbox.
 		return nil, err
 	}
 	sm := snapshotMeta{Snapshot: sandbox.Snapshot{Name: name, Sandbox: src, Backend: sb.Backend, BaseImage: sb.Image,
-		MemoryMB: spec.Resources.MemoryMB, Layers: len(snapSpec.Rootfs.Layers), CreatedAt: time.Now().UTC()}, Spec: specJSON, Own: finals}
+		MemoryMB: spec.Resources.MemoryMB, Layers: len(snapSpec.Rootfs.Layers), CreatedAt: time.Now().UTC(), Memory: opts.Memory}, Spec: specJSON, Own: finals}
 	if c := spec.Resources.CPUPercent; c > 0 {
 		sm.VCPUs = (c + 99) / 100
 	}
@@ -584,7 +623,7 @@ func (m *Manager) recoverPending(ctx context.Context) error {
 // then calls release (the sandbox may change again), makes the copies
 // durable and renames them into place. It returns their paths, in the
 // order of ws.
-func (m *Manager) copyRunning(spec *sandbox.Spec, dir string, ws []writable, layers string, release func()) ([]string, error) {
+func (m *Manager) copyRunning(spec *sandbox.Spec, dir string, ws []writable, layers string, release func(), memory func() error) ([]string, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("a snapshot of a running sandbox needs root (its files keep their owners); stop the sandbox first: a stopped sandbox's snapshot takes its writable layer as it is: %w", sandbox.ErrUnsupported)
 	}
@@ -613,6 +652,12 @@ func (m *Manager) copyRunning(spec *sandbox.Spec, dir string, ws []writable, lay
 		for i, w := range ws {
 			if err := copyLayer(w.upper, tmps[i], w.shift.apply); err != nil {
 				return err
+			}
+		}
+		if memory != nil {
+			// The memory in the same freeze: the files it expects.
+			if err := memory(); err != nil {
+				return fmt.Errorf("the sandbox's memory: %w", err)
 			}
 		}
 		return nil
@@ -678,7 +723,129 @@ func (m *Manager) RestoreSnapshot(ctx context.Context, name, as string) (*sandbo
 	if err := m.Create(ctx, info, spec); err != nil {
 		return nil, err
 	}
+	if sm.Memory {
+		if err := m.placeMemory(name, m.Dir(as)); err != nil {
+			_ = m.Remove(ctx, as, true)
+			return nil, fmt.Errorf("the snapshot's memory: %w", err)
+		}
+	}
 	return m.Get(ctx, as)
+}
+
+// memoryDir is where the memory of the snapshot name is kept.
+func (m *Manager) memoryDir(name string) string {
+	return filepath.Join(m.snapshotsDir(), memoryDirName, name)
+}
+
+// memoryDirName holds, in the snapshots' directory, one directory per
+// memory snapshot (root's only: runsc writes its image's files
+// readable by all): the backend's image, and in detached/ the records
+// of the detached commands it holds.
+const memoryDirName = "memory"
+
+// placeMemory gives the new sandbox whose directory is dir the memory
+// of the snapshot name, for its first start (sandbox.MemoryDir, which
+// the backend's boot consumes): the image's files linked (copied across
+// file systems), the detached commands' records copied into its
+// detached/ as the agent keeps them.
+func (m *Manager) placeMemory(name, dir string) error {
+	src := m.memoryDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	to := filepath.Join(dir, sandbox.MemoryDir)
+	if err := os.RemoveAll(to); err != nil {
+		return err
+	}
+	if err := linkTree(src, to, func(rel string) bool { return rel != "detached" }); err != nil {
+		_ = os.RemoveAll(to)
+		return err
+	}
+	ents, err := os.ReadDir(filepath.Join(src, "detached"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	var ids []string
+	for _, e := range ents {
+		ids = append(ids, e.Name())
+	}
+	return copyDetached(filepath.Join(src, "detached"), filepath.Join(dir, "detached"), ids)
+}
+
+// linkTree makes to a copy of the tree src (directories 0700, regular
+// files hard-linked where they can be, else copied; nothing else), the
+// top-level entries for which keep returns false left out.
+func linkTree(src, to string, keep func(rel string) bool) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		if rel != "." && !strings.Contains(rel, string(filepath.Separator)) && !keep(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(dst, 0o700)
+		case d.Type().IsRegular():
+			if err := os.Link(p, dst); err == nil {
+				return nil
+			}
+			return copyPlain(p, dst)
+		}
+		return nil // links and the like: none is made
+	})
+}
+
+// copyDetached copies the records (meta.json, stdout, stderr) of the
+// detached commands ids from the directory from into to, regular files
+// only, never through a link.
+func copyDetached(from, to string, ids []string) error {
+	for _, id := range ids {
+		if sandbox.ValidDetachedID(id) != nil {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(to, id), 0o700); err != nil {
+			return err
+		}
+		for _, f := range []string{"meta.json", "stdout", "stderr"} {
+			if err := copyPlain(filepath.Join(from, id, f), filepath.Join(to, id, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// copyPlain copies the regular file src (not followed if a link) to the
+// new file dst (0600).
+func copyPlain(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if st, err := in.Stat(); err != nil {
+		return err
+	} else if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s: not a regular file", src)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // HoldSnapshot returns the snapshot name and the spec a restore of it
@@ -743,6 +910,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name string) error {
 	if err := os.Remove(p); err != nil {
 		return err
 	}
+	_ = os.RemoveAll(m.memoryDir(name))
 	_ = atomicfile.SyncDir(m.snapshotsDir())
 	_, err = m.gcLayersLocked(ctx, false)
 	return err
@@ -774,13 +942,27 @@ func (m *Manager) gcLayersLocked(ctx context.Context, dryRun bool) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	var removed []string
+	var errs []error
+	// Memory a killed take left: no snapshot's metadata names it.
+	mems, _ := os.ReadDir(filepath.Join(m.snapshotsDir(), memoryDirName))
+	for _, e := range mems {
+		if _, err := os.Lstat(filepath.Join(m.snapshotsDir(), e.Name()+".json")); err == nil && sandbox.ValidateSnapshotName(e.Name()) == nil {
+			continue
+		}
+		p := filepath.Join(m.snapshotsDir(), memoryDirName, e.Name())
+		removed = append(removed, "snapshot memory "+p)
+		if !dryRun {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	dir := filepath.Join(m.snapshotsDir(), layersDir)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var removed []string
-	var errs []error
 	for _, e := range ents {
 		p := filepath.Join(dir, e.Name())
 		if len(used[p]) > 0 {

@@ -247,8 +247,44 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	// The next start is a cold one: the command is not there.
 	a.must("sandbox", "stop", "gmr1")
 	a.must("sandbox", "start", "gmr1")
-	if r := a.must("exec", "--status", id, "gmr1"); !strings.Contains(r.stdout, "sandbox stopped") {
+	if r := a.must("exec", "--status", id, "gmr1"); r.stdout == "running\n" || a.psHas("gmr1", "i=1000") {
 		t.Errorf("the second start resumed the command: %v", r)
+	}
+	if r := a.must("exec", "gmr1", "--", "cat", "/tmp/kept"); r.stdout != "in-tmp\n" {
+		t.Errorf("/tmp after a cold start: %v", r)
+	}
+	// A restore that fails (its image spoilt, the snapshot's own files
+	// left as they are): the start fails and says so; the next one is a
+	// cold boot.
+	a.must("snapshot", "restore", "mem0", "--as", "gmbad")
+	defer a.run("sandbox", "rm", "-f", "gmbad")
+	img := filepath.Join(a.dataDir, "sandboxes", "gmbad", "memory", "image")
+	ents, err := os.ReadDir(img)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("the restored sandbox's memory image: %v %v", ents, err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(img, e.Name())
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("not an image"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := a.run("sandbox", "start", "gmbad"); r.code != 125 || !strings.Contains(r.stderr, "restoring the memory snapshot") {
+		t.Errorf("a start whose restore fails: %v", r)
+	}
+	a.must("sandbox", "start", "gmbad")
+	if r := a.must("exec", "gmbad", "--", "cat", "/tmp/kept"); r.stdout != "in-tmp\n" {
+		t.Errorf("the cold start after a failed restore: %v", r)
+	}
+	// The snapshot itself is whole: another restore of it resumes.
+	a.must("snapshot", "restore", "mem0", "--as", "gmr3")
+	defer a.run("sandbox", "rm", "-f", "gmr3")
+	a.must("sandbox", "start", "gmr3")
+	if r := a.must("exec", "--status", id, "gmr3"); r.stdout != "running\n" {
+		t.Errorf("a restore after another's failure: %v", r)
 	}
 	if _, err := os.Stat(filepath.Join(a.dataDir, "sandboxes", "gmr1", "memory")); err == nil {
 		t.Errorf("the memory image stayed in the restored sandbox's directory")
