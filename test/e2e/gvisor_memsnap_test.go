@@ -180,6 +180,15 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(a.dataDir, "snapshots", "memory", "mem0")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the memory's directory: %v %v", fi, err)
 	}
+	var imageSize int64
+	_ = filepath.WalkDir(filepath.Join(a.dataDir, "snapshots", "memory", "mem0"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				imageSize += fi.Size()
+			}
+		}
+		return nil
+	})
 	// The source runs on, its counter too.
 	n := last("gm", id)
 	time.Sleep(500 * time.Millisecond)
@@ -245,8 +254,13 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 		t.Errorf("kill of the restored command: %v", r)
 	}
 	// The next start is a cold one: the command is not there.
-	a.must("sandbox", "stop", "gmr1")
-	a.must("sandbox", "start", "gmr1")
+	var colds []time.Duration
+	for i := 0; i < 3; i++ {
+		a.must("sandbox", "stop", "gmr1")
+		start := time.Now()
+		a.must("sandbox", "start", "gmr1")
+		colds = append(colds, time.Since(start))
+	}
 	if r := a.must("exec", "--status", id, "gmr1"); r.stdout == "running\n" || a.psHas("gmr1", "i=1000") {
 		t.Errorf("the second start resumed the command: %v", r)
 	}
@@ -294,5 +308,6 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(a.dataDir, "snapshots", "memory", "mem2")); err == nil {
 		t.Errorf("snapshot delete left its memory")
 	}
-	t.Logf("take --memory %v (median of %v); first start of the restored sandbox %v (median of %v)", medianOf(takes).Round(time.Millisecond), takes, medianOf(starts).Round(time.Millisecond), starts)
+	t.Logf("take --memory %v (median of %v); first start of the restored sandbox %v (median of %v); a cold start of it %v (median of %v); the memory image %d bytes",
+		medianOf(takes).Round(time.Millisecond), takes, medianOf(starts).Round(time.Millisecond), starts, medianOf(colds).Round(time.Millisecond), colds, imageSize)
 }

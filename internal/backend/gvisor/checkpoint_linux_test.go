@@ -18,7 +18,8 @@ import (
 // TestCheckpointRestoreKeeps pins what runsc's checkpoint and restore
 // keep of a sandbox laid out as a persistent sandbox is (the idle init
 // as its first process, commands beside it with `runsc exec`, no gVisor
-// overlay, shared file access), the premise of doc.go's "Not yet":
+// overlay, shared file access), the premise of doc.go's "Detached
+// commands and memory snapshots":
 //
 //   - a command running under `runsc exec` does not come back;
 //   - nor does one that such a command daemonized (setsid and a double
@@ -242,7 +243,7 @@ func TestCheckpointRestoreKeeps(t *testing.T) {
 	}
 	for _, n := range []string{"fg", "daemon"} {
 		if v := read(n); v != at[n] {
-			t.Errorf("%s: %d after the restore, %d at the checkpoint: a process of runsc exec came back (doc.go's \"Not yet\" is out of date)", n, v, at[n])
+			t.Errorf("%s: %d after the restore, %d at the checkpoint: a process of runsc exec came back (doc.go's \"Detached commands and memory snapshots\" is out of date)", n, v, at[n])
 		}
 	}
 	// The second container's output goes to its restore's stdout (a

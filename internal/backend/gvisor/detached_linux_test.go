@@ -3,6 +3,7 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -141,5 +142,30 @@ func TestDetachedContainers(t *testing.T) {
 	}
 	if err := p.Signal(syscall.SIGTERM); err == nil {
 		t.Errorf("a signal to an ended command: no error")
+	}
+}
+
+// TestCheckpointRefuses: a memory snapshot of a sandbox with a network
+// (egress, or published ports) is refused as unsupported, as is a
+// hostile sandbox id, before anything is written.
+func TestCheckpointRefuses(t *testing.T) {
+	b := New(Options{DataDir: t.TempDir()})
+	for _, spec := range []*sandbox.Spec{
+		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkFull}},
+		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkNone, Ports: []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}}}},
+		{ID: "../x", Network: sandbox.Network{Mode: sandbox.NetworkNone}},
+		{ID: "", Network: sandbox.Network{Mode: sandbox.NetworkNone}},
+	} {
+		to := filepath.Join(t.TempDir(), "mem")
+		_, err := b.Checkpoint(spec, t.TempDir(), to)
+		if err == nil {
+			t.Errorf("%+v: taken", spec)
+		}
+		if spec.ID == "x" && !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Errorf("%+v: %v, not ErrUnsupported", spec, err)
+		}
+		if _, err := os.Stat(to); err == nil {
+			t.Errorf("%+v: wrote %s", spec, to)
+		}
 	}
 }

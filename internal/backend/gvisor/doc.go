@@ -107,14 +107,13 @@
 // the network stack; distributions' runsc packages are often too old for
 // systrap and are refused with a note saying how to build a current one.
 //
-// # Not yet
+// # Detached commands and memory snapshots
 //
 // A running persistent sandbox is held still for a snapshot's copy of
 // its writable layers by `runsc pause` (sandbox.Freezer, freeze_linux.go;
 // runsc's state is found through the sandbox's directory), and `runsc
-// resume` lets it run on. Snapshots keep files, as native's do, and not
-// memory, for what runsc's restore keeps (TestCheckpointRestoreKeeps,
-// with the runsc RunscVersion pins):
+// resume` lets it run on. What runsc's checkpoint and restore keep
+// (TestCheckpointRestoreKeeps, with the runsc RunscVersion pins):
 //
 //   - `runsc checkpoint` works on this layout (systrap, --overlay2=none,
 //     --file-access=shared, --network=sandbox too), in about 0.1-0.35 s
@@ -128,9 +127,7 @@
 //     task's origin is passed to every task it clones
 //     (pkg/sentry/kernel/task_clone.go, Origin: t.Origin). So a command
 //     daemonized from an exec (setsid and a double fork, re-parented to
-//     PID 1, stdio on files inside) dies at restore too: every command of
-//     a persistent sandbox, detached or not, starts so, and only the idle
-//     init would come back.
+//     PID 1, stdio on files inside) dies at restore too.
 //   - What comes back, with its memory, is a container's own processes:
 //     its first process and what that forks, including the first
 //     processes of further containers of the same sandbox (runsc create
@@ -139,25 +136,41 @@
 //     Restore reopens the root by path and needs the same files, not the
 //     same bundle directory (0.3-1 s here); containers of other ids are
 //     restored where their names (the CRI name annotation) are the
-//     checkpoint's, and a restored container's first process writes to
-//     its restore's stdio (a regular file at the offset it had). Blocking
-//     system calls that were in progress return EINTR at restore.
+//     checkpoint's, and runsc checks that each container's process (args,
+//     user, working directory, capabilities) and mounts (but for their
+//     sources) are the checkpoint's. Blocking system calls that were in
+//     progress return EINTR at restore.
 //   - A sandbox held still by `runsc pause` is checkpointed with
 //     --leave-running and stays paused (0.3-0.6 s), so files and memory
-//     can be taken in the one freeze; deleting a container of a paused
-//     sandbox waits for it to run again (the sandbox's own delete ends
-//     it).
-//   - runsc writes the image's files with mode 0644: they must be kept in
-//     a directory only root can enter.
+//     are taken in the one freeze.
+//   - runsc writes the image's files with mode 0644: they are kept in a
+//     directory only root can enter.
 //
-// Memory snapshots would therefore start detached commands as containers
-// of the sandbox rather than with `runsc exec` (their own PID namespace;
-// signals and waits through runsc kill and wait of that container; runsc
-// create run in the boot's mount namespace, for the gofer to see the
-// root; stdio pipes), checkpoint with --leave-running into the snapshot
-// while the freeze holds it, and at the restored sandbox's boot restore
-// the sandbox and then each such container; foreground commands (`exec`
-// without --detach) cannot come back, their callers being gone.
+// So detached commands (`exec --detach`) are containers of the sandbox
+// (detached_linux.go: their own bundle over the sandbox's root and
+// mounts, in its PID namespace, named by their id, made with runsc
+// create and start from the boot's thread, which owns the mount
+// namespace the gofer must see; waited for, signalled and deleted
+// through runsc wait, kill and delete of that container), while
+// foreground commands stay `runsc exec`s (their callers cannot come
+// back). The persistent sandbox's own container is named "sandbox".
+//
+// A memory snapshot (sandbox.Checkpointer, checkpoint_linux.go; the
+// supervisor calls it inside the files' freeze) is `runsc checkpoint
+// --leave-running` of the sandbox, each detached container's process
+// kept beside the image (containers/<ID>.json) and, by the supervisor,
+// its record (detached/). A restore of the snapshot leaves them in the
+// new sandbox's directory (sandbox.MemoryDir); its first boot moves them
+// into its runtime directory (so that every later boot is cold), runs
+// `runsc restore` of the bundle instead of `runsc run`, restores each
+// detached container over a bundle made from the new sandbox's own
+// config.json and the kept process, with pipes for its output, and hands
+// them to the agent (agent.DetachedRestorer), which lists them as
+// running and copies their output on into their records. A failed
+// restore fails the boot (the image is gone: the next is cold). A
+// sandbox with a network beyond loopback is refused a memory snapshot:
+// its restore would need the network helper's device and connections
+// as they were.
 //
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) and warm pools exist on amd64 only (the idle init is
@@ -166,8 +179,8 @@
 // supervisor at each boot) injected by the network helper, the CA in the
 // trust store, the placeholders in the command's (and every exec's)
 // environment; a run's --secret-file files on a tmpfs of the run's own,
-// bound read-only. It has no memory snapshots (above), --keep of a run's
-// writable layer or host image yet; a sandbox's network needs a TUN
+// bound read-only. It has no memory snapshots of sandboxes with a network
+// (above), --keep of a run's writable layer or host image yet; a sandbox's network needs a TUN
 // device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
 // loaded there (the Sentry runs under gVisor's own seccomp filter on the
