@@ -221,6 +221,9 @@ func testSnapshotsAPI(t *testing.T, s *apiServer, c *client.Client) {
 	s.raw("POST", "/snapshots", `{"sandbox":"snapapi","name":"../etc"}`).expect(t, "hostile name", 400, `snapshot name "../etc" contains invalid character*`)
 	s.raw("POST", "/snapshots", `{"name":"x"}`).expect(t, "no sandbox", 400, "*")
 	s.raw("POST", "/snapshots", `{"sandbox":"snapapi","name":"memx","memory":true}`).expect(t, "memory of a native sandbox", 400, `sandbox "snapapi" runs on backend native, which has no memory snapshots (gvisor sandboxes do)*`)
+	if _, err := c.TakeMemorySnapshot(ctx, "snapapi", "memy"); !errors.Is(err, client.ErrBadRequest) {
+		t.Errorf("a memory snapshot of a native sandbox through the client: %v", err)
+	}
 	s.raw("GET", "/snapshots/..", "").expect(t, "dot-dot name", 400, "*")
 	if all, err := c.ListSnapshots(ctx); err != nil || len(all) != 1 || all[0].Name != "apisnap" {
 		t.Errorf("list: %+v %v", all, err)
