@@ -115,6 +115,35 @@ func TestDetachedContainers(t *testing.T) {
 		t.Errorf("the bundle of an ended command stayed")
 	}
 
+	// Confined as an exec is: the sandbox's root (a file written in /tmp
+	// lands in its writable layer, not the host's), its PID namespace
+	// (PID 1 the idle init), the user asked for.
+	marker := "made-by-detached-" + filepath.Base(t.TempDir())
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = in.ExecDetached("00000000000000a3", &agent.ExecRequest{Args: []string{"sh", "-c", "cat /proc/1/cmdline; echo; id -u; id -g"}, User: "1234:2345"}, [3]int{int(r.Fd()), int(w.Fd()), int(w.Fd())})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b3, _ := io.ReadAll(r)
+	r.Close()
+	p.Wait()
+	if string(b3) != idlePath+"\x00\n1234\n2345\n" {
+		t.Errorf("a detached command's view: %q", b3)
+	}
+	p, _ = startDetached(t, in, "00000000000000a4", "sh", "-c", "echo x > /tmp/"+marker)
+	p.Wait()
+	if _, err := os.Stat("/tmp/" + marker); err == nil {
+		os.Remove("/tmp/" + marker)
+		t.Errorf("a detached command wrote to the host's /tmp")
+	}
+	if _, err := os.Stat(filepath.Join(in.r.keep, "upper", "tmp", marker)); err != nil {
+		t.Errorf("a detached command's file is not in the sandbox's writable layer: %v", err)
+	}
+
 	p, _ = startDetached(t, in, "00000000000000a2", "sh", "-c", "sleep 4711 & sleep 4712")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
