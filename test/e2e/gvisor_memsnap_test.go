@@ -96,7 +96,8 @@ func TestGVisorDetached(t *testing.T) {
 // TestGVisorMemorySnapshot: snapshot take --memory of a running gvisor
 // sandbox and a restore of it. A detached command holding a counter in
 // a shell variable (in memory only) counts on, in the restored sandbox,
-// from where it was at the take; a file in /tmp is there; the source
+// from where it was at the take; a file in /tmp (the writable layer) and
+// one in gVisor's own tmpfs /dev (memory only) are there; the source
 // runs on; a foreground command is not restored; the restored command
 // is listed as running and its output goes on after what it had
 // written; the restored sandbox's next start boots afresh. Refusals:
@@ -109,6 +110,8 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	// The counter prints each value and keeps it nowhere but in i.
 	id := strings.TrimSpace(a.must("exec", "-d", "gm", "--", "sh", "-c", "i=1000; while :; do i=$((i+1)); echo $i; sleep 0.1; done").stdout)
 	a.must("exec", "gm", "--", "sh", "-c", "echo in-tmp > /tmp/kept")
+	// /dev is a tmpfs of gVisor's own: its files are in memory only.
+	a.must("exec", "gm", "--", "sh", "-c", "echo in-memory > /dev/kept")
 	// A foreground command that runs through the take.
 	fgCtx, fgStop := context.WithCancel(context.Background())
 	defer fgStop()
@@ -246,6 +249,9 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	if r := a.must("exec", "gmr0", "--", "cat", "/tmp/kept"); r.stdout != "in-tmp\n" {
 		t.Errorf("/tmp after the restore: %v", r)
 	}
+	if r := a.must("exec", "gmr0", "--", "cat", "/dev/kept"); r.stdout != "in-memory\n" {
+		t.Errorf("a tmpfs's file after the restore: %v", r)
+	}
 	if a.psHas("gmr0", "sleep 4545") {
 		t.Errorf("a foreground command came back")
 	}
@@ -266,6 +272,9 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	}
 	if r := a.must("exec", "gmr1", "--", "cat", "/tmp/kept"); r.stdout != "in-tmp\n" {
 		t.Errorf("/tmp after a cold start: %v", r)
+	}
+	if r := a.run("exec", "gmr1", "--", "cat", "/dev/kept"); r.code == 0 {
+		t.Errorf("a tmpfs's file after a cold start (its memory is not kept): %v", r)
 	}
 	// A restore that fails (its image spoilt, the snapshot's own files
 	// left as they are): the start fails and says so; the next one is a
