@@ -164,7 +164,16 @@ func TestGVisorMemorySnapshot(t *testing.T) {
 	if r := a.run("snapshot", "take", "gms", "--name", "st", "--memory"); r.code != 125 || !strings.Contains(r.stderr, "not running") {
 		t.Errorf("--memory on a stopped sandbox: %v", r)
 	}
-	if r := a.must("snapshot", "list", "--json"); strings.Contains(r.stdout, `"nat"`) || strings.Contains(r.stdout, `"st"`) {
+	// A published port: the sandbox has the network helper's device.
+	a.must("sandbox", "create", "gmp", "-B", "gvisor", "--image", ref, "-P", "18091:8000", "--start")
+	defer a.run("sandbox", "rm", "-f", "gmp")
+	if r := a.run("snapshot", "take", "gmp", "--name", "netp", "--memory"); r.code != 125 || !strings.Contains(r.stderr, "with a network") {
+		t.Errorf("--memory of a sandbox with a published port: %v", r)
+	}
+	if r := a.must("exec", "gmp", "--", "true"); r.code != 0 {
+		t.Errorf("the sandbox after a refused take: %v", r)
+	}
+	if r := a.must("snapshot", "list", "--json"); strings.Contains(r.stdout, `"nat"`) || strings.Contains(r.stdout, `"st"`) || strings.Contains(r.stdout, `"netp"`) {
 		t.Errorf("a refused take left a snapshot: %v", r)
 	}
 
