@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,9 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/agentkernel/agentkernel/internal/testenv"
-	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
 )
 
 // TestNomadServeWarmPool: `serve` with [sandbox] backend = "nomad" and
@@ -30,35 +26,7 @@ import (
 // the job is purged after and the pool refills with another job, which
 // the next run takes; SIGTERM leaves no pool job on the agent.
 func TestNomadServeWarmPool(t *testing.T) {
-	testenv.RequireRoot(t)
-	bin, ok := nomadlab.Binary()
-	if !ok {
-		testenv.Missing(t, "%s", nomadlab.MissingHint)
-	}
-	dir, err := os.MkdirTemp("", "nomadlab-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	l, err := nomadlab.Start(ctx, bin, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatal(err)
-	}
-	defer func() {
-		l.Close()
-		if t.Failed() {
-			t.Logf("nomad agent log:\n%s", l.Log())
-		}
-		os.RemoveAll(dir)
-	}()
-	nodeData, err := os.MkdirTemp("", "nomad-node-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
-	defer func() { _ = nomadlab.RemoveNodeData(full, nodeData) }()
+	l, full, nodeData := startNomadNode(t)
 
 	a := newAK(t)
 	cfg := fmt.Sprintf("[sandbox]\nbackend = \"nomad\"\nbase_image = \"host\"\n"+

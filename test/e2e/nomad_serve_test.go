@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/contract"
-	"github.com/agentkernel/agentkernel/internal/testenv"
-	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
 )
 
 // TestNomadServeContract: `serve` with [sandbox] backend = "nomad" and
@@ -28,47 +26,10 @@ import (
 // running sandbox is a job of the agent, a snapshot is refused as the
 // API refuses what a backend cannot do, and no job is left.
 func TestNomadServeContract(t *testing.T) {
-	testenv.RequireRoot(t)
-	bin, ok := nomadlab.Binary()
-	if !ok {
-		testenv.Missing(t, "%s", nomadlab.MissingHint)
-	}
 	sdkDir := installNodeSDK(t)
-	dir, err := os.MkdirTemp("", "nomadlab-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, full, nodeData := startNomadNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	l, err := nomadlab.Start(ctx, bin, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatal(err)
-	}
-	defer func() {
-		l.Close()
-		if t.Failed() {
-			t.Logf("nomad agent log:\n%s", l.Log())
-		}
-		os.RemoveAll(dir)
-	}()
-	nodeData, err := os.MkdirTemp("", "nomad-node-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		// The node's sandboxes end with their tasks; wait for that before
-		// removing their data directory.
-		for i := 0; i < 150; i++ {
-			out, err := newAK(t).cmd(context.Background(), "--data-dir", nodeData, "-q", "sandbox", "list", "--all").Output()
-			if err == nil && len(strings.Split(strings.TrimSpace(string(out)), "\n")) <= 1 {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		os.RemoveAll(nodeData)
-	}()
-	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
 	a, ref := withRegistry(t)
 	cfg := fmt.Sprintf("[sandbox]\nbackend = \"nomad\"\n[orchestrator]\nnomad_addr = %q\nnomad_agentkernel_path = %q\nnomad_node_data_dir = %q\n", l.Address, full, nodeData)
 	p := filepath.Join(a.home, ".config", "agentkernel", "config.toml")

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,10 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/agentkernel/agentkernel/internal/testenv"
-	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
 )
 
 // TestNomadCommandLine drives -B nomad through the built binaries
@@ -25,37 +20,7 @@ import (
 // with stdin, its status, no network under --network none, and nothing
 // left; a hostile name refused before any request.
 func TestNomadCommandLine(t *testing.T) {
-	testenv.RequireRoot(t)
-	bin, ok := nomadlab.Binary()
-	if !ok {
-		testenv.Missing(t, "%s", nomadlab.MissingHint)
-	}
-	dir, err := os.MkdirTemp("", "nomadlab-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	l, err := nomadlab.Start(ctx, bin, dir)
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatal(err)
-	}
-	defer func() {
-		l.Close()
-		if t.Failed() {
-			t.Logf("nomad agent log:\n%s", l.Log())
-		}
-		os.RemoveAll(dir)
-	}()
-	nodeData, err := os.MkdirTemp("", "nomad-node-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	full := filepath.Join(filepath.Dir(binary), "agentkernel-full")
-	// The node's sandboxes end with their tasks: their data directory
-	// goes after them.
-	defer func() { _ = nomadlab.RemoveNodeData(full, nodeData) }()
+	l, full, nodeData := startNomadNode(t)
 	a := newAK(t)
 	cfg := filepath.Join(a.home, "nomad.toml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[orchestrator]\nnomad_addr = %q\n", l.Address)), 0o600); err != nil {
