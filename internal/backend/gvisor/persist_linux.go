@@ -156,7 +156,7 @@ func (b *Backend) boot(ctx context.Context, spec *sandbox.Spec, dir string, log 
 	err = nil
 	if restoreDir != "" {
 		// The sandbox's restore waits for each of its containers'.
-		if err = in.awaitState(ctx); err == nil {
+		if err = in.awaitState(ctx, false); err == nil {
 			err = in.restoreContainers(restoreDir)
 		}
 	}
@@ -228,7 +228,11 @@ func (in *Instance) end(err error) {
 }
 
 // awaitRunning waits until runsc reports the sandbox running.
-func (in *Instance) awaitRunning(ctx context.Context) error {
+func (in *Instance) awaitRunning(ctx context.Context) error { return in.awaitState(ctx, true) }
+
+// awaitState waits until runsc knows the sandbox (a restore begun), or,
+// with running, reports it running.
+func (in *Instance) awaitState(ctx context.Context, running bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, err := exec.CommandContext(ctx, in.r.runsc, "--root", in.r.state(), "state", in.r.id).Output()
@@ -236,29 +240,9 @@ func (in *Instance) awaitRunning(ctx context.Context) error {
 			var st struct {
 				Status string `json:"status"`
 			}
-			if json.Unmarshal(out, &st) == nil && st.Status == "running" {
+			if !running || (json.Unmarshal(out, &st) == nil && st.Status == "running") {
 				return nil
 			}
-		}
-		select {
-		case <-in.done:
-			return fmt.Errorf("the gvisor sandbox did not start: %s", in.ExitReason())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the gvisor sandbox did not start within 30 s")
-		}
-	}
-}
-
-// awaitState waits until runsc knows the sandbox (its restore begun).
-func (in *Instance) awaitState(ctx context.Context) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if exec.CommandContext(ctx, in.r.runsc, "--root", in.r.state(), "state", in.r.id).Run() == nil {
-			return nil
 		}
 		select {
 		case <-in.done:
