@@ -10,7 +10,7 @@ import (
 // Gaps are what this backend does not do that the native backend does;
 // doctor lists them, so that the backend is never silently weaker.
 func Gaps() []string {
-	gaps := []string{"rootless runs", "memory snapshots (runsc restore ends every command started with runsc exec)", "the host image", "network without /dev/net/tun (proxy mode)"}
+	gaps := []string{"rootless runs", "the host image", "network without /dev/net/tun (proxy mode)"}
 	if runtime.GOARCH != "amd64" {
 		gaps = append(gaps, "persistent sandboxes (amd64 only)")
 	}
