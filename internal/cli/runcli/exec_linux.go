@@ -363,11 +363,13 @@ func (a *App) runExec(ctx context.Context, m *sandbox.Manager, name string, args
 			winch := make(chan os.Signal, 1)
 			signal.Notify(winch, unix.SIGWINCH)
 			defer signal.Stop(winch)
+			// The size the recording starts with, read here and not in
+			// the goroutine, which may first run after a resize.
+			var last *pty.Winsize
+			if rec != nil {
+				last, _ = pty.GetsizeFull(in)
+			}
 			go func() {
-				var last *pty.Winsize
-				if rec != nil {
-					last, _ = pty.GetsizeFull(in)
-				}
 				for range winch {
 					_ = pty.InheritSize(in, master)
 					if rec == nil {
