@@ -495,20 +495,22 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 		_, err := os.Lstat(stopping)
 		cut := err == nil
 		if c, err := agent.Dial(filepath.Join(m.Dir(name), "sock")); err == nil {
-			if !cut {
+			if cut {
+				// A stop whose caller was killed: its supervisor may
+				// still answer while it ends the sandbox (or may not
+				// have been told yet). The stop is finished, then the
+				// sandbox started afresh, rather than said to run.
+				_ = c.Stop(ctx)
+			} else if answers(ctx, c) {
 				c.Close()
 				return m.info(sb), nil
 			}
-			// A stop whose caller was killed: its supervisor may still
-			// answer while it ends the sandbox (or may not have been
-			// told yet). The stop is finished, then the sandbox
-			// started afresh, rather than said to run.
-			_ = c.Stop(ctx)
 			c.Close()
 		}
-		// Running on record, but its supervisor no longer answers (or
-		// was told to stop): it is let end, with what it ran (its
-		// cgroups), then started afresh.
+		// Running on record, but its supervisor no longer answers (a
+		// killed one may still take a connection while it dies), or was
+		// told to stop: it is let end, with what it ran (its cgroups),
+		// then started afresh.
 		m.awaitSupervisorEnd(sb)
 		m.removeCgroups(sb)
 		lock := filepath.Join(m.Dir(name), supervisorLockFile)
@@ -601,6 +603,17 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 	}
 	_ = os.Remove(stopping)
 	return m.info(sb), nil
+}
+
+// answers says whether the supervisor c is connected to answers a ping
+// (within 5 s). A connection alone does not say it runs on: a
+// supervisor being killed still holds its listening socket, and takes
+// connections, until the kernel has closed its descriptors.
+func answers(ctx context.Context, c *agent.Client) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := c.Call(ctx, agent.Request{Op: agent.OpPing})
+	return err == nil
 }
 
 // stoppingFile is in a sandbox's directory from the moment a stop is

@@ -764,3 +764,23 @@ func TestStartFinishesKilledStop(t *testing.T) {
 		t.Errorf("the stop's marker is left after the start: %v", err)
 	}
 }
+
+// TestStartRightAfterSupervisorKilled: a supervisor killed with SIGKILL
+// holds its listening socket, and takes connections, until the kernel
+// has closed its descriptors. A start right after the kill must not take
+// such a connection for a running sandbox: each time, a command run
+// right after the start must find the sandbox answering.
+func TestStartRightAfterSupervisorKilled(t *testing.T) {
+	a := newAK(t)
+	loadTestImage(t, a)
+	w := &lcWorld{t: t, a: a, files: map[string]map[string]string{"sk": {}}}
+	w.must("sandbox", "create", "sk", "--image", imageRef, "--start")
+	t.Cleanup(func() { a.run(t, "sandbox", "rm", "--force", "sk") })
+	for i := range 30 {
+		killSupervisor(a.dataDir, "sk")
+		w.ensureRunning("sk", fmt.Sprintf("kill %d", i))
+		if r := a.run(t, "exec", "sk", "--", "echo", "alive"); r.code != 0 || !strings.Contains(r.stdout, "alive") {
+			t.Fatalf("kill %d: the sandbox said started does not answer: %v", i, r)
+		}
+	}
+}
