@@ -501,7 +501,7 @@ func (m *Manager) Start(ctx context.Context, name string) (*sandbox.Info, error)
 				// have been told yet). The stop is finished, then the
 				// sandbox started afresh, rather than said to run.
 				_ = c.Stop(ctx)
-			} else if answers(ctx, c) {
+			} else if supervisorAnswers(ctx, c) {
 				c.Close()
 				return m.info(sb), nil
 			}
@@ -605,11 +605,11 @@ func (m *Manager) Stop(ctx context.Context, name, reason string) (*sandbox.Info,
 	return m.info(sb), nil
 }
 
-// answers says whether the supervisor c is connected to answers a ping
-// (within 5 s). A connection alone does not say it runs on: a
-// supervisor being killed still holds its listening socket, and takes
-// connections, until the kernel has closed its descriptors.
-func answers(ctx context.Context, c *agent.Client) bool {
+// supervisorAnswers says whether the supervisor c is connected to
+// answers a ping (within 5 s). A connection alone does not say it runs
+// on: a supervisor being killed still holds its listening socket, and
+// takes connections, until the kernel has closed its descriptors.
+func supervisorAnswers(ctx context.Context, c *agent.Client) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := c.Call(ctx, agent.Request{Op: agent.OpPing})
