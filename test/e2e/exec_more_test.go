@@ -69,14 +69,7 @@ func TestExecDetachedCLI(t *testing.T) {
 		t.Errorf("exec -d waited for the command: %v", r.took)
 	}
 	// The CLI that started it is gone; the command runs on.
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if r := a.must("exec", "--logs", id, "det"); r.stdout == "one\ntwo\n" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("logs: %v", r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	a.mustSay("one\ntwo\n", "exec", "--logs", id, "det")
 	if r := a.must("exec", "--status", id, "det"); r.stdout != "running\n" {
 		t.Errorf("status: %v", r)
 	}

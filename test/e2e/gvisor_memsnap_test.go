@@ -26,14 +26,7 @@ func TestGVisorDetached(t *testing.T) {
 		t.Fatalf("exec -d printed %q", r.stdout)
 	}
 	id := strings.TrimSpace(r.stdout)
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if r := a.must("exec", "--logs", id, "gd"); r.stdout == "one\ntwo\n" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("logs: %v", r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	a.mustSay("one\ntwo\n", "exec", "--logs", id, "gd")
 	if r := a.must("exec", "--status", id, "gd"); r.stdout != "running\n" {
 		t.Errorf("status: %v", r)
 	}
@@ -69,14 +62,7 @@ func TestGVisorDetached(t *testing.T) {
 	}
 	// One that ends by itself: its status and exit code.
 	id2 := strings.TrimSpace(a.must("exec", "-d", "gd", "--", "sh", "-c", "echo bye; exit 5").stdout)
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if r := a.must("exec", "--status", id2, "gd"); r.stdout == "failed (exit code 5)\n" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("status of a command that exits 5: %v", r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	a.mustSay("failed (exit code 5)\n", "exec", "--status", id2, "gd")
 	if r := a.must("exec", "--logs", id2, "gd"); r.stdout != "bye\n" {
 		t.Errorf("logs of an ended command: %v", r)
 	}

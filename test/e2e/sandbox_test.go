@@ -35,6 +35,22 @@ func (a *ak) must(args ...string) result {
 	return r
 }
 
+// mustSay runs agentkernel args (each must succeed) every 100 ms until
+// its output is want, for up to 15 s.
+func (a *ak) mustSay(want string, args ...string) {
+	a.t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		r := a.must(args...)
+		if r.stdout == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("agentkernel %v did not come to say %q: %v", args, want, r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (a *ak) info(name string) sandboxInfo {
 	a.t.Helper()
 	var i sandboxInfo
