@@ -27,6 +27,8 @@ import (
 	"github.com/agentkernel/agentkernel/internal/cli"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/fullbin"
+	"github.com/agentkernel/agentkernel/internal/kubeegress"
+	"github.com/agentkernel/agentkernel/internal/kubeegress/proxy"
 	"github.com/agentkernel/agentkernel/internal/netproc"
 	"github.com/agentkernel/agentkernel/internal/netproc/helper"
 	"github.com/agentkernel/agentkernel/internal/nomadcli"
@@ -51,6 +53,10 @@ func run() int {
 	// A sandbox's network helper serves its network and nothing else.
 	if len(os.Args) > 0 && os.Args[0] == netproc.Argv0 {
 		return helper.Main(native.ConfineProcess)
+	}
+	// A Kubernetes sandbox's egress proxy and its rules, in its pod.
+	if len(os.Args) > 1 && os.Args[1] == kubeegress.Command {
+		return proxy.Main(os.Args[2:], os.Stdout, os.Stderr)
 	}
 	// A sandbox's supervisor lives as long as its sandbox: it skips the
 	// command line's set-up (and the memory that would stay with it).
