@@ -322,6 +322,15 @@ func TestChartRenders(t *testing.T) {
 	if cfg.Sandbox.Backend != "kubernetes" || cfg.Orchestrator.Namespace != "agentkernel-system" || cfg.Orchestrator.Controller != "auto" {
 		t.Errorf("serve's configuration: backend %q, namespace %q, controller %q", cfg.Sandbox.Backend, cfg.Orchestrator.Namespace, cfg.Orchestrator.Controller)
 	}
+	// Domain lists' egress proxy: the chart's own image unless set.
+	if want := fmt.Sprintf("%v:%v", dig(values, "image", "repository"), dig(values, "image", "tag")); cfg.Orchestrator.EgressImage != want {
+		t.Errorf("egress_image = %q, want the chart's image %q", cfg.Orchestrator.EgressImage, want)
+	}
+	values["egressImage"] = "registry.example/egress:2"
+	if cfg := loadChartConfig(t, render(t, values)); cfg.Orchestrator.EgressImage != "registry.example/egress:2" {
+		t.Errorf("egressImage value: egress_image = %q", cfg.Orchestrator.EgressImage)
+	}
+	values["egressImage"] = ""
 
 	// Values users set: a RuntimeClass, more allowed hosts, no
 	// ServiceAccount of the chart's.

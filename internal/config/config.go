@@ -215,6 +215,12 @@ type Orchestrator struct {
 	ServiceAccount  string `toml:"service_account"`   // Kubernetes: pods' service account
 	NoUserNamespace bool   `toml:"no_user_namespace"` // Kubernetes: do not ask for hostUsers: false
 	Controller      string `toml:"controller"`        // Kubernetes: serve reconciles the CRDs: auto (in a cluster), on, off
+	// EgressImage is the image of a Kubernetes sandbox's egress proxy
+	// (one holding agentkernel-full, such as serve's own), which domain
+	// allow- and block-lists need; EgressDNS the DNS servers the proxy
+	// asks ("ADDR" or "ADDR:PORT"; none: the pod's, the cluster's DNS).
+	EgressImage string   `toml:"egress_image"`
+	EgressDNS   []string `toml:"egress_dns"`
 	NomadAddr       string `toml:"nomad_addr"`        // Nomad: API address
 	NomadToken      string `toml:"nomad_token"`       // Nomad: ACL token (masked in 'config show')
 	NomadDriver     string `toml:"nomad_driver"`      // Nomad: docker, exec or raw_exec

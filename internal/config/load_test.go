@@ -326,6 +326,9 @@ func TestBadValues(t *testing.T) {
 		{"[daemon.agents.copilot]\nmin_warm = 1\n", 1, "daemon.agents.copilot", "unknown mode"},
 		{"[orchestrator]\nprovider = \"swarm\"\n", 2, "orchestrator.provider", "unknown provider"},
 		{"[orchestrator]\nnomad_driver = \"java\"\n", 2, "orchestrator.nomad_driver", "unknown driver"},
+		{"[orchestrator]\negress_dns = [\"cluster-dns\"]\n", 2, "orchestrator.egress_dns", "is not ADDR or ADDR:PORT"},
+		{"[orchestrator]\negress_dns = [\"fe80::1%eth0\"]\n", 2, "orchestrator.egress_dns", "is not ADDR or ADDR:PORT"},
+		{"[orchestrator]\negress_image = \"bad image\"\n", 2, "orchestrator.egress_image", "invalid character"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+" "+tt.msg, func(t *testing.T) {
@@ -555,6 +558,8 @@ runtime_class = "gvisor"
 service_account = "sa"
 no_user_namespace = true
 controller = "off"
+egress_image = "registry.example/agentkernel:1"
+egress_dns = ["10.96.0.10", "[fd00::a]:53"]
 nomad_addr = "http://n:4646"
 nomad_token = "tok"
 nomad_driver = "docker"

@@ -270,6 +270,21 @@ func (c *Config) validate() error {
 	if o.MaxSandboxes < 0 {
 		return fail("orchestrator.max_sandboxes", "must not be negative")
 	}
+	if o.EgressImage != "" {
+		if err := ValidateImageRef(o.EgressImage); err != nil {
+			return fail("orchestrator.egress_image", "%v", err)
+		}
+	}
+	if len(o.EgressDNS) > 16 {
+		return fail("orchestrator.egress_dns", "at most 16 servers")
+	}
+	for _, d := range o.EgressDNS {
+		if ap, err := netip.ParseAddrPort(d); err != nil || ap.Addr().Zone() != "" || ap.Port() == 0 {
+			if a, err := netip.ParseAddr(d); err != nil || a.Zone() != "" {
+				return fail("orchestrator.egress_dns", "%q is not ADDR or ADDR:PORT (10.96.0.10, [fd00::a]:53)", d)
+			}
+		}
+	}
 	return nil
 }
 

@@ -106,6 +106,7 @@ backend needs.`,
 	pf.StringVar(&a.opts.RuntimeClass, "runtime-class", "", "pods' runtimeClassName, such as gvisor or kata")
 	pf.BoolVar(&a.opts.InCluster, "in-cluster", false, "use the pod's service account (running inside the cluster)")
 	pf.BoolVar(&a.opts.NoUserNamespace, "no-user-namespace", false, "do not ask for a user namespace (hostUsers: false) on clusters whose nodes cannot give one")
+	pf.StringVar(&a.opts.EgressImage, "egress-image", "", "image of the egress proxy that domain lists need, holding agentkernel-full (default: [orchestrator] egress_image)")
 
 	sb := &cobra.Command{Use: "sandbox", Short: "Create, list and remove sandboxes"}
 	sb.AddCommand(a.createCmd(), a.listCmd(), a.removeCmd(), a.reapCmd(), a.execCmd())
@@ -161,6 +162,10 @@ func (a *app) load(cmd *cobra.Command) error {
 	set(&a.opts.Namespace, o.Namespace)
 	set(&a.opts.RuntimeClass, o.RuntimeClass)
 	set(&a.opts.ServiceAccount, o.ServiceAccount)
+	set(&a.opts.EgressImage, o.EgressImage)
+	if len(a.opts.EgressResolvers) == 0 {
+		a.opts.EgressResolvers = o.EgressDNS
+	}
 	a.maxSandboxes = o.MaxSandboxes
 	a.opts.NoUserNamespace = a.opts.NoUserNamespace || o.NoUserNamespace
 	return nil
@@ -194,7 +199,7 @@ NAME is a DNS label (lower-case letters, digits, '-'), at most 51 characters.`,
 			if cpus < 0 {
 				return fmt.Errorf("--cpus must not be negative")
 			}
-			if r.Network, r.AllowCIDRs, err = kubernetes.ParseNetwork(network); err != nil {
+			if r.Network, r.AllowCIDRs, r.AllowDomains, err = kubernetes.ParseNetwork(network); err != nil {
 				return err
 			}
 			if err := r.Check(); err != nil {
@@ -240,7 +245,7 @@ NAME is a DNS label (lower-case letters, digits, '-'), at most 51 characters.`,
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image reference (required)")
 	f.StringVarP(&profile, "profile", "p", "moderate", "security profile: restrictive, moderate or permissive")
-	f.StringVar(&network, "network", "", "none, full, or address ranges (CIDRs) the sandbox may reach (default: the profile's)")
+	f.StringVar(&network, "network", "", "none, full, or what the sandbox may reach: address ranges (become a NetworkPolicy) and domain names (\"github.com,*.pypi.org\": through the pod's egress proxy, --egress-image) (default: the profile's)")
 	f.Int64Var(&memory, "memory", 0, "memory limit in MiB (default: the profile's)")
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores (default: the profile's)")
 	f.DurationVar(&ttl, "ttl", 0, "remove the sandbox after this long (reaped by 'sandbox reap' or the controller)")

@@ -68,7 +68,7 @@ A pod that no node starts within --start-timeout ends the run with status
 				// A run whose removal never happened (the machine died)
 				// is reaped after a day.
 				TTL: 24 * time.Hour}
-			if r.Network, r.AllowCIDRs, err = kubernetes.ParseNetwork(network); err != nil {
+			if r.Network, r.AllowCIDRs, r.AllowDomains, err = kubernetes.ParseNetwork(network); err != nil {
 				return err
 			}
 			if err := r.Check(); err != nil {
@@ -119,7 +119,7 @@ A pod that no node starts within --start-timeout ends the run with status
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image reference (default: picked from the command and the project)")
 	f.StringVarP(&profile, "profile", "p", "moderate", "security profile: restrictive, moderate or permissive")
-	f.StringVar(&network, "network", "", "none, full, or address ranges (CIDRs) the sandbox may reach (default: the profile's)")
+	f.StringVar(&network, "network", "", "none, full, or what the sandbox may reach: address ranges (become a NetworkPolicy) and domain names (\"github.com,*.pypi.org\": through the pod's egress proxy, --egress-image) (default: the profile's)")
 	f.Int64Var(&memory, "memory", 0, "memory limit in MiB (default: the profile's)")
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit in cores (default: the profile's)")
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE in the sandbox's environment (repeatable)")

@@ -53,7 +53,8 @@ func orchestrator(path string) (kubernetes.Options, config.Orchestrator, error) 
 	}
 	o := c.Orchestrator
 	return kubernetes.Options{Kubeconfig: o.Kubeconfig, Context: o.Context, Namespace: o.Namespace,
-		RuntimeClass: o.RuntimeClass, ServiceAccount: o.ServiceAccount, NoUserNamespace: o.NoUserNamespace}, o, nil
+		RuntimeClass: o.RuntimeClass, ServiceAccount: o.ServiceAccount, NoUserNamespace: o.NoUserNamespace,
+		EgressImage: o.EgressImage, EgressResolvers: o.EgressDNS}, o, nil
 }
 
 // kubeSandboxes is the Manager of serve on the kubernetes backend:

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Options configure the backend ([orchestrator] in configuration).
@@ -40,6 +42,13 @@ type Options struct {
 	// NoUserNamespace leaves hostUsers unset, for clusters whose nodes
 	// cannot give pods a user namespace.
 	NoUserNamespace bool
+	// EgressImage is the image of a domain-list sandbox's egress proxy
+	// (one holding agentkernel-full at kubeegress.DefaultBinary, such as
+	// the one serve runs from); "" refuses domain lists.
+	EgressImage string
+	// EgressResolvers are the DNS servers the egress proxy asks
+	// ("ADDR:PORT"); none: the pod's own (the cluster's DNS).
+	EgressResolvers []string
 	// Now is the clock (nil: time.Now); tests move it for TTLs.
 	Now func() time.Time
 }
@@ -170,7 +179,8 @@ func validObjectName(s string) error {
 }
 
 func (b *Backend) podOptions() podOptions {
-	return podOptions{Namespace: b.ns, RuntimeClass: b.opts.RuntimeClass, NoUserNamespace: b.opts.NoUserNamespace, ServiceAccount: b.opts.ServiceAccount}
+	return podOptions{Namespace: b.ns, RuntimeClass: b.opts.RuntimeClass, NoUserNamespace: b.opts.NoUserNamespace, ServiceAccount: b.opts.ServiceAccount,
+		EgressImage: b.opts.EgressImage, EgressResolvers: b.opts.EgressResolvers}
 }
 
 // ErrExists is returned by Create for a name already in use.
@@ -205,8 +215,20 @@ func (b *Backend) Create(ctx context.Context, r *Request) (*Sandbox, error) {
 	return b.create(ctx, r, nil)
 }
 
-func (b *Backend) create(ctx context.Context, r *Request, extraLabels map[string]string) (*Sandbox, error) {
+// check is r.Check and what the backend's settings add: a domain list
+// needs the egress proxy's image.
+func (b *Backend) check(r *Request) error {
 	if err := r.Check(); err != nil {
+		return err
+	}
+	if n, _ := r.network(); n == NetworkProxy && b.opts.EgressImage == "" {
+		return fmt.Errorf("a domain allow- or block-list needs the egress proxy's image: set [orchestrator] egress_image to an image holding agentkernel-full (docs/kubernetes.md): %w", sandbox.ErrUnsupported)
+	}
+	return nil
+}
+
+func (b *Backend) create(ctx context.Context, r *Request, extraLabels map[string]string) (*Sandbox, error) {
+	if err := b.check(r); err != nil {
 		return nil, err
 	}
 	if err := b.claimWith(ctx, r, extraLabels, nil); err != nil {

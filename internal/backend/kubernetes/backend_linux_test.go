@@ -164,12 +164,12 @@ func TestLimitsOverride(t *testing.T) {
 
 // TestNetworkPolicyShapes checks the stored NetworkPolicy of each network.
 func TestNetworkPolicyShapes(t *testing.T) {
-	b := backend(t, Options{})
+	b := backend(t, Options{EgressImage: "agentkernel.test/egress:1"})
 	ctx := context.Background()
 	cs := admin(t)
-	net, cidrs, err := ParseNetwork("10.0.0.0/8, 192.0.2.7")
-	if err != nil {
-		t.Fatal(err)
+	net, cidrs, domains, err := ParseNetwork("10.0.0.0/8, 192.0.2.7")
+	if err != nil || domains != nil {
+		t.Fatal(err, domains)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -181,9 +181,15 @@ func TestNetworkPolicyShapes(t *testing.T) {
 		{"none", NetworkNone, nil, 0, nil},
 		{"full", NetworkFull, nil, 1, nil},
 		{"cidrs", net, cidrs, 1, []string{"10.0.0.0/8", "192.0.2.7/32"}},
+		// The pod's own rules and proxy enforce a domain list.
+		{"proxy", NetworkProxy, nil, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := b.Create(ctx, &Request{Name: "n-" + tc.name, Image: "busybox", Profile: mustProfile(t, "moderate"), Network: tc.net, AllowCIDRs: tc.cidrs}); err != nil {
+			r := &Request{Name: "n-" + tc.name, Image: "busybox", Profile: mustProfile(t, "moderate"), Network: tc.net, AllowCIDRs: tc.cidrs}
+			if tc.net == NetworkProxy {
+				r.AllowDomains = []string{"example.com"}
+			}
+			if _, err := b.Create(ctx, r); err != nil {
 				t.Fatal(err)
 			}
 			np, err := cs.NetworkingV1().NetworkPolicies(b.Namespace()).Get(ctx, PolicyName("n-"+tc.name), metav1.GetOptions{})
@@ -203,7 +209,7 @@ func TestNetworkPolicyShapes(t *testing.T) {
 			if len(s.Egress) != tc.egress {
 				t.Fatalf("egress = %v", s.Egress)
 			}
-			if tc.name == "full" && (len(s.Egress[0].To) != 0 || len(s.Egress[0].Ports) != 0) {
+			if (tc.name == "full" || tc.name == "proxy") && (len(s.Egress[0].To) != 0 || len(s.Egress[0].Ports) != 0) {
 				t.Errorf("full egress is restricted: %v", s.Egress[0])
 			}
 			var got []string
@@ -221,9 +227,12 @@ func TestNetworkPolicyShapes(t *testing.T) {
 			}
 		})
 	}
-	// Names cannot be said in a NetworkPolicy: refused, not dropped.
-	for _, bad := range []string{"example.com", "10.0.0.0/8,github.com", "10.0.0.0/33", "fe80::1%eth0"} {
-		if _, _, err := ParseNetwork(bad); err == nil {
+	// Names make the list the egress proxy's.
+	if n, c, d, err := ParseNetwork("10.0.0.0/8,GitHub.com,*.pypi.org"); err != nil || n != NetworkProxy || !slices.Equal(c, []string{"10.0.0.0/8"}) || !slices.Equal(d, []string{"github.com", "*.pypi.org"}) {
+		t.Errorf("ParseNetwork with names: %v %v %v %v", n, c, d, err)
+	}
+	for _, bad := range []string{"10.0.0.0/33", "fe80::1%eth0", "a b", "exa$mple.com", "*.", "example..com", ".example.com", ","} {
+		if _, _, _, err := ParseNetwork(bad); err == nil {
 			t.Errorf("ParseNetwork(%q) accepted", bad)
 		}
 	}

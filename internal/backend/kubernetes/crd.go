@@ -217,7 +217,7 @@ func requestOf(u *unstructured.Unstructured) (r *Request, pool string, err error
 		r.CPUPercent = (q.MilliValue() + 9) / 10
 	}
 	if n := str("network"); n != "" {
-		r.Network, r.AllowCIDRs, err = ParseNetwork(n)
+		r.Network, r.AllowCIDRs, r.AllowDomains, err = ParseNetwork(n)
 		if err != nil {
 			return nil, "", err
 		}
@@ -301,10 +301,13 @@ func (b *Backend) createOwned(ctx context.Context, r *Request, u *unstructured.U
 	t := true
 	ref := metav1.OwnerReference{APIVersion: SandboxResource.GroupVersion().String(), Kind: ownerKind, Name: u.GetName(), UID: u.GetUID(), Controller: &t}
 	extra := map[string]string{OwnerLabel: ownerKind}
+	if err := b.check(r); err != nil {
+		return err
+	}
 	if err := b.claimWith(ctx, r, extra, &ref); err != nil {
 		return err
 	}
-	if pool != nil && pool.Image == r.Image && pool.Profile.Name == r.Profile.Name && r.MemoryMB == 0 && r.CPUPercent == 0 {
+	if pool != nil && r.Network != NetworkProxy && pool.Image == r.Image && pool.Profile.Name == r.Profile.Name && r.MemoryMB == 0 && r.CPUPercent == 0 {
 		pods, err := b.listPool(ctx, pool.Name)
 		var s *Sandbox
 		if err == nil {

@@ -125,10 +125,12 @@ var errPoolEmpty = errors.New("pool has no waiting pod")
 // resourceVersion, so that two adopters never take the same pod; the
 // pod leaves the pool's policy and enters the sandbox's at once.
 func (b *Backend) CreateFromPool(ctx context.Context, p *Pool, r *Request) (s *Sandbox, adopted bool, err error) {
-	if err := r.Check(); err != nil {
+	if err := b.check(r); err != nil {
 		return nil, false, err
 	}
-	if p == nil || p.Image != r.Image || p.Profile.Name != r.Profile.Name || r.MemoryMB > 0 || r.CPUPercent > 0 || len(r.Env) > 0 {
+	// A pool's pods have no egress proxy: a domain list needs a pod made
+	// with one.
+	if p == nil || p.Image != r.Image || p.Profile.Name != r.Profile.Name || r.MemoryMB > 0 || r.CPUPercent > 0 || len(r.Env) > 0 || r.Network == NetworkProxy {
 		s, err := b.Create(ctx, r)
 		return s, false, err
 	}

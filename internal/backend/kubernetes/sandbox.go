@@ -44,8 +44,14 @@ func (r *RunBackend) Check(spec *sandbox.Spec) error {
 	if spec.Keep {
 		return fmt.Errorf("keeping a run's writable layer: %w on the kubernetes backend (the pod's files go with it; use a persistent sandbox)", sandbox.ErrUnsupported)
 	}
-	_, err := RequestFor("check", spec)
-	return err
+	req, err := RequestFor("check", spec)
+	if err != nil {
+		return err
+	}
+	if r.B == nil {
+		return nil
+	}
+	return r.B.check(req)
 }
 
 // Run runs spec.Args in a new pod and removes it.
@@ -139,11 +145,11 @@ func runName() (string, error) {
 }
 
 // RequestFor is the pod request for spec under name, or why a pod
-// cannot be what spec asks for: a domain allow- or block-list (a
-// NetworkPolicy matches addresses, never names), published ports, this
-// machine's directories (only the profile's /workspace, which becomes
-// an empty directory of the pod), secrets injected by an egress proxy,
-// SSH access, host-image runs.
+// cannot be what spec asks for: published ports, UDP allow-list
+// entries, this machine's directories (only the profile's /workspace,
+// which becomes an empty directory of the pod), secrets injected by an
+// egress proxy, SSH access, host-image runs. A domain allow- or
+// block-list becomes NetworkProxy.
 func RequestFor(name string, spec *sandbox.Spec) (*Request, error) {
 	unsupported := func(what string) error {
 		return fmt.Errorf("%s: %w on the kubernetes backend (docs/kubernetes.md)", what, sandbox.ErrUnsupported)
@@ -160,8 +166,6 @@ func RequestFor(name string, spec *sandbox.Spec) (*Request, error) {
 	switch {
 	case len(n.Ports) > 0:
 		return nil, unsupported("published ports")
-	case len(n.AllowDomains) > 0 || len(n.BlockDomains) > 0:
-		return nil, unsupported("a domain allow- or block-list (a NetworkPolicy matches addresses: give address ranges)")
 	case len(n.AllowUDP) > 0:
 		return nil, unsupported("UDP allow-list entries")
 	}
@@ -170,10 +174,20 @@ func RequestFor(name string, spec *sandbox.Spec) (*Request, error) {
 		r.Network = NetworkNone
 	case sandbox.NetworkFull:
 		r.Network = NetworkFull
+		if len(n.BlockDomains) > 0 {
+			// Names to refuse: through the pod's egress proxy.
+			r.Network, r.BlockDomains = NetworkProxy, append([]string(nil), n.BlockDomains...)
+		}
 	case sandbox.NetworkFiltered:
-		if len(n.AllowCIDRs) == 0 {
+		switch {
+		case len(n.AllowDomains) > 0:
+			r.Network = NetworkProxy
+			r.AllowDomains = append([]string(nil), n.AllowDomains...)
+			r.BlockDomains = append([]string(nil), n.BlockDomains...)
+			r.AllowCIDRs = append([]string(nil), n.AllowCIDRs...)
+		case len(n.AllowCIDRs) == 0:
 			r.Network = NetworkNone
-		} else {
+		default:
 			r.Network, r.AllowCIDRs = NetworkCIDRs, append([]string(nil), n.AllowCIDRs...)
 		}
 	case "":

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"reflect"
@@ -8,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/agentkernel/agentkernel/internal/kubeegress"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
@@ -46,11 +50,27 @@ func TestRequestFor(t *testing.T) {
 	if r, err := RequestFor("box", s); err != nil || r.Network != NetworkCIDRs || !reflect.DeepEqual(r.AllowCIDRs, []string{"10.0.0.0/8"}) {
 		t.Errorf("CIDRs: %+v %v", r, err)
 	}
+	// Domain lists go through the pod's egress proxy.
+	s = base()
+	s.Network = sandbox.Network{Mode: sandbox.NetworkFiltered, AllowDomains: []string{"example.com"}, AllowCIDRs: []string{"192.0.2.0/24"}, BlockDomains: []string{"bad.example.com"}}
+	if r, err := RequestFor("box", s); err != nil || r.Network != NetworkProxy || !reflect.DeepEqual(r.AllowDomains, []string{"example.com"}) ||
+		!reflect.DeepEqual(r.BlockDomains, []string{"bad.example.com"}) || !reflect.DeepEqual(r.AllowCIDRs, []string{"192.0.2.0/24"}) {
+		t.Errorf("domains: %+v %v", r, err)
+	}
+	s = base()
+	s.Network = sandbox.Network{Mode: sandbox.NetworkFull, BlockDomains: []string{"example.com"}}
+	if r, err := RequestFor("box", s); err != nil || r.Network != NetworkProxy || len(r.AllowDomains) != 0 || !reflect.DeepEqual(r.BlockDomains, []string{"example.com"}) {
+		t.Errorf("block list: %+v %v", r, err)
+	}
+	// Without the proxy's image, the backend refuses them before making
+	// anything.
+	if err := (&RunBackend{B: &Backend{}}).Check(s); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "egress_image") {
+		t.Errorf("no egress image: %v", err)
+	}
+	if err := (&RunBackend{B: &Backend{opts: Options{EgressImage: "agentkernel:1"}}}).Check(s); err != nil {
+		t.Errorf("with an egress image: %v", err)
+	}
 	for what, mod := range map[string]func(*sandbox.Spec){
-		"domains": func(s *sandbox.Spec) {
-			s.Network.Mode, s.Network.AllowDomains = sandbox.NetworkFiltered, []string{"example.com"}
-		},
-		"block": func(s *sandbox.Spec) { s.Network.BlockDomains = []string{"example.com"} },
 		"ports": func(s *sandbox.Spec) { s.Network.Ports = []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}} },
 		"volume": func(s *sandbox.Spec) {
 			s.Mounts = append(s.Mounts, sandbox.Mount{Kind: sandbox.MountBind, Source: "/etc", Dest: "/data"})
@@ -124,5 +144,74 @@ func TestParseStat(t *testing.T) {
 	}
 	if _, err := parseStat("garbage"); err == nil || !strings.Contains(err.Error(), "garbage") {
 		t.Errorf("garbage: %v", err)
+	}
+}
+
+// TestEgressPod: a domain list's pod gets the rules' init container (the
+// only one with CAP_NET_ADMIN) and the proxy's sidecar (its user, no
+// capability, the policy in its environment), and the sandbox's
+// container can neither be nor become the proxy's user.
+func TestEgressPod(t *testing.T) {
+	for _, profile := range []string{"permissive", "moderate", "restrictive"} {
+		t.Run(profile, func(t *testing.T) {
+			p, err := LookupProfile(profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Request{Name: "box", Image: "python:3.12", Profile: p, Network: NetworkProxy, AllowDomains: []string{"pypi.org"}, AllowCIDRs: []string{"192.0.2.0/24"}}
+			if err := r.Check(); err != nil {
+				t.Fatal(err)
+			}
+			pod := buildPod(podOptions{Namespace: "ns", EgressImage: "registry.example/agentkernel:1", EgressResolvers: []string{"192.0.2.53:53"}}, r, time.Time{})
+			if len(pod.Spec.InitContainers) != 2 {
+				t.Fatalf("init containers: %+v", pod.Spec.InitContainers)
+			}
+			ini, px, sb := pod.Spec.InitContainers[0], pod.Spec.InitContainers[1], pod.Spec.Containers[0]
+			if ini.Image != "registry.example/agentkernel:1" || px.Image != ini.Image {
+				t.Errorf("images %q %q", ini.Image, px.Image)
+			}
+			if !reflect.DeepEqual(ini.SecurityContext.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) || *ini.SecurityContext.RunAsUser != 0 || ini.RestartPolicy != nil {
+				t.Errorf("rules' container: %+v", ini.SecurityContext)
+			}
+			if px.RestartPolicy == nil || *px.RestartPolicy != corev1.ContainerRestartPolicyAlways || px.StartupProbe == nil {
+				t.Errorf("proxy is not a sidecar with a startup probe: %+v", px)
+			}
+			if c := px.SecurityContext; len(c.Capabilities.Add) != 0 || *c.RunAsUser != kubeegress.UID || !*c.RunAsNonRoot || *c.AllowPrivilegeEscalation || !*c.ReadOnlyRootFilesystem {
+				t.Errorf("proxy's security context: %+v", c)
+			}
+			var settings kubeegress.Settings
+			if len(px.Env) != 1 || px.Env[0].Name != kubeegress.EnvSettings || json.Unmarshal([]byte(px.Env[0].Value), &settings) != nil {
+				t.Fatalf("proxy's environment: %+v", px.Env)
+			}
+			if err := settings.Check(); err != nil || settings.Network.Mode != sandbox.NetworkFiltered ||
+				!reflect.DeepEqual(settings.Network.AllowDomains, []string{"pypi.org"}) || !reflect.DeepEqual(settings.Network.AllowCIDRs, []string{"192.0.2.0/24"}) ||
+				!reflect.DeepEqual(settings.Resolvers, []string{"192.0.2.53:53"}) {
+				t.Errorf("proxy's settings: %+v %v", settings, err)
+			}
+			uid := sb.SecurityContext.RunAsUser
+			if uid == nil {
+				uid = pod.Spec.SecurityContext.RunAsUser
+			}
+			if uid == nil || *uid == kubeegress.UID {
+				t.Errorf("sandbox's user: %v", uid)
+			}
+			for _, c := range sb.SecurityContext.Capabilities.Add {
+				if c == "SETUID" || c == "SETGID" || c == "NET_ADMIN" || c == "NET_RAW" && profile != "permissive" {
+					t.Errorf("sandbox keeps %s", c)
+				}
+			}
+		})
+	}
+	// A block-list only: the proxy lets every other name through.
+	p, _ := LookupProfile("moderate")
+	pod := buildPod(podOptions{EgressImage: "e:1"}, &Request{Name: "b", Image: "alpine", Profile: p, Network: NetworkProxy, BlockDomains: []string{"evil.example"}}, time.Time{})
+	var settings kubeegress.Settings
+	if err := json.Unmarshal([]byte(pod.Spec.InitContainers[1].Env[0].Value), &settings); err != nil || settings.Network.Mode != sandbox.NetworkFull || !reflect.DeepEqual(settings.Network.BlockDomains, []string{"evil.example"}) {
+		t.Errorf("block list settings: %+v %v", settings, err)
+	}
+	// Other networks: no proxy.
+	pod = buildPod(podOptions{EgressImage: "e:1"}, &Request{Name: "b", Image: "alpine", Profile: p, Network: NetworkFull}, time.Time{})
+	if len(pod.Spec.InitContainers) != 0 {
+		t.Errorf("full network has init containers: %+v", pod.Spec.InitContainers)
 	}
 }

@@ -154,7 +154,9 @@ func (s *Sandboxes) Create(ctx context.Context, info *sandbox.Info, spec *sandbo
 	if err := ValidName(info.Name); err != nil {
 		return err
 	}
-	if _, err := RequestFor(info.Name, spec); err != nil {
+	if r, err := RequestFor(info.Name, spec); err != nil {
+		return err
+	} else if err := s.b.check(r); err != nil {
 		return err
 	}
 	var id [16]byte

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -11,6 +12,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agentkernel/agentkernel/internal/kubeegress"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 // Network is a sandbox's network as a NetworkPolicy can say it.
@@ -25,6 +29,11 @@ const (
 	NetworkCIDRs Network = "cidrs"
 	// NetworkFull: egress anywhere, no ingress.
 	NetworkFull Network = "full"
+	// NetworkProxy: egress only through the pod's egress proxy (package
+	// kubeegress), which enforces Request.AllowDomains (and AllowCIDRs)
+	// or, with BlockDomains only, refuses those names: a domain list,
+	// which a NetworkPolicy cannot say. Needs Options.EgressImage.
+	NetworkProxy Network = "proxy"
 )
 
 // Profile is what a security profile means for a pod.
@@ -87,6 +96,12 @@ type Request struct {
 	// is set.
 	Network    Network
 	AllowCIDRs []string
+	// AllowDomains and BlockDomains are a NetworkProxy sandbox's domain
+	// patterns ("example.com", "*.example.com"): with AllowDomains the
+	// sandbox reaches only those names (and AllowCIDRs); with
+	// BlockDomains only, every name but those.
+	AllowDomains []string
+	BlockDomains []string
 	// MemoryMB and CPUPercent override the profile's limits when > 0.
 	MemoryMB   int64
 	CPUPercent int64
@@ -104,27 +119,50 @@ type Request struct {
 }
 
 // ParseNetwork reads a --network value: none, full, or a comma-separated
-// list of address ranges (CIDRs or single addresses). Names are refused:
-// a NetworkPolicy matches addresses only.
-func ParseNetwork(s string) (Network, []string, error) {
+// allow-list of address ranges (CIDRs or single addresses) and domain
+// patterns (example.com, *.example.com). Ranges alone become a
+// NetworkPolicy (NetworkCIDRs); a list with a name goes through the
+// pod's egress proxy (NetworkProxy).
+func ParseNetwork(s string) (Network, []string, []string, error) {
 	switch strings.TrimSpace(s) {
 	case "none", "off":
-		return NetworkNone, nil, nil
+		return NetworkNone, nil, nil, nil
 	case "full", "on":
-		return NetworkFull, nil, nil
+		return NetworkFull, nil, nil, nil
 	case "":
-		return "", nil, nil
+		return "", nil, nil, nil
 	}
-	var cidrs []string
+	var cidrs, domains []string
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		c, err := parseCIDR(f)
-		if err != nil {
-			return "", nil, err
+		if c, err := parseCIDR(f); err == nil {
+			cidrs = append(cidrs, c)
+			continue
 		}
-		cidrs = append(cidrs, c)
+		if err := checkDomain(f); err != nil {
+			return "", nil, nil, fmt.Errorf("network %q: %w (use none, full, or a list of address ranges and names such as 10.0.0.0/8,github.com,*.pypi.org)", f, err)
+		}
+		domains = append(domains, strings.ToLower(f))
 	}
-	return NetworkCIDRs, cidrs, nil
+	if len(domains) > 0 {
+		return NetworkProxy, cidrs, domains, nil
+	}
+	return NetworkCIDRs, cidrs, nil, nil
+}
+
+// checkDomain accepts a host name or "*." and a host name.
+func checkDomain(d string) error {
+	host := strings.TrimPrefix(d, "*.")
+	if host == "" || len(host) > 253 || strings.HasPrefix(host, ".") || strings.HasSuffix(host, ".") || strings.Contains(host, "..") {
+		return fmt.Errorf("%q is not an address range or a domain name", d)
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == ':') {
+			return fmt.Errorf("%q is not an address range or a domain name", d)
+		}
+	}
+	return nil
 }
 
 func parseCIDR(s string) (string, error) {
@@ -134,7 +172,7 @@ func parseCIDR(s string) (string, error) {
 	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
 		return netip.PrefixFrom(a, a.BitLen()).String(), nil
 	}
-	return "", fmt.Errorf("network %q is not an address range: a NetworkPolicy matches addresses, not names (use none, full, or CIDRs such as 10.0.0.0/8,192.0.2.7)", s)
+	return "", fmt.Errorf("network %q is not an address range (use an address or a CIDR such as 10.0.0.0/8 or 192.0.2.7)", s)
 }
 
 // network is the request's effective network.
@@ -165,8 +203,25 @@ func (r *Request) Check() error {
 				return err
 			}
 		}
+	case NetworkProxy:
+		if len(r.AllowDomains) == 0 && len(r.BlockDomains) == 0 {
+			return fmt.Errorf("network: an egress proxy needs domains to allow or block")
+		}
+		if len(r.AllowDomains)+len(r.BlockDomains)+len(cidrs) > 4096 {
+			return fmt.Errorf("network: more than 4096 entries")
+		}
+		for _, c := range cidrs {
+			if _, err := parseCIDR(c); err != nil {
+				return err
+			}
+		}
+		for _, d := range append(append([]string(nil), r.AllowDomains...), r.BlockDomains...) {
+			if err := checkDomain(d); err != nil {
+				return fmt.Errorf("network: %w", err)
+			}
+		}
 	default:
-		return fmt.Errorf("unknown network %q: use none, full or address ranges", n)
+		return fmt.Errorf("unknown network %q: use none, full, or address ranges and names", n)
 	}
 	if r.Workdir != "" && (!strings.HasPrefix(r.Workdir, "/") || strings.ContainsRune(r.Workdir, 0)) {
 		return fmt.Errorf("working directory %q: give an absolute path inside the sandbox", r.Workdir)
@@ -207,6 +262,9 @@ type podOptions struct {
 	// HostUsers false asks for a user namespace (hostUsers: false).
 	NoUserNamespace bool
 	ServiceAccount  string
+	// EgressImage and EgressResolvers: Options'.
+	EgressImage     string
+	EgressResolvers []string
 }
 
 // sandboxLabels are the labels of a sandbox's pod and the policy's
@@ -292,6 +350,25 @@ func buildPod(o podOptions, r *Request, now time.Time) *corev1.Pod {
 		vols = append(vols, corev1.Volume{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "workspace", MountPath: "/workspace"})
 	}
+	var inits []corev1.Container
+	if net == NetworkProxy {
+		// The sandbox must never be the proxy's user, whose connections
+		// leave the pod unfiltered, nor become it: it runs as root (or
+		// the profile's non-root user), never as the image says, and
+		// without CAP_SETUID and CAP_SETGID.
+		if !p.NonRoot {
+			root := int64(0)
+			sc.RunAsUser, sc.RunAsGroup = &root, &root
+		}
+		var keep []corev1.Capability
+		for _, c := range sc.Capabilities.Add {
+			if c != "SETUID" && c != "SETGID" {
+				keep = append(keep, c)
+			}
+		}
+		sc.Capabilities.Add = keep
+		inits = egressContainers(o, r)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        PodName(r.Name),
@@ -300,6 +377,7 @@ func buildPod(o podOptions, r *Request, now time.Time) *corev1.Pod {
 			Annotations: ann,
 		},
 		Spec: corev1.PodSpec{
+			InitContainers:                inits,
 			Containers:                    []corev1.Container{c},
 			Volumes:                       vols,
 			RestartPolicy:                 corev1.RestartPolicyNever,
@@ -335,7 +413,10 @@ func buildPolicy(namespace, name string, sel map[string]string, net Network, cid
 		},
 	}
 	switch net {
-	case NetworkFull:
+	case NetworkFull, NetworkProxy:
+		// NetworkProxy: the pod's own rules send everything to its
+		// egress proxy, which needs the cluster's DNS and the allowed
+		// names' addresses, whatever they are.
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
 	case NetworkCIDRs:
 		var to []networkingv1.NetworkPolicyPeer
@@ -346,4 +427,56 @@ func buildPolicy(namespace, name string, sel map[string]string, net Network, cid
 	default: // none: Egress empty, so nothing leaves
 	}
 	return np
+}
+
+// egressContainers are a NetworkProxy pod's init container, which
+// writes the rules that send the pod's traffic to the proxy, and the
+// proxy itself, a sidecar (an init container that keeps running, so it
+// listens before the sandbox's container starts).
+func egressContainers(o podOptions, r *Request) []corev1.Container {
+	rules := kubeegress.DefaultRules()
+	allow := sandbox.Network{Mode: sandbox.NetworkFiltered, AllowDomains: r.AllowDomains, AllowCIDRs: r.AllowCIDRs, BlockDomains: r.BlockDomains}
+	if len(r.AllowDomains) == 0 {
+		allow.Mode = sandbox.NetworkFull
+	}
+	settings, _ := json.Marshal(kubeegress.Settings{Network: allow, Resolvers: o.EgressResolvers, TCPPort: rules.TCPPort, DNSPort: rules.DNSPort})
+	f, t := false, true
+	root, uid := int64(0), int64(kubeegress.UID)
+	always := corev1.ContainerRestartPolicyAlways
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	limits := func(cpu, mem string) corev1.ResourceRequirements {
+		l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}
+		return corev1.ResourceRequirements{Limits: l, Requests: l}
+	}
+	bin := kubeegress.DefaultBinary
+	return []corev1.Container{{
+		Name:            "egress-init",
+		Image:           o.EgressImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         append([]string{bin, kubeegress.Command}, rules.Args()...),
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: &root, RunAsGroup: &root, RunAsNonRoot: &f,
+			AllowPrivilegeEscalation: &f, Privileged: &f, ReadOnlyRootFilesystem: &t, SeccompProfile: seccomp,
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN"}},
+		},
+		Resources: limits("100m", "64Mi"),
+	}, {
+		Name:            "egress",
+		Image:           o.EgressImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		RestartPolicy:   &always,
+		Command:         []string{bin, kubeegress.Command, "serve"},
+		Env:             []corev1.EnvVar{{Name: kubeegress.EnvSettings, Value: string(settings)}},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &t,
+			AllowPrivilegeEscalation: &f, Privileged: &f, ReadOnlyRootFilesystem: &t, SeccompProfile: seccomp,
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		StartupProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+				Command: []string{bin, kubeegress.Command, "ready", "--dns-port", strconv.Itoa(int(rules.DNSPort))}}},
+			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 60,
+		},
+		Resources: limits("500m", "256Mi"),
+	}}
 }
