@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,7 +40,7 @@ const PauseImage = "agentkernel.test/pause:1"
 const NodeMissingHint = "a node needs kubelet, kube-scheduler and the CNI plugins (scripts/kube.sh builds them) and containerd, runc and ctr (apt-get install -y containerd runc)"
 
 // nodeTools are the host commands a node runs.
-var nodeTools = [...]string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "mount", "ip"}
+var nodeTools = [...]string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "mount", "ip", "nsenter"}
 
 // NodeReady reports whether everything a node needs is there: kubelet,
 // kube-scheduler and the CNI plugins in bin (scripts/kube.sh), and
@@ -76,6 +77,99 @@ type Node struct {
 	sock   string
 	node   *exec.Cmd // sh → containerd, kubelet, in the node's mount namespace
 	sched  *exec.Cmd
+	// kubeletPort is where the kubelet serves, on ip.
+	kubeletPort int
+
+	worldMu sync.Mutex
+	world   *World // the running world, if any (StartWorld)
+}
+
+// The pods' network: PodSubnet on the node's bridge, no address of the
+// host on it. A pod's only route out of it is WorldNet via WorldGateway,
+// an address host-local never hands out and nothing holds unless a test
+// starts a world (StartWorld): without one, nothing there answers.
+const (
+	PodSubnet    = "10.244.0.0/24"
+	WorldGateway = "10.244.0.254"
+	WorldNet     = "198.18.0.0/15"
+)
+
+// cniConfig is the node's CNI network: the bridge plugin on the node's
+// bridge, which (isGateway false) takes no address on it and routes
+// nothing, and host-local addresses from PodSubnet up to the one before
+// WorldGateway, with one route, to WorldNet via WorldGateway.
+func (n *Node) cniConfig() string {
+	return fmt.Sprintf(`{"cniVersion":"0.4.0","name":"kubelab","plugins":[
+{"type":"bridge","bridge":%q,"isGateway":false,"ipMasq":false,"hairpinMode":false,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":%q,"rangeEnd":"10.244.0.253","gateway":%q}]],
+  "routes":[{"dst":%q,"gw":%q}],"dataDir":%q}},
+{"type":"loopback"}]}
+`, n.bridge, PodSubnet, WorldGateway, WorldNet, WorldGateway, filepath.Join(n.dir, "cni-ipam"))
+}
+
+// writeImages writes images (reference → image) into dir as
+// docker-archive tars, for `ctr images import`.
+func writeImages(dir string, images map[string]v1.Image) error {
+	refs := make([]string, 0, len(images))
+	for r := range images {
+		refs = append(refs, r)
+	}
+	sort.Strings(refs)
+	for i, r := range refs {
+		tag, err := name.NewTag(r)
+		if err != nil {
+			return fmt.Errorf("image %q: %w", r, err)
+		}
+		if err := tarball.WriteToFile(filepath.Join(dir, fmt.Sprintf("%d.tar", i)), tag, images[r]); err != nil {
+			return fmt.Errorf("image %q: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// importLoop imports every tar of "$IMG" into containerd's k8s.io
+// namespace (the kubelet's).
+const importLoop = `for t in "$IMG"/*.tar; do
+  ctr --address "$D/containerd.sock" -n k8s.io images import "$t" >/dev/null
+done
+`
+
+// importScript runs importLoop from the node's cgroup.
+const importScript = `set -eu
+for c in /sys/fs/cgroup/*/; do
+  if [ -d "$c$CG/node" ]; then echo $$ > "$c$CG/node/cgroup.procs"; fi
+done
+` + importLoop
+
+// Import adds images (reference → image) to the running node's
+// containerd store as StartNode does at start: written as tars, imported
+// with ctr in the node's mount namespace and cgroup. Pods may then use
+// them (with imagePullPolicy Never or IfNotPresent).
+func (n *Node) Import(ctx context.Context, images map[string]v1.Image) error {
+	if n.node == nil || n.node.Process == nil || n.node.ProcessState != nil {
+		return errors.New("import: the node is not running")
+	}
+	if len(images) == 0 {
+		return nil
+	}
+	dir, err := os.MkdirTemp(filepath.Join(n.dir, "images"), "import-")
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := writeImages(dir, images); err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	// The node's start-up shell has become the kubelet: its mount
+	// namespace is the node's.
+	cmd := exec.CommandContext(ctx, "nsenter", "--mount=/proc/"+strconv.Itoa(n.node.Process.Pid)+"/ns/mnt", "--", "/bin/sh", "-c", importScript)
+	cmd.Env = append(os.Environ(), "D="+n.dir, "IMG="+dir, "CG="+n.cgroup)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("import: ctr images import: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // StartNode starts a node with images (reference → image) in its
@@ -121,20 +215,8 @@ func (l *Lab) StartNode(ctx context.Context, bin, dir string, images map[string]
 			return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	// Images, as docker-archive tars for `ctr images import`.
-	refs := make([]string, 0, len(images))
-	for r := range images {
-		refs = append(refs, r)
-	}
-	sort.Strings(refs)
-	for i, r := range refs {
-		tag, err := name.NewTag(r)
-		if err != nil {
-			return nil, fmt.Errorf("image %q: %w", r, err)
-		}
-		if err := tarball.WriteToFile(p(fmt.Sprintf("images/%d.tar", i)), tag, images[r]); err != nil {
-			return nil, fmt.Errorf("image %q: %w", r, err)
-		}
+	if err := writeImages(p("images"), images); err != nil {
+		return nil, err
 	}
 	// The kubelet's serving certificate (the API server dials it for
 	// exec) and its credentials.
@@ -158,16 +240,13 @@ func (l *Lab) StartNode(ctx context.Context, bin, dir string, images map[string]
 	if err != nil {
 		return nil, err
 	}
+	n.kubeletPort = ports[0]
 	files := map[string]string{
-		"kubelet.crt":     string(crt),
-		"kubelet.key":     string(key),
-		"containerd.toml": n.containerdConfig(bin),
-		"cni-conf/10-kubelab.conflist": fmt.Sprintf(`{"cniVersion":"0.4.0","name":"kubelab","plugins":[
-{"type":"bridge","bridge":%q,"isGateway":false,"ipMasq":false,"hairpinMode":false,
- "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":%q}},
-{"type":"loopback"}]}
-`, n.bridge, p("cni-ipam")),
-		"kubelet.yaml": n.kubeletConfig(ports[0]),
+		"kubelet.crt":                  string(crt),
+		"kubelet.key":                  string(key),
+		"containerd.toml":              n.containerdConfig(bin),
+		"cni-conf/10-kubelab.conflist": n.cniConfig(),
+		"kubelet.yaml":                 n.kubeletConfig(ports[0]),
 	}
 	// The values the kubelet insists on for these kernel settings,
 	// shown to it (in its mount namespace only) in place of the host's,
@@ -206,10 +285,8 @@ until ctr --address "$D/containerd.sock" version >/dev/null 2>&1; do
   i=$((i+1)); [ $i -lt 600 ] || { echo "containerd did not start" >&2; exit 1; }
   sleep 0.1
 done
-for t in "$D"/images/*.tar; do
-  ctr --address "$D/containerd.sock" -n k8s.io images import "$t" >/dev/null
-done
-exec "$BIN/kubelet" --config="$D/kubelet.yaml" --kubeconfig="` + kubeletKC + `" \
+IMG="$D/images"
+` + importLoop + `exec "$BIN/kubelet" --config="$D/kubelet.yaml" --kubeconfig="` + kubeletKC + `" \
   --root-dir="$D/kubelet" --cert-dir="$D/kubelet-pki" \
   --hostname-override=` + NodeName + ` --node-ip=` + n.ip.String() + ` --v=1
 `
@@ -425,6 +502,12 @@ func (n *Node) killAll() {
 // its Node object. Its mounts went with its mount namespace. The caller
 // removes the directory.
 func (n *Node) Close() {
+	n.worldMu.Lock()
+	w := n.world
+	n.worldMu.Unlock()
+	if w != nil {
+		w.Close()
+	}
 	if n.sched != nil && n.sched.Process != nil {
 		_ = syscall.Kill(-n.sched.Process.Pid, syscall.SIGKILL)
 		_ = n.sched.Wait()
@@ -463,8 +546,10 @@ func (n *Node) Leftovers() []string {
 			out = append(out, "cgroup "+filepath.Join(h, n.cgroup))
 		}
 	}
-	if _, err := net.InterfaceByName(n.bridge); err == nil {
-		out = append(out, "bridge "+n.bridge)
+	for _, l := range []string{n.bridge, n.worldLink()} {
+		if _, err := net.InterfaceByName(l); err == nil {
+			out = append(out, "link "+l)
+		}
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
