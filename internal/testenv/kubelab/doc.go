@@ -11,5 +11,16 @@
 // the test's images imported into containerd's store (no registry is
 // reached). The node lives in a mount namespace, a cgroup tree and a
 // bridge of its own, and Close removes all three. No controller manager
-// runs: no garbage collector, no node lifecycle controller.
+// runs: no garbage collector, no node lifecycle controller. Node.Import
+// adds images to a running node's store.
+//
+// Pods get addresses of PodSubnet on the node's bridge, which has no
+// address of it on the host (two nodes may share the subnet, each on
+// its bridge), and one route out: WorldNet (198.18.0.0/15, the
+// benchmarking range) via WorldGateway, an address no pod gets. Nothing
+// answers there until a test starts a World (Node.StartWorld): a network
+// namespace on the bridge, holding WorldGateway and an address of
+// WorldNet where goroutines of the test serve DNS for the names it was
+// given, HTTP, a TCP port and a UDP port, and count what arrives, so
+// that a test can show what a pod did or did not reach.
 package kubelab
