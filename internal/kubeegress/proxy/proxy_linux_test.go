@@ -395,6 +395,18 @@ func TestEgressProxy(t *testing.T) {
 			t.Fatalf("denied.test was asked of the world %d times: the proxy must answer it without asking", n)
 		}
 	})
+	t.Run("loopback resolver", func(t *testing.T) {
+		// A resolver on a loopback address (resolv.conf naming none) is
+		// the proxy's too.
+		out, _ := l.in(t, sandboxRoot, "busybox", "nslookup", "allowed.test", "127.0.0.1")
+		if !strings.Contains(out, worldAddr) {
+			t.Fatalf("nslookup allowed.test 127.0.0.1: %q", out)
+		}
+		out, _ = l.in(t, sandboxRoot, "busybox", "nslookup", "denied.test", "127.0.0.53")
+		if !strings.Contains(out, "NXDOMAIN") {
+			t.Fatalf("nslookup denied.test 127.0.0.53: %q", out)
+		}
+	})
 	t.Run("own resolver", func(t *testing.T) {
 		// DNS sent straight to the world's server is redirected too.
 		out, _ := l.in(t, sandboxRoot, "busybox", "nslookup", "denied.test", worldAddr)

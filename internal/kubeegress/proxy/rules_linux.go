@@ -22,9 +22,9 @@ const TableName = "agentkernel-egress"
 // replacing an earlier table of the same name (an init container that
 // runs again after a restart of the pod's sandbox):
 //
-//	nat output:    oif lo → return; skuid UID → return;
+//	nat output:    skuid UID → return;
 //	               udp/tcp dport 53 → redirect to DNSPort;
-//	               tcp → redirect to TCPPort
+//	               oif lo → return; tcp → redirect to TCPPort
 //	filter output: oif lo, ct established/related, skuid UID,
 //	               ct status dnat → accept; anything else → drop
 //
@@ -61,11 +61,13 @@ func Install(r kubeegress.Rules) error {
 	ret := &expr.Verdict{Kind: expr.VerdictReturn}
 	acc := &expr.Verdict{Kind: expr.VerdictAccept}
 
-	// nat output
-	add(nat, append(oifLo(), ret)...)
+	// nat output. DNS is redirected before loopback is left alone: a
+	// resolver on a loopback address (a pod whose resolv.conf names
+	// none, where clients ask 127.0.0.1) is the proxy's too.
 	add(nat, append(skuid(r.UID), ret)...)
 	add(nat, append(dport(unix.IPPROTO_UDP, 53), redirect(r.DNSPort)...)...)
 	add(nat, append(dport(unix.IPPROTO_TCP, 53), redirect(r.DNSPort)...)...)
+	add(nat, append(oifLo(), ret)...)
 	add(nat, append(l4proto(unix.IPPROTO_TCP), redirect(r.TCPPort)...)...)
 
 	// filter output
