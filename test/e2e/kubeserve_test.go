@@ -23,6 +23,7 @@ import (
 	kbe "github.com/agentkernel/agentkernel/internal/backend/kubernetes"
 
 	"github.com/agentkernel/agentkernel/internal/contract"
+	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 	"github.com/agentkernel/agentkernel/internal/testenv"
 	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
 )
@@ -54,7 +55,15 @@ func TestAPIContractKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	images := map[string]v1.Image{kubelab.PauseImage: kubelab.PauseImageFor(t), ref: testImage(t, "registry")}
+	// The egress proxy's image: this build's agentkernel-full.
+	full, err := os.ReadFile(filepath.Join(filepath.Dir(binary), "agentkernel-full"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const egressRef = "agentkernel.test/egress:1"
+	images := map[string]v1.Image{kubelab.PauseImage: kubelab.PauseImageFor(t), ref: testImage(t, "registry"),
+		egressRef: imagetest.Image(t, v1.Config{}, imagetest.Layer(t, imagetest.Dir("usr"), imagetest.Dir("usr/local"), imagetest.Dir("usr/local/bin"),
+			imagetest.File{Name: "usr/local/bin/agentkernel-full", Body: string(full), Mode: 0o755}))}
 	ndir, err := os.MkdirTemp("", "kls-")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +102,15 @@ func TestAPIContractKubernetes(t *testing.T) {
 	// containerd 1.6 cannot give a pod a user namespace.
 	// controller = "on": serve also reconciles AgentSandbox objects, as
 	// it does by default inside a cluster.
-	cfg := fmt.Sprintf("[sandbox]\nbackend = \"kubernetes\"\n\n[orchestrator]\nkubeconfig = %q\nno_user_namespace = true\ncontroller = \"on\"\n", kc)
+	// The pods' world (kubelab.World): what a domain allow-list reaches,
+	// asked through the egress proxy.
+	world, err := n.StartWorld(ctx, []string{"allowed.test", "denied.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer world.Close()
+	cfg := fmt.Sprintf("[sandbox]\nbackend = \"kubernetes\"\n\n[orchestrator]\nkubeconfig = %q\nno_user_namespace = true\ncontroller = \"on\"\negress_image = %q\negress_dns = [%q]\n",
+		kc, egressRef, world.IP().String()+":53")
 	p := filepath.Join(a.home, ".config", "agentkernel", "config.toml")
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -122,8 +139,14 @@ func TestAPIContractKubernetes(t *testing.T) {
 
 	// What pods cannot do is refused in the API's words, and nothing
 	// was made for it.
-	if r := s.raw("POST", "/run", `{"command":["true"],"image":"`+ref+`","allow_domains":["example.com"]}`); r.status != 501 || !strings.Contains(string(r.body), "NetworkPolicy") {
+	// A domain allow-list: the run's pod gets the egress proxy; the
+	// allowed name answers, another name does not resolve.
+	r := s.raw("POST", "/run", `{"command":["sh","-c","timeout 10 wget -qO- http://allowed.test/; timeout 10 wget -qO- http://denied.test/ || echo refused"],"image":"`+ref+`","allow_domains":["allowed.test"]}`)
+	if r.status != 200 || !strings.Contains(string(r.body), `world allowed.test\nrefused`) {
 		t.Errorf("a domain allow-list: %d %s", r.status, r.body)
+	}
+	if q := world.Queries("denied.test"); q != 0 {
+		t.Errorf("the world was asked for denied.test %d times", q)
 	}
 	if r := s.raw("POST", "/sandboxes", `{"name":"snapsrc","image":"`+ref+`"}`); r.status != 201 {
 		t.Errorf("create: %d %s", r.status, r.body)
