@@ -196,7 +196,7 @@ func TestEgressPod(t *testing.T) {
 				t.Errorf("sandbox's user: %v", uid)
 			}
 			for _, c := range sb.SecurityContext.Capabilities.Add {
-				if c == "SETUID" || c == "SETGID" || c == "NET_ADMIN" || c == "NET_RAW" && profile != "permissive" {
+				if c == "SETUID" || c == "SETGID" || c == "NET_ADMIN" || c == "NET_RAW" {
 					t.Errorf("sandbox keeps %s", c)
 				}
 			}

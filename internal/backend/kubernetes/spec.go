@@ -355,14 +355,15 @@ func buildPod(o podOptions, r *Request, now time.Time) *corev1.Pod {
 		// The sandbox must never be the proxy's user, whose connections
 		// leave the pod unfiltered, nor become it: it runs as root (or
 		// the profile's non-root user), never as the image says, and
-		// without CAP_SETUID and CAP_SETGID.
+		// without CAP_SETUID and CAP_SETGID. Nor may it forge packets
+		// that the rules would take for the proxy's connections (CAP_NET_RAW).
 		if !p.NonRoot {
 			root := int64(0)
 			sc.RunAsUser, sc.RunAsGroup = &root, &root
 		}
 		var keep []corev1.Capability
 		for _, c := range sc.Capabilities.Add {
-			if c != "SETUID" && c != "SETGID" {
+			if c != "SETUID" && c != "SETGID" && c != "NET_RAW" {
 				keep = append(keep, c)
 			}
 		}
