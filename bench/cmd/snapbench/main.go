@@ -7,6 +7,17 @@
 // steps after a `sync`, and each round's snapshots, sandboxes and
 // images removed before the next; medians are printed per size.
 //
+// With -gvisor MIBS it also times gVisor's memory snapshots: a
+// persistent gvisor sandbox whose detached command holds MIB MiB of
+// touched memory is snapshotted with `snapshot take --memory` and
+// without, and the first start of a sandbox restored from each (to an
+// exec that answers, then to the command holding its memory: back by
+// itself from the memory snapshot, run again after the files-only one)
+// is timed against a fresh gvisor sandbox's, with the memory image's
+// size on disk (gvisor.go). It needs runsc (AGENTKERNEL_RUNSC, or
+// scripts/runsc.sh's cache); without one gvisor is left out, or, under
+// AGENTKERNEL_TEST_STRICT=1, the run fails.
+//
 // It needs root, busybox-static, and docker.io for the comparison: a
 // dockerd already answering, else one started here with its own data
 // root (--bridge=none --iptables=false), stopped at the end. Both get
@@ -14,6 +25,7 @@
 // `docker import`).
 //
 //	go build -o bin/ ./cmd/... && go run ./bench/cmd/snapbench -ak bin/agentkernel -sizes 10,1024 -n 5
+//	go run ./bench/cmd/snapbench -ak bin/agentkernel -sizes '' -gvisor 16,64 -n 5
 package main
 
 import (
@@ -40,6 +52,7 @@ func main() {
 	n := flag.Int("n", 5, "rounds per size")
 	work := flag.String("work", "", "working directory (a temporary one when empty; removed at the end)")
 	noDocker := flag.Bool("no-docker", false, "time agentkernel only")
+	gvisorMiB := flag.String("gvisor", "", "memory snapshots of gvisor sandboxes whose detached command holds this many MiB, comma-separated (none when empty)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fatal("snapbench needs root")
@@ -65,7 +78,7 @@ func main() {
 	}
 	const ref = "snapbench/busybox:1"
 	b.must(append(b.ak, "images", "import", tarball, ref)...)
-	if !*noDocker {
+	if !*noDocker && *sizes != "" {
 		docker, stop, err := harness.StartDocker(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "no docker, agentkernel only:", err)
@@ -75,13 +88,30 @@ func main() {
 			b.must(append(b.docker, "import", tarball, ref)...)
 		}
 	}
-	for _, s := range strings.Split(*sizes, ",") {
-		mib, err := strconv.Atoi(strings.TrimSpace(s))
+	for _, mib := range mibList(*sizes) {
+		b.size(ref, mib, *n)
+	}
+	if gv := mibList(*gvisorMiB); len(gv) > 0 && useGVisor() {
+		for _, mib := range gv {
+			b.gvisorMemory(ref, dir, mib, *n)
+		}
+	}
+}
+
+// mibList parses a comma-separated list of sizes in MiB ("" is none).
+func mibList(list string) []int {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		mib, err := strconv.Atoi(s)
 		if err != nil || mib <= 0 {
 			fatal("bad size " + s)
 		}
-		b.size(ref, mib, *n)
+		out = append(out, mib)
 	}
+	return out
 }
 
 type bench struct {
