@@ -79,6 +79,7 @@ func useGVisor() bool {
 // memory snapshot brings it back running; the others run it anew).
 func (b *bench) gvisorMemory(ref, work string, mib, n int) {
 	b.times, b.order = map[string][]time.Duration{}, nil
+	load := loadavg()
 	// The project directory the sandboxes see at /workspace (moderate:
 	// copy-on-write): an empty one, beside the data directory.
 	proj := filepath.Join(work, "project")
@@ -148,7 +149,7 @@ func (b *bench) gvisorMemory(ref, work string, mib, n int) {
 		b.run(append(b.ak, "snapshot", "delete", files)...)
 	}
 
-	fmt.Printf("\ngvisor, a detached command holding %d MiB, %d rounds, interleaved (%s)\n\n", mib, n, time.Now().Format("2006-01-02 15:04"))
+	fmt.Printf("\ngvisor, a detached command holding %d MiB, %d rounds, interleaved (%s, load average %s at the start, %s at the end)\n\n", mib, n, time.Now().Format("2006-01-02 15:04"), load, loadavg())
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "step\tmedian\tmin\tmax")
 	for _, k := range b.order {
@@ -300,4 +301,13 @@ func mibs(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
+
+// loadavg is the one-minute load average, "?" where unknown.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
