@@ -100,9 +100,7 @@ func (b *bench) gvisorMemory(ref, work string, mib, n int) {
 	defer rm("gsrc")
 	id := strings.TrimSpace(b.out(append(append(b.ak, "exec", "-d", "gsrc", "--"), holder(mib)...)...))
 	b.waitHeld("gsrc", 60*time.Second)
-	if rss := b.holderRSS("gsrc"); rss != "" {
-		fmt.Printf("\n%d MiB held: the holder's dd has %s resident in the source sandbox\n", mib, rss)
-	}
+	fmt.Printf("\n%d MiB held: the holder's dd has %s resident in the source sandbox\n", mib, b.holderRSS("gsrc"))
 
 	var memSize, memAlloc, memLayers, fsLayers []int64
 	for i := 0; i < n; i++ {
@@ -129,6 +127,9 @@ func (b *bench) gvisorMemory(ref, work string, mib, n int) {
 		b.add("memory: + the command seen holding its memory", time.Since(r))
 		if st := strings.TrimSpace(b.out(append(b.ak, "exec", "--status", id, rmem)...)); st != "running" {
 			fatal(fmt.Sprintf("the restored sandbox's detached command %s: %q, not running", id, st))
+		}
+		if i == 0 {
+			fmt.Printf("%d MiB held: the holder's dd has %s resident in the sandbox restored from the memory snapshot\n", mib, b.holderRSS(rmem))
 		}
 
 		// The files-only snapshot: a cold boot over the same files; the
@@ -206,18 +207,18 @@ func (b *bench) waitHeld(name string, limit time.Duration) {
 }
 
 // holderRSS is the resident size of the holder's dd, as ps in the
-// sandbox says it.
+// sandbox says it ("?" where it does not).
 func (b *bench) holderRSS(name string) string {
 	out, err := exec.Command(b.ak[0], append(b.ak[1:], "exec", name, "--", "ps", "-o", "rss,args")...).Output()
 	if err != nil {
-		return ""
+		return "?"
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(l); len(f) > 1 && strings.Contains(l, "dd if=/dev/urandom") && strings.HasPrefix(f[1], "{dd}") {
 			return f[0]
 		}
 	}
-	return ""
+	return "?"
 }
 
 func (b *bench) out(argv ...string) string {
@@ -297,7 +298,10 @@ func median64(v []int64) int64 {
 }
 
 func mibs(n int64) string {
-	if n < 1<<20 {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d bytes", n)
+	case n < 1<<20:
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
