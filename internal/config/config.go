@@ -219,12 +219,12 @@ type Orchestrator struct {
 	// (one holding agentkernel-full, such as serve's own), which domain
 	// allow- and block-lists need; EgressDNS the DNS servers the proxy
 	// asks ("ADDR" or "ADDR:PORT"; none: the pod's, the cluster's DNS).
-	EgressImage string   `toml:"egress_image"`
-	EgressDNS   []string `toml:"egress_dns"`
-	NomadAddr       string `toml:"nomad_addr"`        // Nomad: API address
-	NomadToken      string `toml:"nomad_token"`       // Nomad: ACL token (masked in 'config show')
-	NomadDriver     string `toml:"nomad_driver"`      // Nomad: docker, exec or raw_exec
-	NomadDatacenter string `toml:"nomad_datacenter"`  // Nomad: datacenter
+	EgressImage     string   `toml:"egress_image"`
+	EgressDNS       []string `toml:"egress_dns"`
+	NomadAddr       string   `toml:"nomad_addr"`       // Nomad: API address
+	NomadToken      string   `toml:"nomad_token"`      // Nomad: ACL token (masked in 'config show')
+	NomadDriver     string   `toml:"nomad_driver"`     // Nomad: docker, exec or raw_exec
+	NomadDatacenter string   `toml:"nomad_datacenter"` // Nomad: datacenter
 	// NomadAgentkernelPath is agentkernel-full's path on the Nomad
 	// nodes, NomadNodeDataDir its --data-dir there ("" its default).
 	NomadAgentkernelPath string   `toml:"nomad_agentkernel_path"`
