@@ -209,8 +209,21 @@ func TestNetworkPolicyShapes(t *testing.T) {
 			if len(s.Egress) != tc.egress {
 				t.Fatalf("egress = %v", s.Egress)
 			}
-			if (tc.name == "full" || tc.name == "proxy") && (len(s.Egress[0].To) != 0 || len(s.Egress[0].Ports) != 0) {
-				t.Errorf("full egress is restricted: %v", s.Egress[0])
+			if tc.name == "full" || tc.name == "proxy" {
+				// Every pod, every address but link-local ones and the
+				// metadata endpoints, on every port.
+				e := s.Egress[0]
+				if len(e.Ports) != 0 || len(e.To) != 3 || e.To[0].NamespaceSelector == nil || len(e.To[0].NamespaceSelector.MatchLabels)+len(e.To[0].NamespaceSelector.MatchExpressions) != 0 || e.To[0].PodSelector != nil ||
+					e.To[1].IPBlock == nil || e.To[1].IPBlock.CIDR != "0.0.0.0/0" || e.To[2].IPBlock == nil || e.To[2].IPBlock.CIDR != "::/0" {
+					t.Fatalf("full egress: %+v", e)
+				}
+				except := append(append([]string(nil), e.To[1].IPBlock.Except...), e.To[2].IPBlock.Except...)
+				for _, want := range []string{"169.254.0.0/16", "fe80::/10", "100.100.100.200/32", "168.63.129.16/32", "fd00:ec2::254/128"} {
+					if !slices.Contains(except, want) {
+						t.Errorf("full egress does not except %s: %v", want, except)
+					}
+				}
+				return
 			}
 			var got []string
 			for _, e := range s.Egress {

@@ -415,10 +415,13 @@ func buildPolicy(namespace, name string, sel map[string]string, net Network, cid
 	}
 	switch net {
 	case NetworkFull, NetworkProxy:
-		// NetworkProxy: the pod's own rules send everything to its
-		// egress proxy, which needs the cluster's DNS and the allowed
-		// names' addresses, whatever they are.
-		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
+		// Everywhere but the cloud metadata endpoints and link-local
+		// addresses, which agentkernel refuses in every mode (the
+		// egress proxy too): every pod of the cluster, and every
+		// address outside those ranges. NetworkProxy: the pod's own
+		// rules send everything to its egress proxy, which needs the
+		// cluster's DNS and the allowed names' addresses.
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: fullEgress()}}
 	case NetworkCIDRs:
 		var to []networkingv1.NetworkPolicyPeer
 		for _, c := range cidrs {
@@ -480,4 +483,26 @@ func egressContainers(o podOptions, r *Request) []corev1.Container {
 		},
 		Resources: limits("500m", "256Mi"),
 	}}
+}
+
+// fullEgress are the peers of a full network: all pods (a plugin may
+// not count pods' addresses as an ipBlock's), and every address but
+// link-local ones and the cloud metadata endpoints.
+func fullEgress() []networkingv1.NetworkPolicyPeer {
+	except4 := []string{"169.254.0.0/16"}
+	except6 := []string{"fe80::/10"}
+	for _, a := range sandbox.MetadataAddrs() {
+		p := netip.PrefixFrom(a, a.BitLen()).String()
+		switch {
+		case a.Is4() && !netip.MustParsePrefix("169.254.0.0/16").Contains(a):
+			except4 = append(except4, p)
+		case a.Is6():
+			except6 = append(except6, p)
+		}
+	}
+	return []networkingv1.NetworkPolicyPeer{
+		{NamespaceSelector: &metav1.LabelSelector{}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: except4}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: except6}},
+	}
 }
