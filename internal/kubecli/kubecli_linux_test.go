@@ -114,7 +114,8 @@ func TestRefusals(t *testing.T) {
 	}{
 		{[]string{"sandbox", "create", "Bad_Name", "--image", "a"}, "not a DNS label"},
 		{[]string{"sandbox", "create", "../../etc", "--image", "a"}, "not a DNS label"},
-		{[]string{"sandbox", "create", "ok", "--image", "a", "--network", "github.com"}, "not names"},
+		{[]string{"sandbox", "create", "ok", "--image", "a", "--network", "github.com"}, "set [orchestrator] egress_image"},
+		{[]string{"sandbox", "create", "ok", "--image", "a", "--network", "10.0.0.0/33"}, "not an address range or a domain name"},
 		{[]string{"sandbox", "create", "ok", "--image", "a", "--profile", "root"}, "unknown profile"},
 		{[]string{"sandbox", "create", "ok"}, "an image is required"},
 		{[]string{"sandbox", "create", "ok", "--image", "a", "-B", "docker"}, "only -B kubernetes"},

@@ -570,7 +570,7 @@ func TestCRDReconcile(t *testing.T) {
 	mk("one", map[string]any{"image": "alpine:3.20", "securityProfile": "restrictive", "resources": map[string]any{"memory": "256Mi", "cpu": "250m"}, "network": "none", "ttl": "10m"})
 	mk("two", map[string]any{"image": "node:22", "securityProfile": "moderate", "pool": "warm"})
 	mk("a.b", map[string]any{"image": "alpine"})                          // a valid object name, not a DNS label
-	mk("net", map[string]any{"image": "alpine", "network": "github.com"}) // names cannot be a NetworkPolicy
+	mk("net", map[string]any{"image": "alpine", "network": "github.com"}) // names need the egress proxy's image
 	rc, err := b.Reconcile(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +594,7 @@ func TestCRDReconcile(t *testing.T) {
 	if st := status("a.b"); st["phase"] != "Failed" || !strings.Contains(st["message"].(string), "DNS label") {
 		t.Errorf("status of a.b: %v", st)
 	}
-	if st := status("net"); st["phase"] != "Failed" || !strings.Contains(st["message"].(string), "not names") {
+	if st := status("net"); st["phase"] != "Failed" || !strings.Contains(st["message"].(string), "egress_image") {
 		t.Errorf("status of net: %v", st)
 	}
 	cs := admin(t)
