@@ -238,16 +238,48 @@ func (b *Backend) create(ctx context.Context, r *Request, extraLabels map[string
 	for k, v := range extraLabels {
 		pod.Labels[k] = v
 	}
-	got, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+	got, err := b.createPod(ctx, pod)
 	if err != nil {
 		b.deletePolicy(context.WithoutCancel(ctx), r.Name)
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("sandbox %q: %w (remove it first)", r.Name, ErrExists)
 		}
-		return nil, b.apiError("create pod", err)
+		return nil, err
 	}
 	s := sandboxOf(got)
 	return &s, nil
+}
+
+// errNoSidecars: the API server stored an egress pod without its
+// sidecar's restartPolicy (a cluster older than 1.29, or the
+// SidecarContainers feature off), which would leave the pod waiting on
+// the proxy as an init container forever.
+var errNoSidecars = errors.New("this cluster does not run sidecar containers (Kubernetes 1.29 or later, feature SidecarContainers), which a domain list's egress proxy is: give address ranges instead")
+
+// createPod creates pod and checks that the API server kept what the
+// sandbox depends on: an egress proxy's sidecar stays a sidecar, or the
+// pod is deleted again.
+func (b *Backend) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	got, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, b.apiError("create pod", err)
+	}
+	if err := checkSidecars(got); err != nil {
+		_ = b.client.CoreV1().Pods(b.ns).Delete(context.WithoutCancel(ctx), got.Name, metav1.DeleteOptions{})
+		return nil, err
+	}
+	return got, nil
+}
+
+// checkSidecars refuses a stored pod whose init containers lost the
+// restartPolicy that makes them sidecars.
+func checkSidecars(p *corev1.Pod) error {
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == "egress" && (c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways) {
+			return fmt.Errorf("%w: %w", errNoSidecars, sandbox.ErrUnsupported)
+		}
+	}
+	return nil
 }
 
 // claimWith creates the sandbox's NetworkPolicy, with extra labels and

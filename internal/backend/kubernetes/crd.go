@@ -333,9 +333,9 @@ func (b *Backend) createOwned(ctx context.Context, r *Request, u *unstructured.U
 		pod.Labels[k] = v
 	}
 	pod.OwnerReferences = []metav1.OwnerReference{ref}
-	if _, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	if _, err := b.createPod(ctx, pod); err != nil {
 		b.deletePolicy(context.WithoutCancel(ctx), r.Name)
-		return b.apiError("create pod", err)
+		return err
 	}
 	return nil
 }

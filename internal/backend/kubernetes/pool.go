@@ -166,10 +166,10 @@ func (b *Backend) CreateFromPool(ctx context.Context, p *Pool, r *Request) (s *S
 	}
 	// Nothing waiting: a pod of its own, under the policy already made.
 	pod := buildPod(b.podOptions(), r, b.opts.Now())
-	got, err := b.client.CoreV1().Pods(b.ns).Create(ctx, pod, metav1.CreateOptions{})
+	got, err := b.createPod(ctx, pod)
 	if err != nil {
 		b.deletePolicy(context.WithoutCancel(ctx), r.Name)
-		return nil, false, b.apiError("create pod", err)
+		return nil, false, err
 	}
 	sb := sandboxOf(got)
 	return &sb, false, nil

@@ -215,3 +215,21 @@ func TestEgressPod(t *testing.T) {
 		t.Errorf("full network has init containers: %+v", pod.Spec.InitContainers)
 	}
 }
+
+// TestCheckSidecars: a cluster that drops the proxy's restartPolicy
+// (older than 1.29) is told, rather than left with a pod that waits on
+// its proxy forever.
+func TestCheckSidecars(t *testing.T) {
+	p, _ := LookupProfile("moderate")
+	pod := buildPod(podOptions{EgressImage: "e:1"}, &Request{Name: "b", Image: "alpine", Profile: p, Network: NetworkProxy, AllowDomains: []string{"example.com"}}, time.Time{})
+	if err := checkSidecars(pod); err != nil {
+		t.Fatalf("as built: %v", err)
+	}
+	pod.Spec.InitContainers[1].RestartPolicy = nil
+	if err := checkSidecars(pod); !errors.Is(err, sandbox.ErrUnsupported) || !strings.Contains(err.Error(), "1.29") {
+		t.Fatalf("without the sidecar's restartPolicy: %v", err)
+	}
+	if err := checkSidecars(buildPod(podOptions{}, &Request{Name: "b", Image: "alpine", Profile: p, Network: NetworkFull}, time.Time{})); err != nil {
+		t.Fatalf("no proxy: %v", err)
+	}
+}
