@@ -112,6 +112,7 @@ func (a *App) runMCPServer(ctx context.Context) error {
 		Dir:         dir,
 		AllowedDirs: allowed,
 		HomeDir:     home,
+		DataDir:     a.DataDir,
 		Version:     a.Version.Version,
 		Logger:      a.Logger,
 		Warn:        a.Warnf,

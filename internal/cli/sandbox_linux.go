@@ -365,7 +365,7 @@ func (a *App) resolveCreate(name string, o *createOptions) (string, *sandbox.Cre
 	det := detect.Image(detect.Input{ExplicitImage: o.overrides.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
 	home, _ := os.UserHomeDir()
 	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o.overrides, Cwd: dir, HomeDir: home, HostEnv: os.LookupEnv, Detected: det,
-		CacheRoot: a.CacheRoot()})
+		CacheRoot: a.CacheRoot(), DataDir: a.DataDir})
 	if err != nil {
 		return "", nil, &ExitError{Code: ExitAgentkernel, Err: err}
 	}

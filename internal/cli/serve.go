@@ -393,6 +393,7 @@ func (a *App) runServe(ctx context.Context, o *serveOptions) error {
 		// The server's own configuration, never a requested cwd's.
 		AllowedDirs: cfg.MCP.AllowedDirs,
 		HomeDir:     home,
+		DataDir:     a.DataDir,
 		Version:     a.Version.Version,
 		Logger:      a.Logger,
 		Warn:        a.Warnf,
@@ -498,7 +499,7 @@ func (a *App) apiResolver(cfg *config.Config, cwd string) func(context.Context, 
 		det := detect.Image(detect.Input{ExplicitImage: r.Image, ConfigImage: cfg.Sandbox.BaseImage,
 			ConfigRuntime: cfg.Sandbox.Runtime, Args: r.Args, Dir: cwd})
 		spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Args: r.Args, Cwd: cwd,
-			HomeDir: home, HostEnv: os.LookupEnv, Detected: det, CacheRoot: a.CacheRoot()})
+			HomeDir: home, HostEnv: os.LookupEnv, Detected: det, CacheRoot: a.CacheRoot(), DataDir: a.DataDir})
 		if err != nil {
 			return nil, err
 		}

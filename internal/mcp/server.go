@@ -53,6 +53,10 @@ type Options struct {
 	AllowedDirs []string
 	// HomeDir is the host $HOME (mounted read-only by permissive).
 	HomeDir string
+	// DataDir is agentkernel's data directory, which no call's
+	// project directory or volume may hand to a sandbox
+	// (policy.Input.DataDir).
+	DataDir string
 	// Version is serverInfo.version.
 	Version string
 	// Logger receives diagnostics; it must not write to stdout when the

@@ -237,7 +237,7 @@ func (t *tools) run(ctx context.Context, req *sdk.CallToolRequest, in runInput) 
 	}
 	det := detect.Image(detect.Input{ExplicitImage: o.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Args: in.Command, Dir: dir})
 	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Args: in.Command, Cwd: dir,
-		HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det})
+		HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det, DataDir: t.opts.DataDir})
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}
@@ -352,7 +352,7 @@ func (t *tools) create(ctx context.Context, req *sdk.CallToolRequest, in createI
 	}
 	o := policy.Overrides{Name: in.Name, Image: in.Image}
 	det := detect.Image(detect.Input{ExplicitImage: in.Image, ConfigImage: cfg.Sandbox.BaseImage, ConfigRuntime: cfg.Sandbox.Runtime, Dir: dir})
-	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Cwd: dir, HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det})
+	spec, warnings, err := policy.Resolve(policy.Input{Config: cfg, Overrides: o, Cwd: dir, HomeDir: t.opts.HomeDir, HostEnv: os.LookupEnv, Detected: det, DataDir: t.opts.DataDir})
 	if err != nil {
 		return errorResult(err.Error()), nil, nil
 	}

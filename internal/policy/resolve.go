@@ -99,6 +99,12 @@ type Input struct {
 	// Detected is the image detection already done by the caller; when
 	// its Image is empty, Resolve runs detect.Image itself.
 	Detected detect.Result
+	// DataDir is agentkernel's data directory (its state, snapshots,
+	// secrets and keys): a project directory, $HOME mount or volume that
+	// holds it would hand it to the sandbox, so the project directory and
+	// $HOME are then left unmounted (with a warning) and such a volume is
+	// refused. "": the caller has none to protect.
+	DataDir string
 	// CacheRoot is where the caches of --cache and [cache] live (a
 	// directory of the data directory); empty: the caller has none, and
 	// configured caches are left out with a warning.
@@ -404,6 +410,8 @@ func resolveMounts(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Pr
 			warnf("the project directory is not mounted: %v", err)
 		case cwd == "/":
 			warnf("the project directory is not mounted: refusing to mount / at %s", WorkspaceDir)
+		case holdsDataDir(cwd, in.DataDir):
+			warnf("the project directory is not mounted: %s holds agentkernel's data directory %s (its state, snapshots and keys); run from a project directory, or give --data-dir outside it", cwd, in.DataDir)
 		default:
 			m := sandbox.Mount{Kind: sandbox.MountBind, Source: cwd, Dest: WorkspaceDir}
 			switch cwdMode {
@@ -423,9 +431,12 @@ func resolveMounts(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Pr
 	}
 	if home {
 		h, err := absDir(in.HomeDir)
-		if err != nil {
+		switch {
+		case err != nil:
 			warnf("$HOME is not mounted: %v", err)
-		} else {
+		case holdsDataDir(h, in.DataDir):
+			warnf("$HOME is not mounted: it holds agentkernel's data directory %s (its state, snapshots and keys); give --data-dir outside it to mount $HOME", in.DataDir)
+		default:
 			mounts = append(mounts, sandbox.Mount{Kind: sandbox.MountBind, Source: h, Dest: HomeDir, ReadOnly: true})
 		}
 	}
@@ -434,6 +445,9 @@ func resolveMounts(spec *sandbox.Spec, cfg *config.Config, o *Overrides, prof Pr
 		m, err := ParseVolume(v, in.Cwd, in.HomeDir)
 		if err != nil {
 			return err
+		}
+		if m.Source != "" && holdsDataDir(m.Source, in.DataDir) {
+			return fmt.Errorf("volume %s: %s holds agentkernel's data directory %s (its state, snapshots and keys), which no sandbox may see: mount a directory beside it, or give --data-dir outside it", v, m.Source, in.DataDir)
 		}
 		mounts = append(mounts, m)
 	}
@@ -692,4 +706,26 @@ func dedupe(list []string) []string {
 		}
 	}
 	return out
+}
+
+// holdsDataDir reports whether dir is dataDir or one of its parents,
+// comparing the paths with their symbolic links resolved (where they
+// resolve).
+func holdsDataDir(dir, dataDir string) bool {
+	if dir == "" || dataDir == "" {
+		return false
+	}
+	real := func(p string) string {
+		p = filepath.Clean(p)
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return p
+	}
+	d, data := real(dir), real(dataDir)
+	if !filepath.IsAbs(d) || !filepath.IsAbs(data) {
+		return false
+	}
+	rel, err := filepath.Rel(d, data)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -569,6 +569,71 @@ func TestCwdEdgeCases(t *testing.T) {
 	}
 }
 
+// TestDataDirNotHandedOver: a project directory, $HOME or volume that
+// holds agentkernel's data directory (its state, snapshots and keys) is
+// not mounted into a sandbox: the project and $HOME are left out with a
+// warning, a volume is refused. A sibling directory, or one below the
+// data directory's parent, is mounted as before.
+func TestDataDirNotHandedOver(t *testing.T) {
+	f := newFixture(t)
+	data := filepath.Join(f.cwd, ".local", "share", "agentkernel")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in := f.input(nil, Overrides{Profile: "permissive"}, "x")
+	in.DataDir = data
+	in.HomeDir = f.cwd
+	spec, warns, err := Resolve(in)
+	if err != nil || mountAt(spec, WorkspaceDir) != nil || mountAt(spec, HomeDir) != nil || len(warns) != 2 ||
+		!strings.Contains(warns[0], "holds agentkernel's data directory") || !strings.Contains(warns[1], "$HOME is not mounted") {
+		t.Errorf("project and home holding the data directory: %+v %q %v", spec.Mounts, warns, err)
+	}
+	// The data directory itself, and through a symbolic link.
+	in.Cwd = data
+	if spec, _, _ := Resolve(in); mountAt(spec, WorkspaceDir) != nil {
+		t.Error("the data directory itself was mounted as the project")
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(f.cwd, link); err != nil {
+		t.Fatal(err)
+	}
+	in.Cwd = link
+	if spec, _, _ := Resolve(in); mountAt(spec, WorkspaceDir) != nil {
+		t.Error("a symbolic link to a directory holding the data directory was mounted")
+	}
+	// Volumes: refused, whatever their options.
+	for _, v := range []string{f.cwd + ":/data", filepath.Dir(data) + ":/data:ro", data + ":/d", link + ":/l"} {
+		in := f.input(nil, Overrides{Volumes: []string{v}}, "x")
+		in.DataDir = data
+		if _, _, err := Resolve(in); err == nil || !strings.Contains(err.Error(), "holds agentkernel's data directory") {
+			t.Errorf("volume %s: %v", v, err)
+		}
+	}
+	// Beside it, or below it in another branch: mounted.
+	other := filepath.Join(f.cwd, "project")
+	for _, d := range []string{other, filepath.Join(f.cwd, ".local", "bin")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in = f.input(nil, Overrides{Profile: "permissive", Volumes: []string{filepath.Join(f.cwd, ".local", "bin") + ":/b"}}, "x")
+	in.DataDir = data
+	in.Cwd = other
+	if spec, warns, err := Resolve(in); err != nil || mountAt(spec, WorkspaceDir) == nil || mountAt(spec, "/b") == nil || len(warns) != 0 {
+		t.Errorf("a project beside the data directory: %v %q %v", spec, warns, err)
+	}
+	// A data directory named like a prefix of the project is not inside it.
+	in = f.input(nil, Overrides{Profile: "permissive"}, "x")
+	in.Cwd = filepath.Join(f.cwd, "ab")
+	in.DataDir = filepath.Join(f.cwd, "abc")
+	if err := os.Mkdir(in.Cwd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if spec, _, err := Resolve(in); err != nil || mountAt(spec, WorkspaceDir) == nil {
+		t.Errorf("project ab, data directory abc: %v %v", spec, err)
+	}
+}
+
 // TestSayWhereItRuns: a command-line run whose profile (or config) leaves
 // the project directory out is told where the command runs instead, once;
 // not when the project is mounted, when --workdir or a volume of the

@@ -338,6 +338,7 @@ func (a *App) resolveRunSpec(ov *policy.Overrides, args []string, sayWhere bool,
 		Detected:       det,
 		SayWhereItRuns: sayWhere,
 		CacheRoot:      a.CacheRoot(),
+		DataDir:        a.DataDir,
 	})
 	if err != nil {
 		return nil, &ExitError{Code: ExitAgentkernel, Err: err}
