@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 
 	"github.com/agentkernel/agentkernel/internal/testenv"
 )
@@ -43,4 +44,20 @@ func Main(run func() int, binary *string, prefix, why string) {
 	code := run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// Full is agentkernel-full for one test: $AGENTKERNEL_FULL when set,
+// else built from this tree into a temporary directory of t.
+func Full(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("AGENTKERNEL_FULL"); p != "" {
+		return p
+	}
+	out := filepath.Join(t.TempDir(), "agentkernel-full")
+	build := exec.Command("go", "build", "-o", out, "github.com/agentkernel/agentkernel/cmd/agentkernel-full")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build agentkernel-full: %v\n%s", err, b)
+	}
+	return out
 }

@@ -3,9 +3,6 @@ package kubernetes
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,21 +14,14 @@ import (
 	"github.com/agentkernel/agentkernel/internal/image/imagetest"
 	"github.com/agentkernel/agentkernel/internal/kubeegress"
 	"github.com/agentkernel/agentkernel/internal/testenv/kubelab"
+	"github.com/agentkernel/agentkernel/test/testbin"
 )
 
 // egressImage is an image holding the agentkernel-full built from this
 // tree at kubeegress.DefaultBinary, imported into the shared node.
 func egressImage(t *testing.T, n *kubelab.Node) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	out := filepath.Join(t.TempDir(), "agentkernel-full")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/agentkernel-full")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build agentkernel-full: %v\n%s", err, b)
-	}
+	out := testbin.Full(t)
 	bin, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)

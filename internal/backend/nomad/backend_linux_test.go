@@ -10,14 +10,13 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentkernel/agentkernel/internal/testenv"
 	"github.com/agentkernel/agentkernel/internal/testenv/nomadlab"
+	"github.com/agentkernel/agentkernel/test/testbin"
 )
 
 // TestExecDriverEndToEnd runs sandboxes as jobs of Nomad's exec driver
@@ -372,19 +371,7 @@ func TestAgentkernelDriverEndToEnd(t *testing.T) {
 
 func buildAgentkernel(t testing.TB) string {
 	t.Helper()
-	if p := os.Getenv("AGENTKERNEL_FULL"); p != "" {
-		return p
-	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	out := filepath.Join(t.TempDir(), "agentkernel-full")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/agentkernel-full")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build agentkernel-full: %v\n%s", err, b)
-	}
-	return out
+	return testbin.Full(t)
 }
 
 // requireExecDriver ends the test when Nomad's exec driver cannot run
