@@ -215,6 +215,16 @@ func (a *app) kubeDoctor(app *cli.App) func(r *http.Request) any {
 			c.Fix = "[orchestrator] kubeconfig, context and namespace in your configuration (docs/kubernetes.md)"
 		}
 		rep.Checks = append(rep.Checks, c)
+		// Domain allow- and block-lists need the egress proxy's image.
+		eg := doctor.Check{Name: "egress proxy", Status: doctor.StatusOK}
+		if opts.EgressImage != "" {
+			eg.Message = fmt.Sprintf("domain allow- and block-lists run through the egress proxy of image %s in each such pod", opts.EgressImage)
+		} else {
+			eg.Status = doctor.StatusInfo
+			eg.Message = "no egress proxy image: sandboxes with a domain allow- or block-list are refused (address ranges and none/full work)"
+			eg.Fix = "[orchestrator] egress_image = an image holding agentkernel-full (docs/kubernetes.md, Domain lists)"
+		}
+		rep.Checks = append(rep.Checks, eg)
 		return rep
 	}
 }
