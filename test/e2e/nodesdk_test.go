@@ -75,9 +75,14 @@ try {
 } catch (e) {
   if (!(e instanceof Stop)) out.error = String(e && e.stack || e);
 } finally {
-  await c.removeSandbox(name).catch(() => {});
-  await c.removeSandbox("node-snap").catch(() => {});
-  if (out.restored) await c.removeSandbox(out.restored.name).catch(() => {});
+  // A removal that fails is told (the caller checks that nothing is
+  // left); one of a sandbox never made is not an error worth telling.
+  const rm = (n) => c.removeSandbox(n).catch((e) => {
+    if (e.constructor.name !== "NotFoundError") (out.removeErrors = out.removeErrors || []).push(n + ": " + e.constructor.name + ": " + e.message);
+  });
+  await rm(name);
+  await rm("node-snap");
+  if (out.restored) await rm(out.restored.name);
 }
 console.log(JSON.stringify(out));
 `
@@ -191,6 +196,8 @@ type nodeSDKAnswer struct {
 	RestoredFile struct{ Output string }
 	Deleted      *sdkErr
 	AfterDelete  []struct{ Name string }
+	// RemoveErrors are the script's removals at its end that failed.
+	RemoveErrors []string `json:"removeErrors"`
 }
 
 // nodeSDKCases are the checks of the script's answer, one per SDK call.

@@ -120,7 +120,7 @@ func TestNomadServeContract(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("jobs left on the agent: %v", js)
+			t.Errorf("jobs left on the agent: %v (the script's removals that failed: %q)\nserve:\n%s", js, sdk.RemoveErrors, s.errb.String())
 			break
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -600,7 +600,10 @@ func (b *Backend) Reap(ctx context.Context) ([]string, error) {
 func isNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) && ue.HasStatusCode() {
-		return ue.StatusCode() == 404
+		// A job purged by someone else between the server's look and its
+		// write (a pool's reaper, another server) comes back as a 500
+		// whose body says so.
+		return ue.StatusCode() == 404 || ue.StatusCode() == 500 && strings.Contains(ue.Body(), "job not found")
 	}
 	return strings.Contains(err.Error(), "404")
 }
