@@ -188,7 +188,10 @@ given to the cluster as it is: the cluster pulls it.
 
 NAME is a DNS label (lower-case letters, digits, '-'), at most 51 characters.`,
 		Example: `  agentkernel sandbox create dev -B kubernetes --image python:3.12 --profile restrictive --ttl 2h
-  agentkernel sandbox create web -B kubernetes --image node:22 --network 10.0.0.0/8,192.0.2.7`,
+  agentkernel sandbox create web -B kubernetes --image node:22 --network 10.0.0.0/8,192.0.2.7
+  # names: the pod gets agentkernel's egress proxy (an image holding agentkernel-full)
+  agentkernel sandbox create pip -B kubernetes --image python:3.12 --network pypi.org,files.pythonhosted.org \
+    --egress-image registry.example/agentkernel:0.1.0`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := kubernetes.LookupProfile(profile)
