@@ -26,7 +26,9 @@
 //
 // The sandbox's container never has CAP_NET_ADMIN, so it cannot change
 // the rules; it never runs as UID, and loses CAP_SETUID and CAP_SETGID,
-// so it cannot become the proxy's user either.
+// so it cannot become the proxy's user either, and CAP_NET_RAW, so it
+// cannot forge packets that connection tracking would take for the
+// proxy's.
 package kubeegress
 
 import (

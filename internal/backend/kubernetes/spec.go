@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/agentkernel/agentkernel/internal/config"
 	"github.com/agentkernel/agentkernel/internal/kubeegress"
 	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
@@ -139,8 +140,8 @@ func ParseNetwork(s string) (Network, []string, []string, error) {
 			cidrs = append(cidrs, c)
 			continue
 		}
-		if err := checkDomain(f); err != nil {
-			return "", nil, nil, fmt.Errorf("network %q: %w (use none, full, or a list of address ranges and names such as 10.0.0.0/8,github.com,*.pypi.org)", f, err)
+		if err := config.ValidateDomainPattern(f); err != nil {
+			return "", nil, nil, fmt.Errorf("network %q is not an address range or a domain name: %w (use none, full, or a list of address ranges and names such as 10.0.0.0/8,github.com,*.pypi.org)", f, err)
 		}
 		domains = append(domains, strings.ToLower(f))
 	}
@@ -148,21 +149,6 @@ func ParseNetwork(s string) (Network, []string, []string, error) {
 		return NetworkProxy, cidrs, domains, nil
 	}
 	return NetworkCIDRs, cidrs, nil, nil
-}
-
-// checkDomain accepts a host name or "*." and a host name.
-func checkDomain(d string) error {
-	host := strings.TrimPrefix(d, "*.")
-	if host == "" || len(host) > 253 || strings.HasPrefix(host, ".") || strings.HasSuffix(host, ".") || strings.Contains(host, "..") {
-		return fmt.Errorf("%q is not an address range or a domain name", d)
-	}
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == ':') {
-			return fmt.Errorf("%q is not an address range or a domain name", d)
-		}
-	}
-	return nil
 }
 
 func parseCIDR(s string) (string, error) {
@@ -216,7 +202,7 @@ func (r *Request) Check() error {
 			}
 		}
 		for _, d := range append(append([]string(nil), r.AllowDomains...), r.BlockDomains...) {
-			if err := checkDomain(d); err != nil {
+			if err := config.ValidateDomainPattern(d); err != nil {
 				return fmt.Errorf("network: %w", err)
 			}
 		}
