@@ -709,14 +709,18 @@ func dedupe(list []string) []string {
 }
 
 // holdsDataDir reports whether dir is dataDir or one of its parents,
-// comparing the paths with their symbolic links resolved (where they
-// resolve).
+// comparing the paths made absolute, with their symbolic links resolved
+// (where they resolve).
 func holdsDataDir(dir, dataDir string) bool {
 	if dir == "" || dataDir == "" {
 		return false
 	}
 	real := func(p string) string {
-		p = filepath.Clean(p)
+		// A relative path (--data-dir ./d) is the process's, as every
+		// other use of it reads it.
+		if a, err := filepath.Abs(p); err == nil {
+			p = a
+		}
 		if r, err := filepath.EvalSymlinks(p); err == nil {
 			return r
 		}

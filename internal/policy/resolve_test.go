@@ -601,6 +601,14 @@ func TestDataDirNotHandedOver(t *testing.T) {
 	if spec, _, _ := Resolve(in); mountAt(spec, WorkspaceDir) != nil {
 		t.Error("a symbolic link to a directory holding the data directory was mounted")
 	}
+	// A relative data directory (--data-dir .local/share/agentkernel)
+	// is the process's working directory's.
+	t.Chdir(f.cwd)
+	in.Cwd = f.cwd
+	in.DataDir = filepath.Join(".local", "share", "agentkernel")
+	if spec, _, _ := Resolve(in); mountAt(spec, WorkspaceDir) != nil {
+		t.Error("a project holding a relative data directory was mounted")
+	}
 	// Volumes: refused, whatever their options.
 	for _, v := range []string{f.cwd + ":/data", filepath.Dir(data) + ":/data:ro", data + ":/d", link + ":/l"} {
 		in := f.input(nil, Overrides{Volumes: []string{v}}, "x")
