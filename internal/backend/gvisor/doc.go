@@ -55,10 +55,12 @@
 //     set; effective and permitted for root only, as setuid leaves them),
 //     no_new_privs, the open-files limit, a read-only root, the spec's
 //     mounts, and memory and process limits as cgroup resources (runsc
-//     creates the cgroup below agentkernel's own, and removes it). The
-//     CPU quota is written into that cgroup by a createRuntime hook,
-//     after gVisor's boot and before the command starts, so that the
-//     boot does not run under it (cpuquota_linux.go).
+//     creates the cgroup below agentkernel's own, and removes it; on a
+//     cgroup v1 host a run makes them itself and runs runsc inside them
+//     with --ignore-cgroups: owncgroup_linux.go says why). The CPU
+//     quota is written into that cgroup by a createRuntime hook, after
+//     gVisor's boot and before the command starts, so that the boot
+//     does not run under it (cpuquota_linux.go).
 //   - AGENTKERNEL_TRACE_STAGES=1 writes the run's stages to stderr
 //     (trace_linux.go; bench/cmd/stagetrace reads them).
 //   - A sandbox with network egress or published ports gets native's

@@ -53,6 +53,12 @@ func (r *run) start(stdio sandbox.Stdio, errLog *os.File, con *console) (*exec.C
 	if r.caught != nil {
 		<-r.caught
 	}
+	if r.cg != nil {
+		if err := r.waitJoined(); err != nil {
+			return nil, err
+		}
+		r.trace.stage("cgroups joined")
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting runsc: %w", err)
 	}
@@ -192,6 +198,18 @@ func (r *run) prepare(con *console) error {
 	}
 	// The CPU quota from the command's start, not over gVisor's boot.
 	cpuQuotaHook(s)
+	if r.noCgroups {
+		if r.cg != nil && s.Linux.Resources != nil && s.Linux.Resources.CPU != nil {
+			// No hook could be made: the quota from the boot on.
+			cpu := s.Linux.Resources.CPU
+			if err := r.cg.setCPUQuota(*cpu.Quota, *cpu.Period); err != nil {
+				return err
+			}
+		}
+		// The limits are in the cgroups made here (or there are none):
+		// runsc runs with --ignore-cgroups.
+		s.Linux.Resources, s.Linux.CgroupsPath = nil, ""
+	}
 	if netNeeded(r.spec) {
 		for i := range s.Linux.Namespaces {
 			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
@@ -215,6 +233,9 @@ func (r *run) prepare(con *console) error {
 // state, its error log on descriptor 3.
 func (r *run) runCmd(state, id string, con *console) *exec.Cmd {
 	args := append(r.globalArgs(state), "--log-fd=3")
+	if r.noCgroups {
+		args = append(args, "--ignore-cgroups")
+	}
 	if r.restoreImage != "" {
 		// A memory snapshot's first boot: the sandbox as it was.
 		args = append(args, "restore", "--image-path", r.restoreImage, "--bundle", r.bundle())

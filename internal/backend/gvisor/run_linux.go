@@ -77,6 +77,16 @@ type run struct {
 	// restoreImage is the runsc image a persistent sandbox's boot
 	// restores (a memory snapshot's first start), "" for a cold boot.
 	restoreImage string
+	// cg are the cgroups an ephemeral run made itself (owncgroup_linux.go),
+	// nil where runsc makes them; joined delivers the result of moving
+	// the thread that starts runsc into them, which inCgroups then holds
+	// (read by that thread alone).
+	cg        *runCgroups
+	joined    chan error
+	inCgroups *error
+	// noCgroups runs runsc with --ignore-cgroups: the run's cgroups are
+	// cg, or it has no limits at all.
+	noCgroups bool
 }
 
 func (r *run) state() string  { return r.dir + "/state" }
@@ -194,20 +204,35 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 			return sandbox.Result{}, err
 		}
 	}
+	r.ownCgroups()
 	startCh := make(chan started, 1)
 	waitCh := make(chan error, 1)
+	tids := make(chan int, 1)
 	r.caught = make(chan struct{})
 	goLocked(func() {
 		// The thread unshares a mount namespace for the run and starts
 		// runsc from it. It is never unlocked: it ends with this
 		// goroutine, and the namespace (with every mount of the run)
 		// with the last of runsc's processes.
+		tids <- unix.Gettid()
 		cmd, err := r.start(stdio, errLog, con)
 		startCh <- started{cmd, err}
+		if r.cg != nil {
+			// runsc has its cgroups (or never started): the thread goes
+			// back to the process's own while runsc boots.
+			r.waitJoined()
+			_ = r.cg.leave(unix.Gettid())
+		}
 		if err == nil {
 			waitCh <- cmd.Wait()
 		}
 	})
+	if r.cg != nil {
+		// The thread's move waits for an RCU grace period in the kernel:
+		// made from here while the thread builds the bundle.
+		tid := <-tids
+		go func() { r.joined <- r.cg.join(tid) }()
+	}
 	// While that thread builds the bundle: building encoding/json's
 	// encoders for config.json's types, which writeConfig would
 	// otherwise build on the thread's way to runsc, and catching the
@@ -317,6 +342,40 @@ wait:
 		res.Signal = code - 128
 	}
 	return res, nil
+}
+
+// ownCgroups makes an ephemeral run's cgroups (owncgroup_linux.go), or
+// leaves them to runsc where it cannot.
+func (r *run) ownCgroups() {
+	if r.keep != "" || r.restoreImage != "" {
+		return
+	}
+	if resources(r.spec.Resources) == nil {
+		// Nothing to limit: no cgroup at all (runsc would make one
+		// named after the container).
+		r.noCgroups = true
+		return
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return
+	}
+	cg, err := makeRunCgroups("/sys/fs/cgroup", string(self), isCgroup2Only(), cgroupName(r.id), r.spec.Resources)
+	if err != nil {
+		return
+	}
+	r.cg, r.noCgroups, r.joined = cg, true, make(chan error, 1)
+	r.trace.stage("cgroups made")
+}
+
+// waitJoined is the result of moving the calling thread (the one that
+// starts runsc) into the run's cgroups, waited for once.
+func (r *run) waitJoined() error {
+	if r.inCgroups == nil {
+		err := <-r.joined
+		r.inCgroups = &err
+	}
+	return *r.inCgroups
 }
 
 // signal sends sig to the sandbox's command: SIGINT and SIGQUIT (which a
