@@ -11,11 +11,12 @@
 // land in the next case's time.
 //
 // It starts a private dockerd and podman service (their own data and
-// sockets, under a temporary directory it removes), imports a busybox
-// root (busybox-static) into docker, and hands the same image to
-// agentkernel's store with `images load`. gvisor needs runsc
-// (AGENTKERNEL_RUNSC, or scripts/runsc.sh's cache). Run as root, after
-// building the binaries:
+// sockets, under a temporary directory it removes) for the engines it
+// is given, and imports one busybox root (busybox-static) into each of
+// them and into agentkernel's store (`images import`) under the same
+// name. gvisor needs runsc (AGENTKERNEL_RUNSC, or scripts/runsc.sh's
+// cache), and no engine: `-engines gvisor` times it alone. Run as root,
+// after building the binaries:
 //
 //	CGO_ENABLED=0 go build -o /tmp/ak/ ./cmd/agentkernel ./cmd/agentkernel-full
 //	go run ./bench/cmd/enginebench -agentkernel /tmp/ak/agentkernel -n 15
@@ -61,10 +62,22 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 		return err
 	}
 	defer os.RemoveAll(work)
-	archive := filepath.Join(work, "busybox.tar")
 	dataDir := filepath.Join(work, "data")
+	// One root of busybox-static: imported into agentkernel's store
+	// here and into each engine below, under the same name.
+	rootfs, err := busyboxRootfs()
+	if err != nil {
+		return err
+	}
+	rootfsTar := filepath.Join(work, "busybox-rootfs.tar")
+	if err := os.WriteFile(rootfsTar, rootfs, 0o600); err != nil {
+		return err
+	}
+	if out, err := exec.Command(ak, "--data-dir", dataDir, "images", "import", rootfsTar, image).CombinedOutput(); err != nil {
+		return fmt.Errorf("images import: %v: %s", err, out)
+	}
 	var cases []harness.Case
-	loaded, gvisorCase := false, false
+	gvisorCase := false
 	hosts := map[string]string{}
 	for _, e := range engines {
 		var host string
@@ -114,14 +127,10 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 			return fmt.Errorf("unknown engine %q", e)
 		}
 		defer stop()
-		if err := importBusybox(cli, archive, !loaded); err != nil {
-			return fmt.Errorf("%s: %w", e, err)
-		}
-		if !loaded {
-			if out, err := exec.Command(ak, "--data-dir", dataDir, "images", "load", "-i", archive).CombinedOutput(); err != nil {
-				return fmt.Errorf("images load: %v: %s", err, out)
-			}
-			loaded = true
+		imp := exec.Command(cli[0], append(cli[1:], "import", "-", image)...)
+		imp.Stdin = bytes.NewReader(rootfs)
+		if out, err := imp.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: import: %v: %s", e, err, out)
 		}
 		hosts[e] = host
 		env := "DOCKER_HOST="
@@ -144,9 +153,6 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 		return err
 	}
 	if gvisorCase {
-		if !loaded {
-			return errors.New("gvisor needs docker or podman among -engines too (the image is loaded through one)")
-		}
 		cases = append(cases, harness.Case{Name: "agentkernel -B gvisor", Argv: []string{"env", "XDG_CONFIG_HOME=" + filepath.Join(work, "config"),
 			ak, "-q", "--data-dir", dataDir, "run", "-B", "gvisor", "-p", "restrictive", "--image", image, "--", "/bin/true"}})
 	}
@@ -192,12 +198,12 @@ func run(ak string, n, warm int, engines []string, pooled bool, settle time.Dura
 	return nil
 }
 
-// importBusybox imports a root of busybox-static into the engine as
-// image and, when save is set, saves it as a `docker save` archive.
-func importBusybox(cli []string, archive string, save bool) error {
+// busyboxRootfs is a root file system tarball of busybox-static with
+// sh and true.
+func busyboxRootfs() ([]byte, error) {
 	bin, err := os.ReadFile("/bin/busybox")
 	if err != nil {
-		return fmt.Errorf("busybox-static: %w", err)
+		return nil, fmt.Errorf("busybox-static: %w", err)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -210,20 +216,9 @@ func importBusybox(cli []string, archive string, save bool) error {
 		_ = tw.WriteHeader(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox"})
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	imp := exec.Command(cli[0], append(cli[1:], "import", "-", image)...)
-	imp.Stdin = &buf
-	if out, err := imp.CombinedOutput(); err != nil {
-		return fmt.Errorf("import: %v: %s", err, out)
-	}
-	if !save {
-		return nil
-	}
-	if out, err := exec.Command(cli[0], append(cli[1:], "save", "-o", archive, image)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("save: %v: %s", err, out)
-	}
-	return nil
+	return buf.Bytes(), nil
 }
 
 // findRunsc is the runsc the gvisor backend would run.
