@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -74,19 +73,45 @@ func checkRunsc(ctx context.Context, p, dir string) error {
 	return nil
 }
 
-var releaseRE = regexp.MustCompile(`release-(\d{8})`)
-
 // tooOld reads `runsc --version`: a release before oldestRelease is too
 // old (with its name); a build without a release name (go install
-// leaves VERSION_MISSING) is taken as current.
+// leaves VERSION_MISSING) is taken as current. The release is the first
+// "release-" of the first line followed by eight ASCII digits (read by
+// hand: this package is linked into the agentkernel binary, which links
+// no regexp).
 func tooOld(version string) (string, bool) {
 	first, _, _ := strings.Cut(version, "\n")
-	m := releaseRE.FindStringSubmatch(first)
-	if m == nil {
+	date, ok := releaseDate(first)
+	if !ok {
 		return "", false
 	}
-	d, _ := strconv.Atoi(m[1])
-	return "release-" + m[1], d < oldestRelease
+	d, _ := strconv.Atoi(date)
+	return "release-" + date, d < oldestRelease
+}
+
+// releaseDate is the YYYYMMDD of the first "release-" in line followed
+// by eight ASCII digits.
+func releaseDate(line string) (string, bool) {
+	const prefix = "release-"
+	for {
+		i := strings.Index(line, prefix)
+		if i < 0 {
+			return "", false
+		}
+		line = line[i+len(prefix):]
+		if len(line) >= 8 && allDigits(line[:8]) {
+			return line[:8], true
+		}
+	}
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkRunscVersion runs `runsc --version` (30 s at most), puts its
