@@ -1,9 +1,10 @@
 // Command agentkernel is what users type. It runs 'agentkernel run' of
-// images that are already cached, 'exec', 'attach' and 'cp' into a
-// running persistent sandbox and 'stats' of running ones by itself, and
-// hands every other command line to agentkernel-full, the binary with
-// the rest of the command line (images, sandboxes, the daemon, the API
-// and MCP servers), which it finds beside itself.
+// images that are already cached, on the native backend or on gvisor
+// (-B gvisor), 'exec', 'attach' and 'cp' into a running persistent
+// sandbox and 'stats' of running ones by itself, and hands every other
+// command line to agentkernel-full, the binary with the rest of the
+// command line (images, sandboxes, the daemon, the API and MCP servers,
+// the other backends), which it finds beside itself.
 //
 // Why two binaries: a Go program initialises every package it links
 // before main runs, on every start. 'run' is the command agents call in
@@ -16,6 +17,13 @@
 // started anything, so agentkernel-full behaves exactly as if it had
 // been called directly. TestRunPathDependencies keeps the heavy packages
 // out of this binary.
+//
+// Why gvisor here: its backend links none of gVisor, it only executes
+// runsc (and adds no package to this binary but itself and
+// internal/backend/bootprep), while handing its runs over would start a
+// second Go binary, agentkernel-full, for each of them. A run on any
+// other backend (docker, podman, auto, ...) is agentkernel-full's:
+// runcli answers ErrNeedsFull for it (App.PartialBackends).
 //
 // GOMAXPROCS is the number of CPUs this process may run on, not derived
 // from the cgroup's CPU quota (Go 1.25's default, off here): see
@@ -31,10 +39,12 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/agentkernel/agentkernel/internal/backend/gvisor"
 	"github.com/agentkernel/agentkernel/internal/backend/native"
 	"github.com/agentkernel/agentkernel/internal/backend/native/prestart"
 	"github.com/agentkernel/agentkernel/internal/cli/runcli"
 	"github.com/agentkernel/agentkernel/internal/fullbin"
+	"github.com/agentkernel/agentkernel/internal/sandbox"
 )
 
 func main() {
@@ -54,6 +64,11 @@ func run() int {
 		// Until the command is known to be ours, warnings wait: one
 		// handed to agentkernel-full prints its own.
 		HoldWarnings: true,
+		// Of the backends besides native, only gvisor (see above).
+		PartialBackends: true,
+	}
+	app.MoreBackends = func() []sandbox.Backend {
+		return []sandbox.Backend{gvisor.New(gvisor.Options{DataDir: app.DataDir, Warn: func(s string) { app.Warnf("%s", s) }})}
 	}
 	if fullbin.WantsKube(os.Args[1:]) || fullbin.WantsNomad(os.Args[1:]) {
 		// -B kubernetes or nomad: flags of their own, which this binary

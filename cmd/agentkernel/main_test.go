@@ -44,14 +44,23 @@ func TestRunPathDependencies(t *testing.T) {
 		"github.com/agentkernel/agentkernel/internal/mcp",
 		"github.com/agentkernel/agentkernel/internal/store",
 		"github.com/agentkernel/agentkernel/internal/supervisor",
+		// The backends besides native and gvisor (docker's and podman's
+		// engine API, Nomad, Kubernetes) are agentkernel-full's.
+		"github.com/agentkernel/agentkernel/internal/backend",
 	}
 	allowed := map[string]bool{
-		"github.com/agentkernel/agentkernel/internal/cli/runcli":     true,
-		"github.com/agentkernel/agentkernel/internal/image/cache":    true,
-		"github.com/agentkernel/agentkernel/internal/backend/native": true,
+		"github.com/agentkernel/agentkernel/internal/cli/runcli":  true,
+		"github.com/agentkernel/agentkernel/internal/image/cache": true,
+		// gvisor's backend only executes runsc, and links nothing of
+		// gVisor: its runs are served here (it must not bring regexp,
+		// banned above, nor anything else with it).
+		"github.com/agentkernel/agentkernel/internal/backend/gvisor":   true,
+		"github.com/agentkernel/agentkernel/internal/backend/bootprep": true,
 	}
+	// The native backend and its packages.
+	const native = "github.com/agentkernel/agentkernel/internal/backend/native"
 	for _, d := range deps {
-		if allowed[d] {
+		if allowed[d] || d == native || strings.HasPrefix(d, native+"/") {
 			continue
 		}
 		for _, b := range banned {
@@ -65,12 +74,16 @@ func TestRunPathDependencies(t *testing.T) {
 	if !strings.Contains(string(out), "github.com/agentkernel/agentkernel/internal/sandboxdir\n") {
 		t.Error("agentkernel does not link internal/sandboxdir: exec and stats would go to agentkernel-full")
 	}
+	// run -B gvisor is served here too.
+	if !strings.Contains(string(out), "github.com/agentkernel/agentkernel/internal/backend/gvisor\n") {
+		t.Error("agentkernel does not link internal/backend/gvisor: run -B gvisor would go to agentkernel-full")
+	}
 	// The check itself: the whole command line does link them.
 	full, err := exec.Command(goBin, "list", "-deps", "../agentkernel-full").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	for _, want := range []string{"github.com/google/go-containerregistry/pkg/v1/remote", "modernc.org/sqlite", "github.com/agentkernel/agentkernel/internal/cli"} {
+	for _, want := range []string{"github.com/google/go-containerregistry/pkg/v1/remote", "modernc.org/sqlite", "github.com/agentkernel/agentkernel/internal/cli", "github.com/agentkernel/agentkernel/internal/backend/engine", "regexp"} {
 		if !strings.Contains(string(full), want+"\n") {
 			t.Errorf("agentkernel-full does not link %s: the banned list above is stale", want)
 		}

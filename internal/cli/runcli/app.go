@@ -63,9 +63,18 @@ type App struct {
 	OpenImages func() (sandbox.Images, error)
 
 	// MoreBackends are the backends besides native that runs may name
-	// with -B (agentkernel-full's). Nil: a run that names another backend
-	// answers ErrNeedsFull.
+	// with -B. Nil: a run that names another backend answers
+	// ErrNeedsFull.
 	MoreBackends func() []sandbox.Backend
+	// PartialBackends says MoreBackends are only some of
+	// agentkernel-full's (the agentkernel binary has gvisor's, which only
+	// executes runsc): a run whose backend is not among them (docker,
+	// auto, a name agentkernel-full does not know either) answers
+	// ErrNeedsFull before anything is done or printed, and
+	// agentkernel-full serves it or refuses it in its own words. False:
+	// MoreBackends are all there are (agentkernel-full's), and a run
+	// naming another backend is refused here.
+	PartialBackends bool
 	// PickAuto is -B auto's ladder (agentkernel-full's): the strongest
 	// backend that works here for spec, and why. Nil: a run that names
 	// auto answers ErrNeedsFull.

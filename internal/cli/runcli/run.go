@@ -144,6 +144,9 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	if !set["backend"] {
 		o.backend = a.ConfigBackend()
 	}
+	if !isNative(o.backend) && !isAuto(o.backend) {
+		defer leaveNative()()
+	}
 	if err := a.checkSecretRun(o); err != nil {
 		return err
 	}
@@ -153,10 +156,51 @@ func (a *App) RunCommand(ctx context.Context, o *RunOptions, set map[string]bool
 	if o.habits.persistent() && !o.dryRun {
 		return a.runPersistent(ctx, o, args)
 	}
-	if b := strings.ToLower(o.backend); b != "" && b != "native" && a.MoreBackends == nil {
+	if !a.servesBackend(o.backend) {
 		return ErrNeedsFull
 	}
 	return a.runRun(ctx, o, args)
+}
+
+// servesBackend reports whether this binary serves runs on the backend
+// called name (-B, or [sandbox] backend): native always; the others when
+// MoreBackends has them, or when MoreBackends are all there are
+// (PartialBackends false), which then serves or refuses any name.
+func (a *App) servesBackend(name string) bool {
+	if isNative(name) {
+		return true
+	}
+	if a.MoreBackends == nil {
+		return false
+	}
+	if !a.PartialBackends {
+		return true
+	}
+	for _, b := range a.MoreBackends() {
+		if strings.EqualFold(b.Name(), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isNative reports whether backend names the native backend ("": the
+// default).
+func isNative(backend string) bool { return backend == "" || strings.EqualFold(backend, "native") }
+
+// isAuto reports whether backend is -B auto, as sandbox.Manager reads it.
+func isAuto(backend string) bool { return strings.EqualFold(strings.TrimSpace(backend), AutoBackend) }
+
+// leaveNative ends the sandbox thread package prestart may have started
+// during start-up, for a run that goes to another backend than native:
+// prestart reads -B, but not [sandbox] backend of the configuration nor
+// what auto picks, so it starts one for such runs too. The thread ends
+// at once, without waiting for it; the function returned, called before
+// the run returns, waits until it has ended and its namespaces' PID 1
+// is reaped, so that nothing of it outlives the run.
+func leaveNative() (wait func()) {
+	prestart.Discard()
+	return prestart.Abandon
 }
 
 // runWithReceipt is a run given --receipt FILE: checked first (the file,
@@ -172,7 +216,7 @@ func (a *App) runWithReceipt(ctx context.Context, o *RunOptions, args []string) 
 	case o.habits.detach:
 		return runUsage("--receipt and -d contradict each other: -d runs no command")
 	}
-	if b := strings.ToLower(o.backend); b != "" && b != "native" && a.MoreBackends == nil {
+	if !a.servesBackend(o.backend) {
 		return ErrNeedsFull
 	}
 	if err := a.prepareReceipt(o.receipt); err != nil {
@@ -238,6 +282,9 @@ func (a *App) runRun(ctx context.Context, o *RunOptions, args []string) error {
 			}
 		}
 		o.backend = b
+		if !isNative(b) {
+			defer leaveNative()()
+		}
 	}
 	if o.dryRun {
 		if n := a.FallbackNote(spec.Image, spec.ImageRule); n != "" {
@@ -494,8 +541,8 @@ func (a *App) CheckEgress(spec *sandbox.Spec, cfg *config.Config, o *policy.Over
 
 // ErrNeedsFull is the failure of a run that only agentkernel-full can do:
 // its image is not cached (it must be pulled, or the registry's answer
-// decides), --pull always, or the image store cannot serve this process
-// as it is. Nothing has happened yet when it is returned: no sandbox, no
+// decides), --pull always, the image store cannot serve this process
+// as it is, or its backend is not one this binary has (App.PartialBackends). Nothing has happened yet when it is returned: no sandbox, no
 // output but held warnings. The agentkernel binary hands such a run, with
 // its whole command line, to agentkernel-full.
 var ErrNeedsFull = errors.New("this run needs agentkernel-full")
