@@ -199,6 +199,9 @@ func isAuto(backend string) bool { return strings.EqualFold(strings.TrimSpace(ba
 // the run returns, waits until it has ended and its namespaces' PID 1
 // is reaped, so that nothing of it outlives the run.
 func leaveNative() (wait func()) {
+	if prestart.Pending() {
+		TraceStage("sandbox thread discarded: another backend")
+	}
 	prestart.Discard()
 	return prestart.Abandon
 }
