@@ -99,6 +99,7 @@ func TestGVisorLeanBinary(t *testing.T) {
 	} {
 		handedOff("-B gvisor "+strings.Join(flags, " "), a.run(append(append([]string{"run", "-B", "gvisor", "--image", ref}, flags...), "--", "true")...))
 	}
+	handedOff("-B gvisor of an image not cached", a.run("run", "-B", "gvisor", "--image", "127.0.0.1:1/not-cached:1", "--", "true"))
 	if _, err := os.Stat(filepath.Join(a.dir, "r.json")); err == nil {
 		t.Error("--receipt wrote a receipt without agentkernel-full")
 	}
