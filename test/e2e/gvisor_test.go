@@ -566,6 +566,17 @@ func TestGVisorKilledThenGC(t *testing.T) {
 	}
 }
 
+// TestGVisorRelativeDataDir: a relative --data-dir works (runsc is
+// given absolute paths).
+func TestGVisorRelativeDataDir(t *testing.T) {
+	a, ref := withGVisor(t)
+	rel := *a
+	rel.dir, rel.dataDir = filepath.Dir(a.dataDir), filepath.Base(a.dataDir)
+	if r := rel.gv(ref, []string{"-p", "restrictive"}, "echo", "hi"); r.code != 0 || r.stdout != "hi\n" {
+		t.Fatalf("a run with --data-dir %s from %s: %v", rel.dataDir, rel.dir, r)
+	}
+}
+
 // fields reads "Key:\tvalue" lines.
 func fields(s string) map[string]string {
 	m := map[string]string{}

@@ -62,6 +62,13 @@ func New(opts Options) *Backend {
 	if opts.Warn == nil {
 		opts.Warn = func(string) {}
 	}
+	if opts.DataDir != "" {
+		// runsc is given the bundle's paths, which must not depend on
+		// its working directory (a relative --data-dir).
+		if abs, err := filepath.Abs(opts.DataDir); err == nil {
+			opts.DataDir = abs
+		}
+	}
 	return &Backend{opts: opts}
 }
 
