@@ -76,6 +76,7 @@ func GC(ctx context.Context, dataDir string) ([]string, error) {
 			}
 		}
 		removeCgroups(cgroupName(e.Name()))
+		removeRecorded(recordedCgroups(dir, cgroupName(e.Name())))
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -86,4 +87,22 @@ func GC(ctx context.Context, dataDir string) ([]string, error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// removeRecorded removes the cgroups a killed run made itself, giving
+// its sandbox's last processes (which runsc delete has just killed) a
+// moment to leave them.
+func removeRecorded(dirs []string) {
+	for n := 0; n < 100; n++ {
+		left := false
+		for _, d := range dirs {
+			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+				left = true
+			}
+		}
+		if !left {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

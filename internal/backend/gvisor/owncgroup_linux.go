@@ -187,6 +187,34 @@ func (c *runCgroups) setCPUQuota(quota int64, period uint64) error {
 	return nil
 }
 
+// cgroupsFile, in a run's directory, lists the cgroups the run made,
+// one directory a line, for GC: a run whose agentkernel was killed
+// leaves them (runsc, told to ignore cgroups, does not remove them),
+// and GC's own cgroup, below which it would look, may not be the run's.
+const cgroupsFile = "cgroups"
+
+// record writes the run's cgroups into dir's cgroupsFile.
+func (c *runCgroups) record(dir string) error {
+	return os.WriteFile(filepath.Join(dir, cgroupsFile), []byte(strings.Join(c.dirs, "\n")+"\n"), 0o600)
+}
+
+// recordedCgroups are the cgroups a run's directory lists: only
+// directories below /sys/fs/cgroup named name are taken.
+func recordedCgroups(dir, name string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, cgroupsFile))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line != filepath.Clean(line) || !strings.HasPrefix(line, "/sys/fs/cgroup/") || filepath.Base(line) != name {
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
 // remove removes the run's cgroups, reporting whether any of them is
 // still there (a process still in it).
 func (c *runCgroups) remove() (left bool) {

@@ -71,6 +71,25 @@ func TestMakeRunCgroups(t *testing.T) {
 		}
 	}
 
+	// What GC reads back: only this run's directories below
+	// /sys/fs/cgroup.
+	runDir := t.TempDir()
+	name := "agentkernel-gvisor-agentkernel-1"
+	rec := []string{"/sys/fs/cgroup/pids/" + name, "/sys/fs/cgroup/memory/a/" + name}
+	hostile := []string{"", "/etc", "/sys/fs/cgroup/pids/other", "/sys/fs/cgroup/pids/../../../etc/" + name, "sys/fs/cgroup/pids/" + name, "/sys/fs/cgroupx/" + name, "/sys/fs/cgroup//pids/" + name}
+	if err := os.WriteFile(filepath.Join(runDir, cgroupsFile), []byte(strings.Join(append(hostile, rec...), "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordedCgroups(runDir, name); strings.Join(got, " ") != strings.Join(rec, " ") {
+		t.Errorf("recordedCgroups: %q, want %q", got, rec)
+	}
+	if err := (&runCgroups{dirs: rec}).record(runDir); err != nil {
+		t.Fatal(err)
+	}
+	if got := recordedCgroups(runDir, name); strings.Join(got, " ") != strings.Join(rec, " ") {
+		t.Errorf("record then recordedCgroups: %q, want %q", got, rec)
+	}
+
 	// One limit, one hierarchy.
 	cg, err = makeRunCgroups(root, self, false, "only-pids", sandbox.Resources{PIDs: 5})
 	if err != nil || len(cg.dirs) != 1 || cg.dirs[0] != root+"/pids/user.slice/only-pids" || cg.cpu != "" {

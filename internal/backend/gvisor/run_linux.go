@@ -84,6 +84,9 @@ type run struct {
 	cg        *runCgroups
 	joined    chan error
 	inCgroups *error
+	// recorded is closed once cg is recorded in the run's directory
+	// (for GC), which cleanup then removes.
+	recorded chan struct{}
 	// noCgroups runs runsc with --ignore-cgroups: the run's cgroups are
 	// cg, or it has no limits at all.
 	noCgroups bool
@@ -231,7 +234,15 @@ func (r *run) run(ctx context.Context, stdio sandbox.Stdio) (sandbox.Result, err
 		// The thread's move waits for an RCU grace period in the kernel:
 		// made from here while the thread builds the bundle.
 		tid := <-tids
-		go func() { r.joined <- r.cg.join(tid) }()
+		go func() {
+			defer close(r.recorded)
+			r.joined <- r.cg.join(tid)
+			// For GC, should this process be killed: runsc will not
+			// remove these cgroups.
+			if err := r.cg.record(r.dir); err != nil {
+				r.b.opts.Warn(fmt.Sprintf("recording the sandbox's cgroups: %v", err))
+			}
+		}()
 	}
 	// While that thread builds the bundle: building encoding/json's
 	// encoders for config.json's types, which writeConfig would
@@ -364,7 +375,7 @@ func (r *run) ownCgroups() {
 	if err != nil {
 		return
 	}
-	r.cg, r.noCgroups, r.joined = cg, true, make(chan error, 1)
+	r.cg, r.noCgroups, r.joined, r.recorded = cg, true, make(chan error, 1), make(chan struct{})
 	r.trace.stage("cgroups made")
 }
 
@@ -450,6 +461,9 @@ func (r *run) cleanup() {
 	if left, _ := os.ReadDir(r.state()); containerLeft(left) {
 		_ = exec.Command(r.runsc, "--root", r.state(), "delete", "--force", r.id).Run()
 		r.trace.stage("runsc delete")
+	}
+	if r.recorded != nil {
+		<-r.recorded
 	}
 	if resources(r.spec.Resources) != nil || r.keep != "" {
 		// A sandbox killed mid-run (a cancelled run) leaves its cgroups
