@@ -24,11 +24,15 @@ var _ sandbox.Checkpointer = (*Backend)(nil)
 // (detached_linux.go), into to/containers/<ID>.json, which a restore
 // needs to make its bundle. It returns those commands' ids.
 //
-// A sandbox with a network beyond loopback is refused: its restore
-// would need the network helper's device and state as they were.
+// A sandbox with a network keeps it: the restored sandbox boots with a
+// network helper and device of its own, as every boot does, and gVisor's
+// stack (its addresses, listening sockets) comes back over them. A
+// sandbox with secrets is refused: a restored sandbox gets a CA of its
+// own, which the processes that come back, having read the old one,
+// would not trust.
 func (b *Backend) Checkpoint(spec *sandbox.Spec, dir, to string) ([]string, error) {
-	if netNeeded(spec) {
-		return nil, fmt.Errorf("memory snapshots of gvisor sandboxes with a network (--network %s, or published ports) are not supported: take one without --memory, or use a sandbox with --network none: %w", spec.Network.Mode, sandbox.ErrUnsupported)
+	if spec.Secrets != nil || spec.SecretBindings != nil && len(spec.SecretBindings.Bindings) > 0 {
+		return nil, fmt.Errorf("memory snapshots of gvisor sandboxes with secrets (-S) are not supported: a restored sandbox gets a CA of its own, which its processes would not trust; take one without --memory: %w", sandbox.ErrUnsupported)
 	}
 	id := spec.ID
 	if id == "" || strings.ContainsAny(id, "/ \x00") || id == "." || id == ".." {

@@ -174,14 +174,15 @@ func TestDetachedContainers(t *testing.T) {
 	}
 }
 
-// TestCheckpointRefuses: a memory snapshot of a sandbox with a network
-// (egress, or published ports) is refused as unsupported, as is a
-// hostile sandbox id, before anything is written.
+// TestCheckpointRefuses: a memory snapshot of a sandbox with secrets
+// (bindings recorded, or values resolved) is refused as unsupported, as
+// is a hostile sandbox id, before anything is written. (A network is
+// not refused: TestGVisorMemorySnapshotNetwork.)
 func TestCheckpointRefuses(t *testing.T) {
 	b := New(Options{DataDir: t.TempDir()})
 	for _, spec := range []*sandbox.Spec{
-		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkFull}},
-		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkNone, Ports: []sandbox.PortMapping{{HostPort: 8080, SandboxPort: 80}}}},
+		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkFiltered}, SecretBindings: &sandbox.SecretBindings{Bindings: []sandbox.SecretRef{{Key: "K", Host: "api.test"}}}},
+		{ID: "x", Network: sandbox.Network{Mode: sandbox.NetworkFiltered}, Secrets: &sandbox.Secrets{}},
 		{ID: "../x", Network: sandbox.Network{Mode: sandbox.NetworkNone}},
 		{ID: "", Network: sandbox.Network{Mode: sandbox.NetworkNone}},
 	} {

@@ -170,9 +170,13 @@
 // them to the agent (agent.DetachedRestorer), which lists them as
 // running and copies their output on into their records. A failed
 // restore fails the boot (the image is gone: the next is cold). A
-// sandbox with a network beyond loopback is refused a memory snapshot:
-// its restore would need the network helper's device and connections
-// as they were.
+// sandbox with a network keeps it: the restored sandbox's boot makes its
+// own network helper and device, as every boot does, and gVisor's stack
+// (addresses, listening sockets, the processes serving them) comes back
+// over them; connections to the world open at the take do not (the
+// helper that carried them is not in the image). A sandbox with secrets
+// is refused one: a restored sandbox has a CA of its own, which the
+// processes that come back, having read the old one, would not trust.
 //
 // This backend runs as root only. Persistent sandboxes (Boot,
 // persist_linux.go) and warm pools exist on amd64 only (the idle init is
@@ -181,7 +185,7 @@
 // supervisor at each boot) injected by the network helper, the CA in the
 // trust store, the placeholders in the command's (and every exec's)
 // environment; a run's --secret-file files on a tmpfs of the run's own,
-// bound read-only. It has no memory snapshots of sandboxes with a network
+// bound read-only. It has no memory snapshots of sandboxes with secrets
 // (above), --keep of a run's writable layer or host image yet; a sandbox's network needs a TUN
 // device (no proxy mode as native's). Inside, gVisor's Sentry is the kernel: the profile's
 // seccomp filter and Landlock rules, which fence a host kernel, are not
