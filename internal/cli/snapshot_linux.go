@@ -90,12 +90,13 @@ func newSnapshotTakeCmd(a *App) *cobra.Command {
 		Long: `Snapshot a sandbox's files: a running sandbox is frozen while its writable
 layer is copied; a stopped one's layer becomes the snapshot's as it is.
 
---memory (running gvisor sandboxes without a network) also takes the
+--memory (running gvisor sandboxes without secrets) also takes the
 sandbox's memory, in the same freeze: its detached commands (exec --detach)
 and what they hold. The first 'sandbox start' of a sandbox restored from such
-a snapshot resumes them where they were, listed as running by 'exec --list';
-later starts boot afresh from the files. Foreground commands (exec without
---detach) are not kept: their callers are gone. The source runs on.`,
+a snapshot resumes them where they were, listed as running by 'exec --list',
+servers listening again on its network; later starts boot afresh from the
+files. Foreground commands (exec without --detach) are not kept: their
+callers are gone; nor are connections open at the take. The source runs on.`,
 		Example: `  agentkernel snapshot take dev
   agentkernel snapshot take dev --name dev-clean
   agentkernel snapshot take dev --name dev-live --memory   # -B gvisor, running`,
