@@ -18,13 +18,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentkernel/agentkernel/internal/testenv/netlab"
 )
@@ -140,22 +137,16 @@ func newSecretUpstream(t *testing.T, lab *netlab.Lab) *secretUpstream {
 	lnc := make(chan net.Listener, 1)
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends in the namespace
-		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Setns(fd, unix.CLONE_NEWNET)
-			unix.Close(fd)
-		}
-		if err != nil {
+		// The thread ends in the namespace (netlab.InNS).
+		if err := netlab.InNS("/run/netns/"+ns, func() error {
+			ln, err := net.Listen("tcp", upstreamAddr+":443")
+			if err == nil {
+				lnc <- ln
+			}
+			return err
+		}); err != nil {
 			errc <- err
-			return
 		}
-		ln, err := net.Listen("tcp", upstreamAddr+":443")
-		if err != nil {
-			errc <- err
-			return
-		}
-		lnc <- ln
 	}()
 	var ln net.Listener
 	select {

@@ -173,10 +173,23 @@ func (l *Lab) makeNamespaces() error {
 // path. The thread is never unlocked: it ends with fn's goroutine, so
 // no other goroutine ever runs in that namespace. Sockets fn makes stay
 // in the namespace after it returns.
-func inNS(path string, fn func() error) error {
+func inNS(path string, fn func() error) error { return InNS(path, fn) }
+
+// InNS runs fn on an OS thread of its own moved into the network
+// namespace at path, never the process's main thread (which the runtime
+// never ends: it would stay in the namespace, and /proc/self/ns/net
+// with it). The thread ends with fn.
+func InNS(path string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread: held here while another goroutine, which
+			// then cannot be given it, does the work.
+			errc <- InNS(path, fn)
+			runtime.UnlockOSThread()
+			return
+		}
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			errc <- fmt.Errorf("open %s: %w", path, err)
