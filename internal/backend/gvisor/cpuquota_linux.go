@@ -103,8 +103,13 @@ func quotaFiles(selfCgroup string, v2 bool, name string, quota int64, period uin
 			return dir, [][2]string{{"cpu.max", q + " " + p}}, nil
 		}
 		if !v2 && slices.Contains(strings.Split(parts[1], ","), "cpu") {
-			dir := filepath.Join("/sys/fs/cgroup/cpu", parts[2], name)
-			return dir, [][2]string{{"cpu.cfs_period_us", p}, {"cpu.cfs_quota_us", q}}, nil
+			// Where a run that makes its own cgroups made it
+			// (owncgroup_linux.go), and runsc makes its.
+			own, ok := v1Dir("/sys/fs/cgroup", selfCgroup, "cpu")
+			if !ok {
+				return "", nil, errors.New("no cpu cgroup")
+			}
+			return filepath.Join(own, name), [][2]string{{"cpu.cfs_period_us", p}, {"cpu.cfs_quota_us", q}}, nil
 		}
 	}
 	return "", nil, errors.New("no cpu cgroup")

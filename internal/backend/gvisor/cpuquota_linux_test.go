@@ -20,7 +20,7 @@ import (
 func TestQuotaFiles(t *testing.T) {
 	v1 := "12:pids:/a\n4:cpu,cpuacct:/user.slice/x\n3:memory:/m\n0::/u\n"
 	dir, files, err := quotaFiles(v1, false, "agentkernel-gvisor-1", 50000, 100000)
-	if err != nil || dir != "/sys/fs/cgroup/cpu/user.slice/x/agentkernel-gvisor-1" ||
+	if err != nil || dir != "/sys/fs/cgroup/cpu,cpuacct/user.slice/x/agentkernel-gvisor-1" ||
 		len(files) != 2 || files[0] != [2]string{"cpu.cfs_period_us", "100000"} || files[1] != [2]string{"cpu.cfs_quota_us", "50000"} {
 		t.Errorf("v1: %q %q %v", dir, files, err)
 	}

@@ -93,16 +93,8 @@ func GC(ctx context.Context, dataDir string) ([]string, error) {
 // its sandbox's last processes (which runsc delete has just killed) a
 // moment to leave them.
 func removeRecorded(dirs []string) {
-	for n := 0; n < 100; n++ {
-		left := false
-		for _, d := range dirs {
-			if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
-				left = true
-			}
-		}
-		if !left {
-			return
-		}
+	cg := &runCgroups{dirs: dirs}
+	for n := 0; n < 100 && cg.remove(); n++ {
 		time.Sleep(50 * time.Millisecond)
 	}
 }

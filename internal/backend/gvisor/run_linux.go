@@ -79,11 +79,12 @@ type run struct {
 	restoreImage string
 	// cg are the cgroups an ephemeral run made itself (owncgroup_linux.go),
 	// nil where runsc makes them; joined delivers the result of moving
-	// the thread that starts runsc into them, which inCgroups then holds
-	// (read by that thread alone).
-	cg        *runCgroups
-	joined    chan error
-	inCgroups *error
+	// the thread that starts runsc into them, which joinErr then holds
+	// once joinDone (both read by that thread alone).
+	cg       *runCgroups
+	joined   chan error
+	joinErr  error
+	joinDone bool
 	// recorded is closed once cg is recorded in the run's directory
 	// (for GC), which cleanup then removes.
 	recorded chan struct{}
@@ -382,11 +383,10 @@ func (r *run) ownCgroups() {
 // waitJoined is the result of moving the calling thread (the one that
 // starts runsc) into the run's cgroups, waited for once.
 func (r *run) waitJoined() error {
-	if r.inCgroups == nil {
-		err := <-r.joined
-		r.inCgroups = &err
+	if !r.joinDone {
+		r.joinErr, r.joinDone = <-r.joined, true
 	}
-	return *r.inCgroups
+	return r.joinErr
 }
 
 // signal sends sig to the sandbox's command: SIGINT and SIGQUIT (which a
